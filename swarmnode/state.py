@@ -1,0 +1,102 @@
+"""The live state of a running node, shared by the round loop, the API and the dashboard.
+
+The round runs in a worker thread and the API on the event loop, so every change goes
+through :meth:`NodeState.emit`, which is safe to call from any thread: it updates the
+fields under a lock and hands the event to the loop, where subscribers' queues are fed in
+order. Subscribers that fall behind lose their oldest events rather than growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle")
+EVENT_TYPES = ("round_started", "round_finished", "bundle_accepted", "bundle_rejected",
+               "peer_joined", "peer_left", "phase")
+
+_MAX_ROUNDS_KEPT = 5000
+_SUBSCRIBER_QUEUE = 1000
+
+
+@dataclass
+class NodeInfo:
+    """What does not change while the node runs."""
+
+    peer_id: str = ""
+    name: str = ""
+    swarm: str = ""
+    transport: str = "solo"
+    model: str = ""
+    device: str = ""
+    home: str = ""
+
+
+@dataclass
+class NodeState:
+    info: NodeInfo = field(default_factory=NodeInfo)
+    started_at: float = field(default_factory=time.time)
+    round: int = 0
+    phase: str = "loading"
+    paused: bool = False
+    rounds: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_MAX_ROUNDS_KEPT))
+    counters: collections.Counter = field(default_factory=collections.Counter)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._subscribers: set[asyncio.Queue] = set()
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Deliver events on ``loop`` from now on (the daemon calls this once)."""
+        self._loop = loop
+
+    def emit(self, type: str, **data: Any) -> None:
+        """Record an event and deliver it to subscribers; callable from any thread."""
+        event = {"type": type, "time": time.time(), **data}
+        with self._lock:
+            if type == "phase":
+                self.phase = data["phase"]
+            elif type == "round_started":
+                self.round = data["round"]
+            elif type == "round_finished":
+                self.rounds.append(data["metrics"])
+            self.counters[type] += 1
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._deliver(event)
+        else:
+            loop.call_soon_threadsafe(self._deliver, event)
+
+    def _deliver(self, event: dict) -> None:
+        for q in self._subscribers:
+            if q.full():
+                q.get_nowait()
+            q.put_nowait(event)
+
+    def subscribe(self) -> asyncio.Queue:
+        """A queue of future events; call on the loop, and :meth:`unsubscribe` when done."""
+        q: asyncio.Queue = asyncio.Queue(maxsize=_SUBSCRIBER_QUEUE)
+        self._subscribers.add(q)
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue) -> None:
+        self._subscribers.discard(q)
+
+    def rounds_since(self, since: int) -> list[dict]:
+        with self._lock:
+            return [r for r in self.rounds if r["round"] >= since]
+
+    def last_reward(self) -> float | None:
+        with self._lock:
+            return self.rounds[-1]["reward_mean"] if self.rounds else None
