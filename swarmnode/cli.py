@@ -18,6 +18,7 @@ from swarmnode.config import ConfigError, NodeConfig, _HINTS, _base_type
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
     "swarmnode.daemon",
+    "swarmnode.identity",
 ]
 
 
