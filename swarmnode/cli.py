@@ -19,6 +19,8 @@ from swarmnode.config import ConfigError, NodeConfig, _HINTS, _base_type
 COMMAND_MODULES = [
     "swarmnode.daemon",
     "swarmnode.identity",
+    "swarmnode.configcmd",
+    "swarmnode.client",
 ]
 
 
