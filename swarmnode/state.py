@@ -17,7 +17,7 @@ from typing import Any
 
 PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle")
 EVENT_TYPES = ("round_started", "round_finished", "bundle_accepted", "bundle_rejected",
-               "peer_joined", "peer_left", "phase")
+               "peer_joined", "peer_left", "phase", "paused")
 
 _MAX_ROUNDS_KEPT = 5000
 _SUBSCRIBER_QUEUE = 1000
@@ -45,6 +45,12 @@ class NodeState:
     paused: bool = False
     rounds: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_MAX_ROUNDS_KEPT))
     counters: collections.Counter = field(default_factory=collections.Counter)
+    # (outcome, reason) -> count; reason is "" for accepted bundles
+    bundles: collections.Counter = field(default_factory=collections.Counter)
+    # totals over every round finished since start (``rounds`` keeps only the latest)
+    tokens_generated: int = 0
+    round_seconds_sum: float = 0.0
+    reward_sum: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,7 +70,17 @@ class NodeState:
             elif type == "round_started":
                 self.round = data["round"]
             elif type == "round_finished":
-                self.rounds.append(data["metrics"])
+                row = data["metrics"]
+                self.rounds.append(row)
+                self.tokens_generated += int(row.get("tokens_generated", 0))
+                self.round_seconds_sum += float(row.get("seconds", 0.0))
+                self.reward_sum += float(row.get("reward_mean", 0.0))
+            elif type == "bundle_accepted":
+                self.bundles[("accepted", "")] += 1
+            elif type == "bundle_rejected":
+                self.bundles[("rejected", str(data.get("reason", "")))] += 1
+            elif type == "paused":
+                self.paused = bool(data["paused"])
             self.counters[type] += 1
         loop = self._loop
         if loop is None or loop.is_closed():
@@ -100,3 +116,19 @@ class NodeState:
     def last_reward(self) -> float | None:
         with self._lock:
             return self.rounds[-1]["reward_mean"] if self.rounds else None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The changing fields, read together under the lock (for the status endpoint)."""
+        with self._lock:
+            return {
+                "round": self.round,
+                "phase": self.phase,
+                "paused": self.paused,
+                "uptime_s": round(time.time() - self.started_at, 3),
+                "last_reward": self.rounds[-1]["reward_mean"] if self.rounds else None,
+                "rounds_finished": self.counters["round_finished"],
+                "tokens_generated": self.tokens_generated,
+                "round_seconds_sum": self.round_seconds_sum,
+                "reward_sum": self.reward_sum,
+                "bundles": dict(self.bundles),
+            }

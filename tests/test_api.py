@@ -1,0 +1,393 @@
+"""The local HTTP API against a real NodeState and a fake node control."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import stat
+import statistics
+import threading
+import time
+
+import aiohttp
+import pytest
+
+from swarmnode import client
+from swarmnode.api import ApiServer, prometheus_text
+from swarmnode.paths import NodeHome
+from swarmnode.state import NodeInfo, NodeState
+
+
+class FakeControl:
+    """Records what the API asked; serves a fixed peer table."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.peers = [{
+            "peer_id": "12D3KooWPeerBob", "name": "bob", "first_seen": time.time() - 60,
+            "last_seen": time.time() - 3, "accepted": 5, "rejected": 1,
+            "rejected_by_reason": {"bad_signature": 1}, "last_round": 7, "reported_mean_reward": 0.25,
+        }]
+
+    def request_stop(self) -> None:
+        self.calls.append("stop")
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+    def peer_rows(self) -> list[dict]:
+        return self.peers
+
+    def peer_count(self) -> int:
+        return len(self.peers)
+
+
+def make_state() -> NodeState:
+    return NodeState(info=NodeInfo(peer_id="12D3KooWSelfAlice", name="alice", swarm="test-swarm",
+                                   transport="solo", model="tiny", device="cpu", home="/tmp/x"))
+
+
+def finished_row(r: int, reward: float) -> dict:
+    return {"round": r, "reward_mean": reward, "tokens_generated": 100, "seconds": 2.0,
+            "reward_by_task": {"basic_arithmetic": reward, "base_conversion": reward / 2}}
+
+
+@pytest.fixture
+async def node(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    state, control = make_state(), FakeControl()
+    server = ApiServer(state, control, home=home, keepalive_s=0.2)
+    port = await server.start()
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
+        yield server, state, control, session
+    await server.stop()
+
+
+async def test_status_reports_the_node(node):
+    server, state, control, session = node
+    state.emit("round_started", round=3)
+    state.emit("phase", phase="generating")
+    state.emit("round_finished", round=3, metrics=finished_row(3, 0.5))
+    async with session.get("/v1/status") as resp:
+        assert resp.status == 200
+        body = await resp.json()
+    assert body["peer_id"] == "12D3KooWSelfAlice" and body["name"] == "alice" and body["swarm"] == "test-swarm"
+    assert (body["round"], body["phase"], body["paused"], body["peers"], body["last_reward"]) == \
+        (3, "generating", False, 1, 0.5)
+    assert {"transport", "model", "device", "uptime_s"} <= body.keys()
+
+
+async def test_rounds_since(node):
+    server, state, control, session = node
+    for r in range(1, 5):
+        state.emit("round_finished", round=r, metrics=finished_row(r, r / 10))
+    async with session.get("/v1/rounds?since=3") as resp:
+        assert [row["round"] for row in (await resp.json())["rounds"]] == [3, 4]
+    async with session.get("/v1/rounds") as resp:
+        assert len((await resp.json())["rounds"]) == 4
+
+
+@pytest.mark.parametrize("since", ["abc", "1.5", ""])
+async def test_rounds_bad_since_is_400_json(node, since):
+    server, state, control, session = node
+    async with session.get(f"/v1/rounds?since={since}") as resp:
+        assert resp.status == 400
+        assert "since" in (await resp.json())["error"]
+
+
+async def test_peers(node):
+    server, state, control, session = node
+    async with session.get("/v1/peers") as resp:
+        peers = (await resp.json())["peers"]
+    assert [p["name"] for p in peers] == ["bob"] and peers[0]["rejected_by_reason"] == {"bad_signature": 1}
+
+
+async def test_unknown_path_and_wrong_method_answer_json(node):
+    server, state, control, session = node
+    async with session.get("/v2/nothing") as resp:
+        assert resp.status == 404 and resp.content_type == "application/json"
+        assert "/v2/nothing" in (await resp.json())["error"]
+    async with session.get("/v1/stop") as resp:
+        assert resp.status == 405 and "error" in await resp.json()
+
+
+async def test_big_body_is_refused(node):
+    server, state, control, session = node
+    headers = {"Authorization": f"Bearer {server.token}"}
+    async with session.post("/v1/pause", data=b"x" * 5000, headers=headers) as resp:
+        assert resp.status == 413 and "error" in await resp.json()
+    assert control.calls == []
+
+
+async def test_handler_bug_is_500_json_without_traceback(node):
+    server, state, control, session = node
+
+    def broken() -> list[dict]:
+        raise RuntimeError("secret internals")
+
+    control.peer_rows = broken
+    async with session.get("/v1/peers") as resp:
+        text = await resp.text()
+    assert resp.status == 500 and json.loads(text)["error"]
+    assert "Traceback" not in text and "secret internals" not in text
+
+
+@pytest.mark.parametrize("path, call, paused", [("/v1/stop", "stop", False), ("/v1/pause", "pause", True),
+                                                ("/v1/resume", "resume", False)])
+async def test_actions_need_the_token(node, path, call, paused):
+    server, state, control, session = node
+    state.paused = not paused if call != "stop" else False
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": server.token}):
+        async with session.post(path, headers=headers) as resp:
+            assert resp.status == 401 and "token" in (await resp.json())["error"]
+    assert control.calls == []
+    async with session.post(path, headers={"Authorization": f"Bearer {server.token}"}) as resp:
+        assert resp.status == 200
+    assert control.calls == [call]
+    assert state.paused is paused
+
+
+async def test_events_arrive_in_order_over_sse(node):
+    server, state, control, session = node
+    expected = [("round_started", {"round": 1}), ("phase", {"phase": "generating"}),
+                ("bundle_accepted", {"peer": "bob", "round": 1}),
+                ("bundle_rejected", {"peer": "eve", "reason": "bad_signature"}),
+                ("peer_joined", {"peer": "carol"}), ("phase", {"phase": "training"}),
+                ("round_finished", {"round": 1, "metrics": finished_row(1, 0.5)}), ("peer_left", {"peer": "carol"})]
+    async with session.get("/v1/events") as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        assert await resp.content.readline() == b": connected\n"
+
+        def from_worker_thread() -> None:
+            for type_, data in expected:
+                state.emit(type_, **data)
+
+        threading.Thread(target=from_worker_thread).start()
+        parser, got, names, keepalives = client.SseParser(), [], [], 0
+        while len(got) < len(expected):
+            line = (await asyncio.wait_for(resp.content.readline(), 5)).decode()
+            keepalives += line.startswith(": keepalive")
+            if line.startswith("event: "):
+                names.append(line[len("event: "):].strip())
+            event = parser.feed(line)
+            if event:
+                got.append(event)
+    assert [(e["type"], {k: v for k, v in e.items() if k not in ("type", "time")}) for e in got] == expected
+    assert names == [t for t, _ in expected]
+
+
+async def test_sse_sends_keepalives_and_stop_closes_the_stream(node):
+    server, state, control, session = node
+    async with session.get("/v1/events") as resp:
+        lines = [await asyncio.wait_for(resp.content.readline(), 5) for _ in range(4)]
+        assert b": keepalive\n" in lines
+        await server.stop()
+        rest = await asyncio.wait_for(resp.content.read(), 5)
+        assert b"event:" not in rest and resp.content.at_eof()
+
+
+async def test_metrics_follow_the_prometheus_text_format(node):
+    server, state, control, session = node
+    state.emit("round_finished", round=1, metrics=finished_row(1, 0.25))
+    state.emit("round_finished", round=2, metrics=finished_row(2, 0.75))
+    state.emit("bundle_accepted", peer="bob", round=2)
+    state.emit("bundle_rejected", peer="eve", reason='quote"back\\slash\nnewline')
+    async with session.get("/metrics") as resp:
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = await resp.text()
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*",?)*\})? '
+                        r'(NaN|[+-]Inf|-?[0-9.e+-]+)$')
+    families = []
+    for line in lines:
+        if line.startswith("# TYPE "):
+            families.append(line.split()[2])
+            assert line.split()[3] in ("counter", "gauge", "summary")
+        elif not line.startswith("# HELP "):
+            assert sample.match(line), line
+            assert line.split("{")[0].split(" ")[0].startswith(families[-1])  # samples follow their TYPE
+    assert len(families) == len(set(families))
+    helps = [line.split()[2] for line in lines if line.startswith("# HELP ")]
+    assert helps == families
+    values = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in lines if not line.startswith("#")}
+    assert values["swarmnode_rounds_total"] == "2"
+    assert values["swarmnode_reward_last"] == "0.75"
+    assert values["swarmnode_reward_mean"] == "0.5"
+    assert values["swarmnode_tokens_generated_total"] == "200"
+    assert values["swarmnode_peers"] == "1"
+    assert values["swarmnode_round_seconds_sum"] == "4.0" and values["swarmnode_round_seconds_count"] == "2"
+    assert values['swarmnode_bundles_total{outcome="accepted",reason=""}'] == "1"
+    assert values['swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}'] == "1"
+
+
+def test_metrics_before_any_round_have_no_numbers_made_up():
+    text = prometheus_text(make_state(), peers=0)
+    assert "swarmnode_reward_last NaN" in text and "swarmnode_reward_mean NaN" in text
+
+
+async def test_api_file_is_private_and_removed_on_stop(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    server = ApiServer(make_state(), FakeControl(), home=home)
+    port = await server.start()
+    data = json.loads(home.api_file.read_text())
+    assert data["port"] == port and data["url"] == f"http://127.0.0.1:{port}" and data["token"] == server.token
+    assert len(data["token"]) >= 32
+    assert stat.S_IMODE(home.api_file.stat().st_mode) == 0o600
+    assert [p.name for p in home.root.iterdir() if p.name.startswith(".api-")] == []
+    await server.stop()
+    assert not home.api_file.exists()
+
+
+async def test_bound_to_loopback_only(node):
+    server, state, control, session = node
+    addresses = [address[0] for address in server._runner.addresses]
+    assert addresses == ["127.0.0.1"]
+    other = _non_loopback_address()
+    if other is None:
+        return  # no other interface on this machine: the socket check above is the whole test
+    with pytest.raises(OSError):
+        socket.create_connection((other, server.port), timeout=1).close()
+
+
+def _non_loopback_address() -> str | None:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+        address = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
+
+
+async def test_port_in_use_is_a_clear_error(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    first = ApiServer(make_state(), FakeControl(), home=home)
+    port = await first.start()
+    try:
+        with pytest.raises(OSError, match="--api-port"):
+            await ApiServer(make_state(), FakeControl(), home=home, port=port).start()
+    finally:
+        await first.stop()
+
+
+async def test_status_stays_fast_while_the_round_thread_updates_state(node, capsys):
+    server, state, control, session = node
+    stop = threading.Event()
+
+    def busy_round_thread() -> None:
+        r = 0
+        while not stop.is_set():
+            r += 1
+            state.emit("round_started", round=r)
+            state.emit("phase", phase="generating")
+            state.emit("round_finished", round=r, metrics=finished_row(r, 0.5))
+            time.sleep(0.001)
+
+    worker = threading.Thread(target=busy_round_thread)
+    worker.start()
+    latencies = []
+    try:
+        for _ in range(500):
+            t0 = time.perf_counter()
+            async with session.get("/v1/status") as resp:
+                await resp.read()
+            latencies.append((time.perf_counter() - t0) * 1000)
+    finally:
+        stop.set()
+        worker.join()
+    latencies.sort()
+    median, p99 = statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1]
+    with capsys.disabled():
+        print(f"\n/v1/status under load: median {median:.2f} ms, p99 {p99:.2f} ms over {len(latencies)} requests")
+    assert median < 100
+
+
+# -- the client subcommands ---------------------------------------------------------------------
+
+
+async def test_client_reads_status_and_peers(node):
+    server, state, control, session = node
+    state.emit("round_started", round=9)
+    async with client.NodeApi(server.home) as api:
+        assert (await api.status())["round"] == 9
+        assert (await api.peers())[0]["name"] == "bob"
+        await api.pause()
+    assert control.calls == ["pause"]
+
+
+def test_status_command_with_no_node(tmp_path, capsys):
+    from swarmnode.cli import main
+
+    assert main(["status", "--home", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == f"no node running at {tmp_path.resolve()}"
+
+
+def test_stale_api_file_means_no_node(tmp_path, capsys, monkeypatch):
+    from swarmnode.cli import main
+
+    home = NodeHome(tmp_path)
+    dead = _free_port()
+    home.api_file.write_text(json.dumps({"port": dead, "token": "t", "pid": 2 ** 22 + 7,
+                                         "url": f"http://127.0.0.1:{dead}"}))
+    monkeypatch.setenv("SWARMNODE_HOME", str(tmp_path))
+    assert main(["peers"]) == 1
+    assert "no node running at" in capsys.readouterr().err
+    # a live pid whose port refuses connections is just as dead
+    home.api_file.write_text(json.dumps({"port": dead, "token": "t", "pid": 1, "url": f"http://127.0.0.1:{dead}"}))
+    assert main(["peers", "--json"]) == 1
+    assert "no node running at" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
+    """The commands run their own event loop, so the node's API runs on another thread here."""
+    from swarmnode.cli import main
+
+    home = NodeHome(tmp_path).create()
+    state = make_state()
+    state.emit("round_finished", round=4, metrics=finished_row(4, 0.375))
+    loop = asyncio.new_event_loop()
+    server = ApiServer(state, FakeControl(), home=home)
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(5)
+        assert main(["status", "--home", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert "alice (12D3KooWSelfAlice)" in out and "0.375" in out
+        assert main(["status", "--json", "--home", str(tmp_path)]) == 0
+        assert json.loads(capsys.readouterr().out)["name"] == "alice"
+        assert main(["peers", "--home", str(tmp_path)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].split()[:3] == ["NAME", "PEER", "ID"] and lines[1].split()[0] == "bob"
+        assert "3s ago" in lines[1] or "4s ago" in lines[1]
+        assert main(["peers", "--json", "--home", str(tmp_path)]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["accepted"] == 5
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["event: phase", 'data: {"type": "phase", "phase": "idle"}', ""], [{"type": "phase", "phase": "idle"}]),
+    ([": keepalive", "", 'data: {"type":', 'data: "x"}', ""], [{"type": "x"}]),
+    (["data: not json", "", "data: [1]", "", "data:{\"type\":\"y\"}", ""], [{"type": "y"}]),
+])
+def test_sse_parser(lines, expected):
+    parser = client.SseParser()
+    assert [e for e in (parser.feed(line + "\n") for line in lines) if e] == expected
