@@ -69,7 +69,7 @@ class NodeConfig:
                                           "(the defaults suit Llama/Qwen-style models).", section="model")
 
     # one round
-    rounds: int | None = _key(None, "Stop after this many rounds in total; unset runs until stopped.",
+    rounds: int | None = _key(None, "Run this many rounds, then exit; unset runs until stopped.",
                               minimum=0, section="round")
     questions: int = _key(8, "Questions drawn per round (B in the paper).", minimum=1, section="round")
     completions: int = _key(8, "Completions generated per question (L in the paper).", minimum=2, section="round")

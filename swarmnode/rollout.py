@@ -23,6 +23,9 @@ class Group:
     rewards: list[float]
     # LOCAL, or the PeerID of the node that shared it.
     source: str = LOCAL
+    # For local groups, the sampled token ids of each completion (after the prompt), so the
+    # update scores exactly what was generated; None for text that came over the network.
+    token_ids: list[list[int]] | None = None
 
     @property
     def is_local(self) -> bool:

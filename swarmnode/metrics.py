@@ -1,0 +1,71 @@
+"""``<home>/metrics.jsonl``: one JSON line per finished round, no duplicates, no gaps.
+
+A round's line is written before its checkpoint. A crash between the two leaves a line for
+a round the checkpoint does not have; :meth:`MetricsLog.truncate_after` drops it (and any
+half-written last line) when the node resumes, and the round is run again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class MetricsLog:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> list[dict[str, Any]]:
+        """The complete rows; a torn or hand-mangled line is skipped with a warning."""
+        if not self.path.exists():
+            return []
+        rows = []
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+                        raise ValueError("no integer 'round'")
+                except ValueError as exc:
+                    log.warning("%s line %d is not a metrics row (%s); ignoring it", self.path, n, exc)
+                    continue
+                rows.append(row)
+        return rows
+
+    def truncate_after(self, last_round: int | None) -> list[dict[str, Any]]:
+        """Keep only rows of rounds <= ``last_round`` (None keeps none), one per round; return them."""
+        rows = self.read()
+        kept: dict[int, dict] = {}
+        if last_round is not None:
+            for row in rows:
+                if row["round"] <= last_round:
+                    kept[row["round"]] = row
+        result = [kept[r] for r in sorted(kept)]
+        if len(result) != len(rows) or not self._ends_cleanly():
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in result)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        return result
+
+    def _ends_cleanly(self) -> bool:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return True
+        with open(self.path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) == b"\n"
+
+    def append(self, row: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())

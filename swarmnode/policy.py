@@ -1,0 +1,218 @@
+"""The policy: a frozen base model plus one trainable PEFT LoRA adapter.
+
+It samples responses, computes per-token log-probabilities of given responses, and takes
+one GRPO step. Memory matters on laptops: log-probs are computed only for the response
+tokens (``logits_to_keep``) and in micro-batches, so no more than one micro-batch of
+full-vocabulary logits ever exists at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from swarmnode.config import NodeConfig
+from swarmnode.grpo import group_advantages, grpo_loss
+from swarmnode.model import BaseModel
+from swarmnode.rollout import Group
+from swarmnode.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
+
+log = logging.getLogger(__name__)
+
+ADAPTER = "default"
+
+
+@dataclass
+class Generation:
+    """Responses for each prompt (generated text only, without the prompt) and token counts."""
+
+    texts: list[list[str]]
+    token_ids: list[list[list[int]]]
+    tokens: int
+
+
+class _StopFlag:
+    """A transformers stopping criterion that ends generation when ``should_stop()`` is true."""
+
+    def __init__(self, should_stop: Callable[[], bool]):
+        self.should_stop = should_stop
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), bool(self.should_stop()), dtype=torch.bool,
+                          device=input_ids.device)
+
+
+class Policy:
+    def __init__(self, base: BaseModel, cfg: NodeConfig):
+        from peft import LoraConfig, get_peft_model
+
+        self.cfg = cfg
+        self.tokenizer = base.tokenizer
+        self.device = base.device
+        self.model_name = base.name
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+        try:
+            self.model = get_peft_model(base.model, lora, adapter_name=ADAPTER)
+        except ValueError as exc:
+            raise ValueError(f"lora_target_modules {cfg.lora_target_modules} do not fit this model: {exc}") from None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self._pad = self.tokenizer.pad_token_id
+        self._eos = self.tokenizer.eos_token_id
+
+    # ---- prompts -----------------------------------------------------------------------
+    def prompt(self, question: str, prefill: bool | None = None) -> str:
+        return build_prompt(self.tokenizer, question, self.cfg.prefill_answer_tag if prefill is None else prefill)
+
+    def split_response(self, question: str, response: str) -> tuple[str, str]:
+        """(prompt text, completion text) under which this policy scores a full response.
+
+        A response that starts with the prefilled tag is scored after a prompt that ends
+        with it, whatever the sender's settings were, so every token is the model's own.
+        """
+        if self.cfg.prefill_answer_tag and response.startswith(ANSWER_OPEN):
+            return self.prompt(question, True), response[len(ANSWER_OPEN):]
+        return self.prompt(question, False), response
+
+    # ---- sampling ----------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
+                 should_stop: Callable[[], bool] = lambda: False) -> Generation:
+        """Sample ``n`` responses per prompt in one left-padded batch, stopping at ``</answer>``."""
+        self.model.eval()
+        self.tokenizer.padding_side = "left"
+        enc = self.tokenizer([p for p in prompts for _ in range(n)], return_tensors="pt", padding=True,
+                             add_special_tokens=False).to(self.device)
+        out = self.model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
+                                  max_new_tokens=max_new_tokens, pad_token_id=self._pad,
+                                  stop_strings=[ANSWER_CLOSE], tokenizer=self.tokenizer,
+                                  stopping_criteria=[_StopFlag(should_stop)])
+        new = out[:, enc["input_ids"].shape[1]:].tolist()
+        texts: list[list[str]] = []
+        ids: list[list[list[int]]] = []
+        tokens = 0
+        for i, row in enumerate(new):
+            row = _strip_after_eos(row, self._eos, self._pad)
+            tokens += len(row)
+            if i % n == 0:
+                texts.append([])
+                ids.append([])
+            texts[-1].append(self.tokenizer.decode(row, skip_special_tokens=True))
+            ids[-1].append(row)
+        return Generation(texts, ids, tokens)
+
+    # ---- log-probs and the update ------------------------------------------------------
+    def _encode_pairs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[tuple[list[int], list[int]]]:
+        out = []
+        for prompt, completion in pairs:
+            p_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            c_ids = completion if isinstance(completion, list) else \
+                self.tokenizer(completion, add_special_tokens=False)["input_ids"]
+            out.append((p_ids, c_ids))
+        return out
+
+    def _micro_batch_logp(self, seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs [B, K] of the completions (right-aligned, mask [B, K])."""
+        k = max(len(c) for _, c in seqs)
+        t = max(len(p) + len(c) for p, c in seqs)
+        input_ids = torch.full((len(seqs), t), self._pad, dtype=torch.long)
+        attn = torch.zeros((len(seqs), t), dtype=torch.long)
+        mask = torch.zeros((len(seqs), k))
+        targets = torch.full((len(seqs), k), self._pad, dtype=torch.long)
+        for i, (p, c) in enumerate(seqs):
+            row = p + c
+            input_ids[i, t - len(row):] = torch.tensor(row)
+            attn[i, t - len(row):] = 1
+            if c:
+                targets[i, k - len(c):] = torch.tensor(c)
+                mask[i, k - len(c):] = 1
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        dev = self.device
+        # Logits at positions T-K-1 .. T-2 predict the K last tokens: keep only those.
+        logits = self.model(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
+                            position_ids=positions.to(dev), logits_to_keep=k + 1, use_cache=False).logits
+        logits = logits[:, :-1, :].float()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(dev).unsqueeze(-1)).squeeze(-1)
+        return logp, mask.to(dev)
+
+    def sequence_logprobs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[torch.Tensor]:
+        """Log-probs of each completion's tokens under the current policy (no grad)."""
+        seqs = self._encode_pairs(pairs)
+        out: list[torch.Tensor] = []
+        self.model.eval()
+        with torch.no_grad():
+            for start in range(0, len(seqs), self.cfg.micro_batch):
+                chunk = seqs[start:start + self.cfg.micro_batch]
+                logp, mask = self._micro_batch_logp(chunk)
+                out.extend(lp[m.bool()].cpu() for lp, m in zip(logp, mask))
+        return out
+
+    def train_step(self, groups: Sequence[Group]) -> float | None:
+        """One GRPO update on ``groups`` (each with this node's rewards). Returns the loss.
+
+        Local groups carry the generated token ids; external ones are re-tokenised from text.
+        Sequences are sorted by length so micro-batches waste little padding.
+        """
+        seqs: list[tuple[list[int], list[int]]] = []
+        advs: list[float] = []
+        for g in groups:
+            adv = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))[0].tolist()
+            for j, response in enumerate(g.responses):
+                if g.token_ids is not None:
+                    pair = (self.prompt(g.question.question), g.token_ids[j])
+                else:
+                    pair = self.split_response(g.question.question, response)
+                seqs.extend(self._encode_pairs([pair]))
+                advs.append(adv[j])
+        keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
+        if not keep:
+            return None
+        keep.sort(key=lambda i: len(seqs[i][0]) + len(seqs[i][1]))
+        n_tokens = sum(len(seqs[i][1]) for i in keep)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for start in range(0, len(keep), self.cfg.micro_batch):
+            idx = keep[start:start + self.cfg.micro_batch]
+            logp, mask = self._micro_batch_logp([seqs[i] for i in idx])
+            adv = torch.tensor([advs[i] for i in idx], device=logp.device)
+            loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
+            loss.backward()
+            total += float(loss.detach())
+        if self.cfg.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                           self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        return total if math.isfinite(total) else None
+
+    # ---- persistence -------------------------------------------------------------------
+    def save_adapter(self, directory: Path) -> None:
+        """Write the adapter in PEFT format: ``PeftModel.from_pretrained(base, directory)`` loads it."""
+        self.model.save_pretrained(str(directory), selected_adapters=[ADAPTER])
+
+    def load_adapter_weights(self, directory: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        state = load_file(str(Path(directory) / "adapter_model.safetensors"), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, state, adapter_name=ADAPTER)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"adapter in {directory} does not match this model: {result.unexpected_keys[:3]}")
+
+
+def _strip_after_eos(row: list[int], eos: int | None, pad: int | None) -> list[int]:
+    """Generated ids up to and including the first EOS; padding of finished rows removed."""
+    if eos is not None and eos in row:
+        return row[:row.index(eos) + 1]
+    if pad is not None and pad != eos:
+        while row and row[-1] == pad:
+            row = row[:-1]
+    return row
