@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "swarmnode.daemon",
     "swarmnode.identity",
     "swarmnode.configcmd",
+    "swarmnode.service",
     "swarmnode.client",
 ]
 
