@@ -24,7 +24,7 @@ from swarmnode.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 
 log = logging.getLogger(__name__)
 
-ADAPTER = "default"
+DEFAULT_ADAPTER = "default"
 
 
 @dataclass
@@ -48,23 +48,38 @@ class _StopFlag:
 
 
 class Policy:
-    def __init__(self, base: BaseModel, cfg: NodeConfig):
+    """One node's policy. Several policies may share one base model (``shared=``), each with
+    its own adapter and optimizer: the experiment runs N nodes on one copy of the weights.
+    Every method activates this policy's adapter before touching the model."""
+
+    def __init__(self, base: BaseModel, cfg: NodeConfig, adapter: str = DEFAULT_ADAPTER,
+                 shared: "Policy | None" = None):
         from peft import LoraConfig, get_peft_model
 
         self.cfg = cfg
+        self.adapter = adapter
         self.tokenizer = base.tokenizer
         self.device = base.device
         self.model_name = base.name
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
         try:
-            self.model = get_peft_model(base.model, lora, adapter_name=ADAPTER)
+            if shared is None:
+                self.model = get_peft_model(base.model, lora, adapter_name=adapter)
+            else:
+                self.model = shared.model
+                self.model.add_adapter(adapter, lora)
         except ValueError as exc:
             raise ValueError(f"lora_target_modules {cfg.lora_target_modules} do not fit this model: {exc}") from None
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.params = [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self._pad = self.tokenizer.pad_token_id
         self._eos = self.tokenizer.eos_token_id
+
+    def activate(self) -> None:
+        """Make this policy's adapter the active (and only trainable) one."""
+        if self.model.active_adapter != self.adapter:
+            self.model.set_adapter(self.adapter)
 
     # ---- prompts -----------------------------------------------------------------------
     def prompt(self, question: str, prefill: bool | None = None) -> str:
@@ -85,6 +100,7 @@ class Policy:
     def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
                  should_stop: Callable[[], bool] = lambda: False) -> Generation:
         """Sample ``n`` responses per prompt in one left-padded batch, stopping at ``</answer>``."""
+        self.activate()
         self.model.eval()
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer([p for p in prompts for _ in range(n)], return_tensors="pt", padding=True,
@@ -145,6 +161,7 @@ class Policy:
         """Log-probs of each completion's tokens under the current policy (no grad)."""
         seqs = self._encode_pairs(pairs)
         out: list[torch.Tensor] = []
+        self.activate()
         self.model.eval()
         with torch.no_grad():
             for start in range(0, len(seqs), self.cfg.micro_batch):
@@ -175,6 +192,7 @@ class Policy:
             return None
         keep.sort(key=lambda i: len(seqs[i][0]) + len(seqs[i][1]))
         n_tokens = sum(len(seqs[i][1]) for i in keep)
+        self.activate()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
@@ -186,8 +204,7 @@ class Policy:
             loss.backward()
             total += float(loss.detach())
         if self.cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                           self.cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
@@ -196,14 +213,22 @@ class Policy:
     # ---- persistence -------------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:
         """Write the adapter in PEFT format: ``PeftModel.from_pretrained(base, directory)`` loads it."""
-        self.model.save_pretrained(str(directory), selected_adapters=[ADAPTER])
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.peft_config[self.adapter].save_pretrained(str(directory))
+        state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},
+                  str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
 
     def load_adapter_weights(self, directory: Path) -> None:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
         state = load_file(str(Path(directory) / "adapter_model.safetensors"), device=str(self.device))
-        result = set_peft_model_state_dict(self.model, state, adapter_name=ADAPTER)
+        result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter in {directory} does not match this model: {result.unexpected_keys[:3]}")
 
