@@ -1,0 +1,161 @@
+"""The external pool (caps, sampling rules) and the peer table."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from swarmnode.identity import name_from_peer_id
+from swarmnode.pool import ExternalPool, PeerTable
+from swarmnode.rollout import Group
+from swarmnode.tasks import Question
+
+
+def group(peer: str, tag: str = "", rewards: list[float] | None = None) -> Group:
+    return Group(Question("chain_sum", f"q-{peer}-{tag}", "1", {}), ["a", "b"],
+                 [0.0, 1.0] if rewards is None else rewards, source=peer)
+
+
+def groups(peer: str, n: int, **kw) -> list[Group]:
+    return [group(peer, str(i), **kw) for i in range(n)]
+
+
+def test_add_and_stats():
+    pool = ExternalPool()
+    assert pool.add(3, groups("A", 2)) == 2
+    assert pool.add(4, groups("B", 1)) == 1
+    assert len(pool) == 3
+    assert pool.stats() == {"total": 3, "by_peer": {"A": 2, "B": 1}, "by_round": {3: 2, 4: 1}}
+
+
+def test_per_peer_cap_drops_that_peers_oldest():
+    pool = ExternalPool(max_per_peer=3)
+    pool.add(1, [group("A", "old")])
+    pool.add(2, groups("A", 3))
+    pool.add(2, groups("B", 2))
+    assert pool.stats()["by_peer"] == {"A": 3, "B": 2}
+    questions = {g.question.question for g in pool.sample(10, random.Random(0), max_peer_share=1.0)}
+    assert "q-A-old" not in questions
+
+
+def test_per_round_cap_and_total_cap_drop_oldest_rounds_first():
+    pool = ExternalPool(max_per_round=4, max_total=6, max_per_peer=100)
+    pool.add(1, groups("A", 3))
+    pool.add(2, groups("B", 3))
+    assert pool.add(3, groups("C", 5)) == 4  # per-round cap: C's first group left again
+    assert len(pool) == 6
+    assert pool.stats()["by_round"] == {2: 2, 3: 4}
+    assert pool.add(1, [group("D")]) == 0  # older than everything in a full pool: not kept
+
+
+def test_sample_never_returns_own_groups():
+    pool = ExternalPool()
+    pool.add(1, groups("me", 10) + groups("A", 2))
+    got = pool.sample(8, random.Random(1), exclude="me", max_peer_share=1.0)
+    assert len(got) == 2 and all(g.source == "A" for g in got)
+
+
+def test_zero_advantage_groups_are_dropped():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 5, rewards=[1.0, 1.0]) + groups("B", 5, rewards=[0.0, 0.0]) + [group("C")])
+    got = pool.sample(4, random.Random(0), max_peer_share=1.0)
+    assert [g.source for g in got] == ["C"]
+
+
+def test_per_peer_share_cap():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 20) + groups("B", 2) + groups("C", 1))
+    for seed in range(20):
+        got = pool.sample(4, random.Random(seed), max_peer_share=0.5)
+        assert len(got) == 4
+        assert max(Counter(g.source for g in got).values()) <= 2
+    # A tiny share still allows one group per peer.
+    assert len(pool.sample(4, random.Random(0), max_peer_share=0.0)) == 3
+
+
+def test_sample_is_short_when_the_pool_is_short_and_has_no_duplicates():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 3) + groups("B", 3))
+    got = pool.sample(10, random.Random(0), max_peer_share=1.0)
+    assert len(got) == 6 and len({id(g) for g in got}) == 6
+    assert ExternalPool().sample(4, random.Random(0)) == []
+
+
+def test_min_round():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 3))
+    pool.add(5, groups("B", 3))
+    got = pool.sample(6, random.Random(0), min_round=5, max_peer_share=1.0)
+    assert {g.source for g in got} == {"B"}
+
+
+def test_sampling_is_deterministic_given_the_rng():
+    pool = ExternalPool()
+    for peer in "ABCDE":
+        pool.add(1, groups(peer, 5))
+    for mode in ("uniform", "reward-weighted"):
+        a = pool.sample(6, random.Random(42), mode=mode)
+        b = pool.sample(6, random.Random(42), mode=mode)
+        assert [g.question for g in a] == [g.question for g in b]
+
+
+def test_reward_weighted_prefers_higher_rewards():
+    pool = ExternalPool()
+    pool.add(1, [group(f"P{i}", "hi", rewards=[0.8, 1.0]) for i in range(10)])
+    pool.add(1, [group(f"Q{i}", "lo", rewards=[0.0, 0.1]) for i in range(10)])
+    rng = random.Random(7)
+    counts = {"uniform": Counter(), "reward-weighted": Counter()}
+    for mode in counts:
+        for _ in range(300):
+            counts[mode].update(g.question.question.rsplit("-", 1)[1] for g in pool.sample(2, rng, mode=mode))
+    # Weights 0.95 vs 0.10: about 90% "hi" picks for the first draw; uniform stays near half.
+    assert counts["reward-weighted"]["hi"] / 600 > 0.75
+    assert 0.4 < counts["uniform"]["hi"] / 600 < 0.6
+    assert counts["reward-weighted"]["lo"] > 0  # the floor keeps low-reward groups possible
+
+
+def test_bad_mode_and_caps():
+    with pytest.raises(ValueError, match="uniform"):
+        ExternalPool().sample(1, random.Random(0), mode="best")
+    with pytest.raises(ValueError):
+        ExternalPool(max_total=0)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_peer_table_counts_and_rows():
+    table = PeerTable(clock=Clock())
+    table.touch("A")
+    table.record_bundle("A", round_no=4, reported_mean=0.25)
+    table.record_bundle("A", round_no=3, reported_mean=None)
+    table.record_rejection("A", "bad_signature")
+    table.record_rejection("A", "bad_signature")
+    table.record_rejection("A", "replay")
+    table.record_rejection(None, "malformed")
+    rows = {r["peer_id"]: r for r in table.rows()}
+    a = rows["A"]
+    assert a["name"] == name_from_peer_id("A")
+    assert (a["accepted"], a["rejected"], a["last_round"], a["reported_mean_reward"]) == (2, 3, 4, 0.25)
+    assert a["rejected_by_reason"] == {"bad_signature": 2, "replay": 1}
+    assert a["first_seen"] == 101.0 and a["last_seen"] == 106.0
+    assert rows["unknown"]["rejected_by_reason"] == {"malformed": 1} and rows["unknown"]["name"] == "unknown"
+    assert [r["peer_id"] for r in table.rows()] == ["unknown", "A"]  # most recently seen first
+
+
+def test_peer_table_is_bounded_least_recently_seen_out():
+    table = PeerTable(max_peers=3, clock=Clock())
+    for peer in "ABC":
+        table.touch(peer)
+    table.touch("A")
+    table.touch("D")
+    assert {r["peer_id"] for r in table.rows()} == {"A", "C", "D"}
+    assert len(table) == 3
