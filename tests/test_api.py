@@ -17,44 +17,8 @@ import pytest
 from swarmnode import client
 from swarmnode.api import ApiServer, prometheus_text
 from swarmnode.paths import NodeHome
-from swarmnode.state import NodeInfo, NodeState
 
-
-class FakeControl:
-    """Records what the API asked; serves a fixed peer table."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.peers = [{
-            "peer_id": "12D3KooWPeerBob", "name": "bob", "first_seen": time.time() - 60,
-            "last_seen": time.time() - 3, "accepted": 5, "rejected": 1,
-            "rejected_by_reason": {"bad_signature": 1}, "last_round": 7, "reported_mean_reward": 0.25,
-        }]
-
-    def request_stop(self) -> None:
-        self.calls.append("stop")
-
-    def pause(self) -> None:
-        self.calls.append("pause")
-
-    def resume(self) -> None:
-        self.calls.append("resume")
-
-    def peer_rows(self) -> list[dict]:
-        return self.peers
-
-    def peer_count(self) -> int:
-        return len(self.peers)
-
-
-def make_state() -> NodeState:
-    return NodeState(info=NodeInfo(peer_id="12D3KooWSelfAlice", name="alice", swarm="test-swarm",
-                                   transport="solo", model="tiny", device="cpu", home="/tmp/x"))
-
-
-def finished_row(r: int, reward: float) -> dict:
-    return {"round": r, "reward_mean": reward, "tokens_generated": 100, "seconds": 2.0,
-            "reward_by_task": {"basic_arithmetic": reward, "base_conversion": reward / 2}}
+from apifakes import FakeControl, finished_row, make_state
 
 
 @pytest.fixture

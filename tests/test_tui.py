@@ -1,0 +1,166 @@
+"""The dashboard, driven with Textual's Pilot against a real ApiServer and a NodeState the test drives."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+
+import pytest
+from textual.widgets import DataTable, RichLog
+
+from swarmnode.api import ApiServer
+from swarmnode.paths import NodeHome
+from tui.app import Dashboard, NodeHeader
+
+from apifakes import FakeControl, finished_row, make_state, peer_row
+
+SIZE = (130, 40)
+
+
+async def until(pilot, condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the dashboard did not get there in time"
+        await pilot.pause(0.05)
+
+
+def header_text(app: Dashboard) -> str:
+    return str(app.query_one(NodeHeader).content)
+
+
+def event_lines(app: Dashboard) -> list[str]:
+    return [strip.text for strip in app.query_one("#events", RichLog).lines]
+
+
+@pytest.fixture
+async def served(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    state, control = make_state(), FakeControl()
+    server = ApiServer(state, control, home=home)
+    await server.start()
+    yield home, state, control
+    await server.stop()
+
+
+async def test_header_shows_the_round_and_follows_events(served):
+    home, state, control = served
+    state.emit("round_started", round=3)
+    state.emit("phase", phase="generating")
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        assert "alice" in header_text(app) and "12D3KooWSelfAlice" in header_text(app)
+        assert "round 3" in header_text(app) and "phase generating" in header_text(app)
+        state.emit("round_finished", round=3, metrics=finished_row(3, 0.625))
+        state.emit("round_started", round=4)
+        state.emit("phase", phase="training")
+        await until(pilot, lambda: "round 4" in header_text(app) and "phase training" in header_text(app))
+        assert "reward 0.625" in header_text(app)
+        await until(pilot, lambda: any("round 3 finished: reward 0.625" in line for line in event_lines(app)))
+        assert [r["round"] for r in app.rows] == [3]
+
+
+async def test_peers_table_lists_a_peer(served):
+    home, state, control = served
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
+        table = app.query_one("#peers", DataTable)
+        assert table.get_row("12D3KooWPeerBob") == ["bob", "3s ago", "5", "1", "0.250"]
+        # a new peer shows up after its event
+        control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5))
+        state.emit("peer_joined", peer="12D3KooWPeerCarol")
+        await until(pilot, lambda: table.row_count == 2, timeout=5)
+        await until(pilot, lambda: any("peer 12D3KooW…rCarol joined" in line for line in event_lines(app)))
+
+
+async def test_p_pauses_and_resumes_the_node(served):
+    home, state, control = served
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        await pilot.press("p")
+        await until(pilot, lambda: control.calls == ["pause"])
+        assert state.paused
+        await until(pilot, lambda: "phase paused" in header_text(app))
+        await pilot.press("p")
+        await until(pilot, lambda: control.calls == ["pause", "resume"])
+        assert not state.paused
+        await until(pilot, lambda: "phase idle" in header_text(app) or "phase loading" in header_text(app))
+
+
+async def test_no_node_then_a_node_then_a_restarted_node(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    app = Dashboard(home, retry_s=0.05, max_retry_s=0.2)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        offline = app.query_one("#offline")
+        assert offline.display and not app.query_one("#dashboard").display
+        assert f"no node running at {home.root}" in str(offline.content)
+        await pilot.press("p")  # nothing to pause: a notice, no crash
+        assert app.is_running
+
+        for round_ in (5, 6):  # the node starts, stops, and starts again on a new port with a new token
+            state = make_state()
+            state.emit("round_started", round=round_)
+            server = ApiServer(state, FakeControl(), home=home)
+            await server.start()
+            await until(pilot, lambda: app.online and f"round {round_}" in header_text(app))
+            await server.stop()
+            await until(pilot, lambda: not app.online)
+            assert app.query_one("#offline").display
+
+
+async def test_q_quits(served):
+    home, state, control = served
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await pilot.pause(0.1)
+        assert not app.is_running
+
+
+async def test_screenshot_with_realistic_data(tmp_path):
+    """Saves an SVG of the dashboard; SWARMNODE_SCREENSHOT=docs/dashboard.svg keeps a copy."""
+    home = NodeHome(tmp_path / "home").create()
+    state = make_state()
+    state.info.peer_id = "12D3KooWLx9kDq7xWqvCtUmbNfhZ8cTPuJ4hQqU2sWkYdR3aXeFt"
+    state.info.name = "amber-quiet-falcon"
+    state.info.swarm = "swarmnode-demo"
+    state.info.transport = "hivemind"
+    state.info.model = "embedded"
+    state.started_at = time.time() - 3725
+    families = ("basic_arithmetic", "base_conversion", "propositional_logic")
+    for r in range(40):
+        by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
+                   for i, f in enumerate(families)}
+        state.emit("round_finished", round=r, metrics=finished_row(r, sum(by_task.values()) / 3, by_task))
+    state.emit("round_started", round=40)
+    control = FakeControl([
+        peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,
+                 rejected=3, reward=0.41, seen_ago=4),
+        peer_row("12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp", "silent-maple-heron", accepted=87,
+                 rejected=0, reward=0.37, seen_ago=17),
+    ])
+    server = ApiServer(state, control, home=home)
+    await server.start()
+    app = Dashboard(home, retry_s=0.05)
+    try:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await until(pilot, lambda: app.online and app.query_one("#peers", DataTable).row_count == 2)
+            state.emit("phase", phase="generating")
+            state.emit("bundle_accepted", peer="12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", round=40)
+            state.emit("bundle_accepted", peer="12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp", round=39)
+            state.emit("bundle_rejected", peer="12D3KooWEvil", reason="bad_signature")
+            state.emit("phase", phase="scoring")
+            await until(pilot, lambda: len(event_lines(app)) >= 4)
+            path = app.save_screenshot("dashboard.svg", str(tmp_path))
+    finally:
+        await server.stop()
+    svg = open(path, encoding="utf-8").read()
+    assert svg.lstrip().startswith("<svg") and "amber-quiet-falcon" in svg and "brisk-cedar-otter" in svg
+    keep = os.environ.get("SWARMNODE_SCREENSHOT")
+    if keep:
+        shutil.copyfile(path, keep)
