@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "swarmnode.identity",
     "swarmnode.configcmd",
     "swarmnode.service",
+    "swarmnode.doctor",
     "swarmnode.client",
 ]
 

@@ -1,0 +1,206 @@
+"""`swarmnode doctor`: each check finds what it should, and the command's output and exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+from collections import namedtuple
+
+import pytest
+
+from swarmnode import doctor
+from swarmnode.config import NodeConfig
+from swarmnode.doctor import OK, PROBLEM, WARNING
+
+
+@pytest.fixture
+def listener():
+    """A TCP socket listening on 127.0.0.1; yields its port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def dead_port():
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("addr, expected", [
+    ("/ip4/1.2.3.4/tcp/31337/p2p/12D3KooWabc", ("1.2.3.4", 31337)),
+    ("/ip6/::1/tcp/8000", ("::1", 8000)),
+    ("/dns4/boot.example.org/tcp/443/p2p/Qm", ("boot.example.org", 443)),
+    ("/ip4/1.2.3.4/udp/4001/quic-v1", ("1.2.3.4", None)),
+    ("/dns/boot.example.org/tcp/443/wss/p2p/12D3KooWx", ("boot.example.org", 443)),
+])
+def test_parse_multiaddr(addr, expected):
+    assert doctor.parse_multiaddr(addr) == expected
+
+
+@pytest.mark.parametrize("addr", ["1.2.3.4:80", "/tcp/80", "/ip4/1.2.3.4/tcp/http", "/ip4/1.2.3.4/tcp/70000", "", "/ip4/1.2.3.4/tcp"])
+def test_parse_multiaddr_rejects(addr):
+    with pytest.raises(ValueError):
+        doctor.parse_multiaddr(addr)
+
+
+def test_count_parameters_matches_known_models():
+    smollm2 = dict(hidden_size=576, num_hidden_layers=30, intermediate_size=1536, vocab_size=49152,
+                   num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+    qwen05 = dict(hidden_size=896, num_hidden_layers=24, intermediate_size=4864, vocab_size=151936,
+                  num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    assert abs(doctor.count_parameters(smollm2) - doctor.EMBEDDED_PARAMS) < 0.001 * doctor.EMBEDDED_PARAMS
+    assert 490e6 < doctor.count_parameters(qwen05) < 500e6
+    untied = dict(qwen05, tie_word_embeddings=False)
+    assert doctor.count_parameters(untied) - doctor.count_parameters(qwen05) == 151936 * 896
+
+
+def test_embedded_model_needs_about_1_5_gb_in_fp32():
+    assert 1.3e9 < doctor.estimate_memory(doctor.EMBEDDED_PARAMS, 4) < 1.7e9
+
+
+def test_bootstrap_all_dead_is_a_problem_with_a_fix(dead_port):
+    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}"])
+    [check] = doctor.check_bootstrap(cfg, timeout=1.0)
+    assert check.status == PROBLEM and "--bootstrap" in check.fix
+
+
+def test_bootstrap_some_alive_makes_dead_ones_warnings(listener, dead_port):
+    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{listener}/p2p/12D3KooWx",
+                                f"/ip4/127.0.0.1/tcp/{dead_port}",
+                                "/ip4/127.0.0.1/udp/4001/quic-v1",
+                                "not-a-multiaddr"])
+    checks = doctor.check_bootstrap(cfg, timeout=1.0)
+    assert [c.status for c in checks] == [OK, WARNING, WARNING, PROBLEM]
+    assert checks[0].check == f"bootstrap /ip4/127.0.0.1/tcp/{listener}/p2p/12D3KooWx"
+    assert "TCP" in checks[2].detail
+    assert checks[3].fix
+
+
+def test_bootstrap_file_with_comments(tmp_path, listener):
+    path = tmp_path / "peers.txt"
+    path.write_text(f"# demo peers\n\n/ip4/127.0.0.1/tcp/{listener}  # local\n", encoding="utf-8")
+    cfg = NodeConfig(bootstrap_file=str(path))
+    assert doctor.bootstrap_addresses(cfg) == [f"/ip4/127.0.0.1/tcp/{listener}"]
+    assert [c.status for c in doctor.check_bootstrap(cfg, timeout=1.0)] == [OK]
+
+
+def test_missing_bootstrap_file_is_a_problem(tmp_path):
+    [check] = doctor.check_bootstrap(NodeConfig(bootstrap_file=str(tmp_path / "nope.txt")))
+    assert check.status == PROBLEM and "bootstrap_file" in check.fix
+
+
+def test_solo_skips_the_network(dead_port):
+    cfg = NodeConfig(solo=True, bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}"], listen="/ip4/0.0.0.0/tcp/1")
+    assert [c.status for c in doctor.check_bootstrap(cfg)] == [OK]
+    assert doctor.check_listen(cfg).status == OK
+
+
+def test_busy_ports_are_problems(listener):
+    api = doctor.check_api_port(NodeConfig(api_port=listener))
+    assert api.status == PROBLEM and "api_port = 0" in api.fix
+    listen = doctor.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{listener}"))
+    assert listen.status == PROBLEM
+    assert doctor.check_api_port(NodeConfig(api_port=0)).status == OK
+
+
+def test_free_ports_are_ok(dead_port):
+    assert doctor.check_api_port(NodeConfig(api_port=dead_port)).status == OK
+    assert doctor.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{dead_port}")).status == OK
+    assert doctor.check_listen(NodeConfig(listen="/ip4/127.0.0.1/tcp")).status == PROBLEM
+
+
+def test_home(tmp_path):
+    assert doctor.check_home(NodeConfig(home=str(tmp_path))).status == OK
+    new = doctor.check_home(NodeConfig(home=str(tmp_path / "a" / "b")))
+    assert new.status == OK and "created" in new.detail
+    blocker = tmp_path / "file"
+    blocker.write_text("", encoding="utf-8")
+    bad = doctor.check_home(NodeConfig(home=str(blocker / "home")))
+    assert bad.status == PROBLEM and "--home" in bad.fix
+
+
+def test_model_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))
+    fresh = doctor.check_model_cache(NodeConfig())
+    assert fresh.status == WARNING and "first start" in fresh.fix
+    (tmp_path / "m").mkdir()
+    assert doctor.check_model_cache(NodeConfig(model=str(tmp_path / "m"))).status == PROBLEM
+    (tmp_path / "m" / "config.json").write_text("{}", encoding="utf-8")
+    assert doctor.check_model_cache(NodeConfig(model=str(tmp_path / "m"))).status == OK
+    hub = doctor.check_model_cache(NodeConfig(model="nobody-here/not-a-cached-model"))
+    assert hub.status == WARNING and "internet" in hub.fix
+
+
+def test_missing_package_is_a_problem():
+    [check] = doctor.check_packages(["swarmnode-no-such-package"])
+    assert check.status == PROBLEM and "pip install swarmnode-no-such-package" in check.fix
+    [torch] = doctor.check_packages(["torch"])
+    assert torch.status == OK and torch.detail[0].isdigit()
+
+
+def test_device_asked_for_but_absent(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    [check] = doctor.check_device_and_memory(NodeConfig(device="cuda"))
+    assert check.status == PROBLEM and "auto" in check.fix
+
+
+def test_memory_against_the_model(monkeypatch, tmp_path):
+    import psutil
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
+    Mem = namedtuple("Mem", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(0.5e9)))
+    device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
+    assert device.status == OK and device.detail.startswith("cpu")
+    assert memory.status == PROBLEM and "1.5 GB" in memory.detail
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(64e9)))
+    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
+    assert memory.status == OK
+    model = tmp_path / "big"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(dict(
+        hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, vocab_size=128256,
+        num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)), encoding="utf-8")
+    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", model=str(model)))
+    assert memory.status == PROBLEM and "8030M" in memory.detail
+    _, unknown = doctor.check_device_and_memory(NodeConfig(device="cpu", model="nobody-here/not-cached"))
+    assert unknown.status == WARNING
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser(prog="swarmnode")
+    doctor.add_parser(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in [n for n in os.environ if n.startswith("SWARMNODE_")]:
+        monkeypatch.delenv(name)
+
+
+def test_cli_json_and_exit_status(tmp_path, listener, clean_env, capsys):
+    assert _cli(["doctor", "--json", "--home", str(tmp_path), "--solo"]) == 0
+    checks = json.loads(capsys.readouterr().out)
+    assert {"python", "device", "memory", "model cache", "home", "api port", "listen", "bootstrap"} <= \
+        {c["check"] for c in checks}
+    assert all(set(c) == {"check", "status", "detail", "fix"} for c in checks)
+    assert all(c["fix"] for c in checks if c["status"] == PROBLEM)
+
+    assert _cli(["doctor", "--home", str(tmp_path), "--solo", "--api-port", str(listener)]) == 1
+    out = capsys.readouterr().out
+    problem_lines = [line for line in out.splitlines() if line.startswith("problem")]
+    assert len(problem_lines) == 1 and "api port" in problem_lines[0]
+    assert "fix: stop the program using it" in out
+    assert "1 problem(s)" in out
