@@ -1,0 +1,45 @@
+"""The built wheel holds what `pipx install` / `uv tool install` users need."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    """Build from a copy of the sources so build/ and *.egg-info never land in the working tree."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "LICENSE", "README.md"):
+        if (ROOT / name).is_file():
+            shutil.copy(ROOT / name, src / name)
+    for package in ("swarmnode", "tui"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    str(src), "-w", str(out)], check=True, capture_output=True, text=True)
+    [wheel] = out.glob("swarmnode-*.whl")
+    return wheel
+
+
+def test_wheel_contents(tmp_path):
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
+        metadata = zf.read(f"{dist_info}/METADATA").decode()
+    assert "swarmnode/data/tasks.toml" in names
+    assert "swarmnode/data/bootstrap.txt" in names
+    assert "swarmnode/cli.py" in names and "swarmnode/doctor.py" in names
+    tui_files = {n for n in names if n.startswith("tui/")}
+    assert "tui/__init__.py" in tui_files
+    assert any(n.endswith(".tcss") for n in tui_files), "the dashboard's stylesheet is missing from the wheel"
+    assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
+    assert "swarmnode = swarmnode.cli:main" in entry_points
+    assert "Requires-Dist: psutil" in metadata
