@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 
+from swarmnode.api import ApiServer
 from swarmnode.checkpoint import CheckpointError
 from swarmnode.config import NodeConfig, load_config
 from swarmnode.identity import Identity, IdentityError
@@ -63,6 +64,12 @@ class Daemon:
         if self._unpaused is not None:
             self._unpaused.set()
 
+    def peer_rows(self) -> list[dict]:
+        return self.swarm.peer_rows()
+
+    def peer_count(self) -> int:
+        return self.swarm.peer_count()
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
@@ -106,13 +113,20 @@ class Daemon:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.state.emit("phase", phase="loading")
+        api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
         try:
-            self.node = await asyncio.to_thread(self._build_node)
-        except (ModelError, CheckpointError, IdentityError) as exc:
+            await api.start()
+        except OSError as exc:
             raise StartupError(str(exc)) from None
-        if self._stop.is_set():
-            return 0
-        await self._rounds(self.node)
+        try:
+            try:
+                self.node = await asyncio.to_thread(self._build_node)
+            except (ModelError, CheckpointError, IdentityError) as exc:
+                raise StartupError(str(exc)) from None
+            if not self._stop.is_set():
+                await self._rounds(self.node)
+        finally:
+            await api.stop()
         return 0
 
     async def _rounds(self, node: Node) -> None:

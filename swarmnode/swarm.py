@@ -22,6 +22,9 @@ class SwarmLink(Protocol):
     def peer_count(self) -> int:
         """Peers currently connected."""
 
+    def peer_rows(self) -> list[dict]:
+        """The peer table for the API (see :meth:`swarmnode.api.NodeControl.peer_rows`)."""
+
 
 class SoloLink:
     def share(self, round_no: int, groups: list[Group]) -> None:
@@ -32,3 +35,6 @@ class SoloLink:
 
     def peer_count(self) -> int:
         return 0
+
+    def peer_rows(self) -> list[dict]:
+        return []
