@@ -26,7 +26,7 @@ _WRAP = 92
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("config", help="show the effective configuration, or write a commented config file",
-                            description=__doc__.splitlines()[0])
+                            description="Show the effective configuration, or write a commented config.toml.")
     actions = parser.add_subparsers(dest="config_action", metavar="ACTION", required=True)
 
     show = actions.add_parser("show", help="print every key's effective value and where it came from",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -43,3 +44,19 @@ def test_wheel_contents(tmp_path):
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     assert "swarmnode = swarmnode.cli:main" in entry_points
     assert "Requires-Dist: psutil" in metadata
+
+
+def test_dockerfile_settings_are_config_keys_and_its_context_holds_the_package():
+    """The Dockerfile cannot be built here (no Docker daemon): check what can drift by reading it."""
+    from swarmnode.config import coerce
+
+    dockerfile = (ROOT / "packaging" / "Dockerfile").read_text(encoding="utf-8")
+    env = dict(re.findall(r"\b(SWARMNODE_[A-Z_]+)=(\S+)", dockerfile))
+    assert set(env) >= {"SWARMNODE_HOME", "SWARMNODE_CACHE", "SWARMNODE_LISTEN"}
+    for name, value in env.items():
+        if name != "SWARMNODE_CACHE":  # read by swarmnode.paths, not a config key
+            coerce(name[len("SWARMNODE_"):].lower(), value, name, from_text=True)
+    assert 'ENTRYPOINT ["swarmnode", "start"]' in dockerfile
+    ignore = (ROOT / "packaging" / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    for needed in ("pyproject.toml", "swarmnode", "tui"):
+        assert f"!{needed}" in ignore
