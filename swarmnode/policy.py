@@ -98,17 +98,23 @@ class Policy:
     # ---- sampling ----------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
-                 should_stop: Callable[[], bool] = lambda: False) -> Generation:
-        """Sample ``n`` responses per prompt in one left-padded batch, stopping at ``</answer>``."""
+                 should_stop: Callable[[], bool] = lambda: False,
+                 adapters: Sequence[str] | None = None) -> Generation:
+        """Sample ``n`` responses per prompt in one left-padded batch, stopping at ``</answer>``.
+
+        ``adapters`` (one adapter name per prompt) samples each prompt with that adapter of the
+        shared model, all in the same batch (PEFT mixed-adapter batches); default: this policy's.
+        """
         self.activate()
         self.model.eval()
+        extra = {} if adapters is None else {"adapter_names": [a for a in adapters for _ in range(n)]}
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer([p for p in prompts for _ in range(n)], return_tensors="pt", padding=True,
                              add_special_tokens=False).to(self.device)
         out = self.model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                                   max_new_tokens=max_new_tokens, pad_token_id=self._pad,
                                   stop_strings=[ANSWER_CLOSE], tokenizer=self.tokenizer,
-                                  stopping_criteria=[_StopFlag(should_stop)])
+                                  stopping_criteria=[_StopFlag(should_stop)], **extra)
         new = out[:, enc["input_ids"].shape[1]:].tolist()
         texts: list[list[str]] = []
         ids: list[list[list[int]]] = []
