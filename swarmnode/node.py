@@ -21,11 +21,11 @@ from swarmnode.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.config import NodeConfig
 from swarmnode.metrics import MetricsLog
 from swarmnode.paths import NodeHome
-from swarmnode.policy import Policy
+from swarmnode.policy import Generation, Policy
 from swarmnode.rollout import Group
 from swarmnode.state import NodeState
 from swarmnode.swarm import SwarmLink
-from swarmnode.tasks import Scorer, TaskSource, full_response
+from swarmnode.tasks import Question, Scorer, TaskSource, full_response
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,16 @@ def select_training_set(local: list[Group], external: list[Group], n_local: int,
     external = external[:n_external]
     n_from_local = n_local + (n_external - len(external))
     return useful[:n_from_local] + external, dropped
+
+
+def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
+                prefill_answer_tag: bool) -> list[Group]:
+    """This node's groups of a round: full responses, the node's own rewards, the sampled ids."""
+    local = []
+    for q, texts, ids in zip(questions, gen.texts, gen.token_ids):
+        responses = [full_response(t, prefill_answer_tag) for t in texts]
+        local.append(Group(q, responses, [scorer.score(q, resp) or 0.0 for resp in responses], token_ids=ids))
+    return local
 
 
 class Node:
@@ -84,11 +94,7 @@ class Node:
         t_gen = time.perf_counter()
         # 5 (local part). Score every completion with this node's own verifier.
         self._phase("scoring", should_stop)
-        local = []
-        for q, texts, ids in zip(questions, gen.texts, gen.token_ids):
-            responses = [full_response(t, cfg.prefill_answer_tag) for t in texts]
-            rewards = [self.scorer.score(q, resp) or 0.0 for resp in responses]
-            local.append(Group(q, responses, rewards, token_ids=ids))
+        local = score_local(questions, gen, self.scorer, cfg.prefill_answer_tag)
         t_score = time.perf_counter()
         # 3. Share this round's rollouts with the swarm (returns at once).
         self._phase("sharing", should_stop)
