@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.cli import add_config_flags, given_flags
-from swarmnode.config import ENV_PREFIX, ConfigError, LoadedConfig, coerce, load_config
+from swarmnode.config import ENV_PREFIX, ConfigError, LoadedConfig, load_config
 from swarmnode.docsgen import SECTION_TITLES, KeyDoc, key_docs, toml_value
 from swarmnode.paths import NodeHome
 
@@ -120,14 +120,7 @@ def render_init() -> str:
 
 
 def _init_home(home_flag: str | None) -> NodeHome:
-    env_name = ENV_PREFIX + "HOME"
-    if home_flag:
-        home = coerce("home", home_flag, "flag:--home", from_text=True)
-    elif os.environ.get(env_name):
-        home = coerce("home", os.environ[env_name], f"env:{env_name}", from_text=True)
-    else:
-        home = None
-    return NodeHome.resolve(home)
+    return NodeHome.resolve(home_flag or os.environ.get(ENV_PREFIX + "HOME") or None)
 
 
 def write_init(home: NodeHome, force: bool = False) -> Path:

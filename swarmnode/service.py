@@ -25,8 +25,8 @@ from typing import Callable, Mapping, Sequence
 
 import platformdirs
 
-from swarmnode.config import ENV_PREFIX, ConfigError, coerce, load_config
-from swarmnode.paths import APP
+from swarmnode.config import ENV_PREFIX, load_config
+from swarmnode.paths import APP, NodeHome
 
 LABEL = "org.swarmnode.node"
 UNIT_NAME = "swarmnode.service"
@@ -245,10 +245,8 @@ def _service_paths(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
     inherit the shell's environment; a config that would not load fails here instead of in a
     restart loop.
     """
-    env_home = os.environ.get(ENV_PREFIX + "HOME")
-    raw_home = args.home or env_home
-    home = Path(coerce("home", raw_home, "flag:--home" if args.home else f"env:{ENV_PREFIX}HOME",
-                       from_text=True)).expanduser().resolve() if raw_home else None
+    raw_home = args.home or os.environ.get(ENV_PREFIX + "HOME")
+    home = NodeHome.resolve(raw_home).root if raw_home else None
     config = Path(args.config).expanduser().resolve() if args.config else None
     load_config({"home": str(home)} if home else {}, config_path=config)
     return home, config
