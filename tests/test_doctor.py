@@ -204,3 +204,17 @@ def test_cli_json_and_exit_status(tmp_path, listener, clean_env, capsys):
     assert len(problem_lines) == 1 and "api port" in problem_lines[0]
     assert "fix: stop the program using it" in out
     assert "1 problem(s)" in out
+
+
+def test_cuda_memory_is_the_gpu_free_memory_in_bf16(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU 80GB")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(0.5e9), int(80e9)))
+    device, memory = doctor.check_device_and_memory(NodeConfig(device="auto"))
+    assert device.status == OK and "Test GPU" in device.detail
+    # bf16 halves the need: about 0.75 GB for the embedded model, more than the 0.5 GB free
+    assert memory.status == PROBLEM and "0.8 GB" in memory.detail and "free GPU memory" in memory.detail
