@@ -1,9 +1,13 @@
-"""A fake node control and a filled NodeState for the API and dashboard tests."""
+"""A fake node control, a filled NodeState and a real daemon process for the API and dashboard tests."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+from swarmnode.paths import NodeHome
 from swarmnode.state import NodeInfo, NodeState
 
 
@@ -48,3 +52,30 @@ def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None)
     return {"round": r, "reward_mean": reward, "tokens_generated": 100, "seconds": 2.0,
             "reward_by_task": by_task if by_task is not None else {"basic_arithmetic": reward,
                                                                    "base_conversion": reward / 2}}
+
+
+class RealDaemon:
+    """``swarmnode start --solo`` on a tiny local model in a child process, for end-to-end tests."""
+
+    def __init__(self, home: NodeHome, model_dir: Path, log: Path):
+        self.home, self.model_dir, self.log = home, model_dir, log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "RealDaemon":
+        cmd = [sys.executable, "-m", "swarmnode", "start", "--home", str(self.home.root), "--model",
+               str(self.model_dir), "--solo", "--questions", "2", "--completions", "2", "--max-new-tokens", "8",
+               "--device", "cpu", "--threads", "1"]
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        return self
+
+    def wait_for_api(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.home.api_file.exists():
+            assert self.proc is not None and self.proc.poll() is None, f"daemon died: {self.log.read_text()}"
+            assert time.monotonic() < deadline, f"no api.json after {timeout} s: {self.log.read_text()}"
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)

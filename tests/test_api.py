@@ -18,7 +18,7 @@ from swarmnode import client
 from swarmnode.api import ApiServer, prometheus_text
 from swarmnode.paths import NodeHome
 
-from apifakes import FakeControl, finished_row, make_state
+from apifakes import FakeControl, RealDaemon, finished_row, make_state
 
 
 @pytest.fixture
@@ -355,3 +355,67 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
 def test_sse_parser(lines, expected):
     parser = client.SseParser()
     assert [e for e in (parser.feed(line + "\n") for line in lines) if e] == expected
+
+
+# -- against a real daemon --------------------------------------------------------------------
+
+
+async def _round_events(session: aiohttp.ClientSession, rounds: int) -> list[dict]:
+    """The events from the next round_started until ``rounds`` rounds have finished."""
+    parser, events = client.SseParser(), []
+    async with session.get("/v1/events") as resp:
+        while sum(e["type"] == "round_finished" for e in events) < rounds:
+            event = parser.feed((await asyncio.wait_for(resp.content.readline(), 60)).decode())
+            if event and (events or event["type"] == "round_started"):
+                events.append(event)
+    return events
+
+
+async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
+    home = NodeHome(tmp_path / "home")
+    with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:
+        await asyncio.to_thread(daemon.wait_for_api)
+        async with client.NodeApi(home) as api, aiohttp.ClientSession(api.endpoint.url) as session:
+            events = await _round_events(session, rounds=2)
+            first = events[0]["round"]
+            steps = [(e["type"], e.get("phase", e.get("round"))) for e in events if e.get("phase") != "idle"]
+            one_round = [("round_started", first), ("phase", "generating"), ("phase", "scoring"),
+                         ("phase", "sharing"), ("phase", "training"), ("round_finished", first)]
+            assert steps[:6] == one_round
+            assert steps[6:] == [(kind, first + 1 if kind != "phase" else value) for kind, value in one_round]
+            assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+
+            status = await api.status()
+            assert status["peer_id"].startswith("12D3KooW") and status["name"] and status["transport"] == "solo"
+            assert status["round"] >= first + 1 and status["device"] == "cpu" and status["peers"] == 0
+            assert isinstance(status["last_reward"], float)
+            assert [r["round"] for r in await api.rounds(since=first)][:2] == [first, first + 1]
+            assert await api.peers() == []
+            async with session.get("/metrics") as resp:
+                metrics = await resp.text()
+            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
+            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
+            async with session.get("/v1/rounds?since=x") as resp:
+                assert resp.status == 400
+            async with session.get("/nope") as resp:
+                assert resp.status == 404 and "error" in await resp.json()
+            async with session.post("/v1/stop") as resp:
+                assert resp.status == 401
+            assert daemon.proc.poll() is None
+
+            await api.pause()
+            deadline = time.monotonic() + 60
+            while (status := await api.status())["phase"] != "idle":  # the round in flight completes
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            assert status["paused"]
+            await asyncio.sleep(2.0)
+            assert (await api.status())["round"] == status["round"], "a paused node started a round"
+            await api.resume()
+            while (await api.status())["round"] == status["round"]:
+                assert time.monotonic() < deadline + 30
+                await asyncio.sleep(0.1)
+
+            await api.stop()
+            assert await asyncio.to_thread(daemon.proc.wait, 60) == 0
+        assert not home.api_file.exists()

@@ -1,7 +1,9 @@
-"""The dashboard, driven with Textual's Pilot against a real ApiServer and a NodeState the test drives."""
+"""The dashboard, driven with Textual's Pilot: against an ApiServer whose NodeState the test drives,
+and once against a real daemon."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import shutil
@@ -11,10 +13,11 @@ import pytest
 from textual.widgets import DataTable, RichLog
 
 from swarmnode.api import ApiServer
+from swarmnode.client import NodeApi
 from swarmnode.paths import NodeHome
 from tui.app import Dashboard, NodeHeader
 
-from apifakes import FakeControl, finished_row, make_state, peer_row
+from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 
 SIZE = (130, 40)
 
@@ -164,3 +167,23 @@ async def test_screenshot_with_realistic_data(tmp_path):
     keep = os.environ.get("SWARMNODE_SCREENSHOT")
     if keep:
         shutil.copyfile(path, keep)
+
+
+async def test_dashboard_on_a_real_daemon(tmp_path, tiny_model_dir):
+    home = NodeHome(tmp_path / "home")
+    app = Dashboard(home, retry_s=0.2, max_retry_s=0.5)
+    with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.online, timeout=60)
+            await until(pilot, lambda: app.rows, timeout=60)  # a round finished and reached the chart
+            assert f"round {app.status['round']}" in header_text(app) and app.status["name"] in header_text(app)
+            await pilot.press("p")
+            await until(pilot, lambda: "phase paused" in header_text(app))
+            async with NodeApi(home) as api:
+                assert (await api.status())["paused"]
+                await pilot.press("p")
+                await until(pilot, lambda: "phase paused" not in header_text(app))
+                assert not (await api.status())["paused"]
+                await api.stop()
+            await until(pilot, lambda: not app.online, timeout=60)
+            assert await asyncio.to_thread(daemon.proc.wait, 60) == 0
