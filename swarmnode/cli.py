@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "swarmnode.service",
     "swarmnode.doctor",
     "swarmnode.client",
+    "swarmnode.experiment",
 ]
 
 
