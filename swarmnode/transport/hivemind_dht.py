@@ -1,0 +1,299 @@
+"""The ``hivemind`` transport (the default): bundles as records of a hivemind DHT.
+
+Keys, as RL Swarm's GenRL backend does it, one subkey per peer:
+
+* ``<swarm>/rounds/<round>``, subkey = sender PeerID, value = the signed bundle bytes,
+  expiring after :data:`BUNDLE_TTL`.
+* ``<swarm>/heads``, subkey = sender PeerID, value = the sender's latest round (an int)
+  signed with the node key over key, subkey, round and expiration. Readers poll this small
+  record to learn which round keys hold something new: rounds are per-node counters, so a
+  reader cannot guess them from its own.
+
+:class:`SwarmRecordValidator` runs in every node's DHT and refuses any record a peer could
+forge: a rounds record must be a bundle (checked with :func:`swarmnode.bundle.open_envelope`)
+signed by the subkey's PeerID, for this swarm and this key's round; a heads record must carry
+the subkey owner's signature. Nothing else is stored: this DHT exists for swarmnode only.
+
+hivemind's DHT runs in a forked process and talks over a pipe. Every call goes through
+:meth:`HivemindTransport._call`, which sends from a worker thread (never blocking the event
+loop) under a lock (the pipe is not safe for concurrent writers). The node starts its DHT
+without initial peers, which always works and gives it an address at once, then joins the
+bootstrap peers from inside the DHT process (connect, ping, fill the routing table); hivemind's
+own bootstrap at start-up would instead fail the whole start when no peer answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import tempfile
+import threading
+from functools import partial
+from typing import Any, Awaitable, Callable, Sequence
+
+import hivemind
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.p2p import PeerID
+from hivemind.utils import MSGPackSerializer, get_dht_time
+from hivemind.utils.multiaddr import Multiaddr
+
+from swarmnode.bundle import BundleRejected, open_envelope
+from swarmnode.identity import public_key_from_peer_id, verify_signature
+from swarmnode.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
+
+log = logging.getLogger("swarmnode.transport")
+
+BUNDLE_TTL = 300.0
+HEAD_TTL = 120.0
+POLL_INTERVAL = 1.0
+HEAD_DOMAIN = b"swarmnode-head-v1\x00"
+_SIGNATURE = 64
+_CALL_TIMEOUT = 30.0
+_DIAL_TIMEOUT = 5.0
+_MISSING_RECORD_TRIES = 5
+
+
+def rounds_key(swarm: str, round_no: int) -> str:
+    return f"{swarm}/rounds/{round_no}"
+
+
+def heads_key(swarm: str) -> str:
+    return f"{swarm}/heads"
+
+
+def _key_id(key: str) -> bytes:
+    return DHTID.generate(source=key).to_bytes()
+
+
+class SwarmRecordValidator(RecordValidatorBase):
+    """Accepts only records a peer can write: its own bundles and its own head (see module doc).
+
+    ``identity`` (the local node's) signs the local node's heads records; a validator without
+    one only checks.
+    """
+
+    def __init__(self, swarm: str, identity: NodeIdentity | None = None):
+        self.swarm = swarm
+        self._heads_id = _key_id(heads_key(swarm))
+        self._identity = identity
+        self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
+
+    def validate(self, record: DHTRecord) -> bool:
+        try:
+            return self._validate(record)
+        except Exception:  # any malformed field from a peer is a refusal, never an error
+            return False
+
+    def _validate(self, record: DHTRecord) -> bool:
+        subkey = MSGPackSerializer.loads(record.subkey)
+        if not isinstance(subkey, str):
+            return False
+        if record.key == self._heads_id:
+            body, signature = record.value[:-_SIGNATURE], record.value[-_SIGNATURE:]
+            if len(signature) != _SIGNATURE or type(MSGPackSerializer.loads(body)) is not int:
+                return False
+            return verify_signature(public_key_from_peer_id(subkey), self._head_message(record, body), signature)
+        value = MSGPackSerializer.loads(record.value)
+        if not isinstance(value, bytes):
+            return False
+        try:
+            sender, payload = open_envelope(value)
+        except BundleRejected:
+            return False
+        round_no = payload.get("round")
+        return (sender == subkey and payload.get("swarm") == self.swarm and type(round_no) is int
+                and record.key == _key_id(rounds_key(self.swarm, round_no)))
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        if self._identity is not None and record.key == self._heads_id and record.subkey == self._own_subkey:
+            return record.value + self._identity.sign(self._head_message(record, record.value))
+        return record.value
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return record.value[:-_SIGNATURE] if record.key == self._heads_id else record.value
+
+    @staticmethod
+    def _head_message(record: DHTRecord, body: bytes) -> bytes:
+        return HEAD_DOMAIN + record.key + record.subkey + struct.pack(">d", record.expiration_time) + body
+
+
+# -- coroutines run inside the DHT process (module level so the pipe can pickle them) --------
+
+async def _visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
+    return [str(m) for m in await node.get_visible_maddrs()]
+
+
+async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, data: bytes) -> None:
+    now = get_dht_time()
+    # The bundle first: once a reader sees the head, the record it points to is already stored.
+    if not await node.store(rounds_key(swarm, round_no), data, now + BUNDLE_TTL, subkey=peer_id):
+        raise RuntimeError("no DHT node accepted the bundle record")
+    if not await node.store(heads_key(swarm), round_no, now + HEAD_TTL, subkey=peer_id):
+        raise RuntimeError("no DHT node accepted the head record")
+
+
+async def _poll_heads(_dht: Any, node: DHTNode, *, swarm: str) -> tuple[dict[str, int], list[str]]:
+    found = await node.get(heads_key(swarm), latest=True)
+    heads: dict[str, int] = {}
+    if found is not None and hasattr(found.value, "items"):
+        for subkey, item in found.value.items():
+            if isinstance(subkey, str) and type(item.value) is int:
+                heads[subkey] = item.value
+    peers = [str(info.peer_id) for info in await node.p2p.list_peers()]
+    return heads, peers
+
+
+async def _fetch_rounds(_dht: Any, node: DHTNode, *, swarm: str, rounds: list[int]) -> list[tuple[int, str, bytes]]:
+    keys = {rounds_key(swarm, r): r for r in rounds}
+    found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
+    records = []
+    for key, result in found.items():
+        if result is None or not hasattr(result.value, "items"):
+            continue
+        for subkey, item in result.value.items():
+            if isinstance(subkey, str) and isinstance(item.value, bytes):
+                records.append((keys[key], subkey, item.value))
+    return records
+
+
+async def _join(_dht: Any, node: DHTNode, *, maddr: str) -> bool:
+    address = Multiaddr(maddr)
+    peer = PeerID.from_base58(address["p2p"])
+    try:
+        await asyncio.wait_for(node.p2p._client.connect(peer, [address.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
+                               _DIAL_TIMEOUT)
+        if await node.protocol.call_ping(peer) is None:
+            return False
+    except Exception:
+        return False
+    # Learn the rest of the swarm from the new neighbour, as hivemind's own bootstrap does.
+    await asyncio.wait([asyncio.create_task(node.find_nearest_nodes([node.node_id]))], timeout=_DIAL_TIMEOUT)
+    return True
+
+
+class HivemindTransport(Transport):
+    name = "hivemind"
+
+    def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
+                 listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL):
+        super().__init__(identity, swarm, bootstrap, listen, announce)
+        self.poll_interval = poll_interval
+        self._dht: hivemind.DHT | None = None
+        self._send_lock = threading.Lock()
+        self._poll_task: asyncio.Task | None = None
+        self._peers: list[str] = []
+        self._addresses: list[str] = []
+        self._heads_done: dict[str, int] = {}   # peer -> latest round whose record was fetched
+        self._heads_tries: dict[tuple[str, int], int] = {}
+        self._poll_failed = False
+
+    async def _start(self) -> None:
+        key_dir = tempfile.mkdtemp(prefix="swarmnode-p2pd-")
+        key_file = os.path.join(key_dir, "identity.key")
+        try:
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(self.identity.private_key_protobuf())
+            kwargs: dict[str, Any] = {"host_maddrs": [self.listen], "identity_path": key_file}
+            if self.announce:
+                kwargs["announce_maddrs"] = [self.announce]
+            validator = SwarmRecordValidator(self.swarm, self.identity)
+            self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
+                                                        **kwargs))
+        except Exception as exc:
+            raise TransportError(f"the hivemind DHT could not start on {self.listen}: {exc}") from None
+        finally:
+            # p2pd has read the key by now (or failed); keep no second copy on disk.
+            for path, remove in ((key_file, os.unlink), (key_dir, os.rmdir)):
+                try:
+                    remove(path)
+                except OSError:
+                    pass
+        try:
+            self._addresses = await self._call(_visible_addresses)
+        except Exception as exc:
+            await self._stop()
+            raise TransportError(f"the hivemind DHT started but reports no address: {exc}") from None
+        own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
+        if own != self.identity.peer_id:
+            await self._stop()
+            raise TransportError(f"p2pd derived PeerID {own!r} from the node key, expected {self.identity.peer_id}")
+        self._poll_task = asyncio.create_task(self._poll_loop(), name="hivemind-poll")
+
+    async def _stop(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            await asyncio.gather(self._poll_task, return_exceptions=True)
+            self._poll_task = None
+        if self._dht is not None:
+            dht, self._dht = self._dht, None
+            await asyncio.to_thread(dht.shutdown)
+        self._peers = []
+
+    async def _publish(self, round_no: int, data: bytes) -> None:
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+        await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
+                                 data=data))
+
+    async def _dial(self, maddr: str) -> bool:
+        try:
+            return bool(await self._call(partial(_join, maddr=maddr)))
+        except Exception as exc:
+            log.debug("hivemind transport: joining through %s failed: %s", maddr, exc)
+            return False
+
+    def peers(self) -> list[str]:
+        return list(self._peers)
+
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
+
+    async def _call(self, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> Any:
+        """Run ``coro(dht, node)`` in the DHT process and return its result."""
+        dht = self._dht
+        if dht is None:
+            raise RuntimeError("the DHT is not running")
+
+        def send() -> Any:
+            with self._send_lock:
+                return dht.run_coroutine(coro, return_future=True)
+
+        future = await asyncio.to_thread(send)
+        return await asyncio.to_thread(future.result, _CALL_TIMEOUT)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                await self._poll_once()
+                self._poll_failed = False
+            except Exception as exc:
+                if not self._poll_failed:  # one line per outage, not one per second
+                    log.warning("hivemind transport: reading the swarm's records failed: %s", exc)
+                self._poll_failed = True
+            await asyncio.sleep(self.poll_interval)
+
+    async def _poll_once(self) -> None:
+        heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
+        fresh = {peer: r for peer, r in heads.items()
+                 if peer != self.identity.peer_id and self._heads_done.get(peer) != r}
+        if not fresh:
+            return
+        # The round before a new head too: a peer may have published twice since the last poll.
+        rounds = sorted({r for head in fresh.values() for r in (head - 1, head)})
+        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=rounds))
+        got = set()
+        for round_no, sender, data in records:
+            got.add((sender, round_no))
+            if sender != self.identity.peer_id:
+                self._deliver(data)
+        for peer, r in fresh.items():
+            tries = self._heads_tries.pop((peer, r), 0) + 1
+            if (peer, r) in got or tries >= _MISSING_RECORD_TRIES:
+                self._heads_done[peer] = r
+            else:  # the head arrived before its record reached the nodes we asked; ask again
+                self._heads_tries[(peer, r)] = tries

@@ -1,0 +1,177 @@
+"""One transport node, driven over stdin/stdout with JSON lines: for the transport contract
+tests and ``benchmarks/transport_latency.py``.
+
+hivemind and py-libp2p cannot share a process, and real multi-node tests should cross
+process boundaries anyway, so each node of a real transport runs this script in its own
+process::
+
+    python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
+
+It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
+``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
+gets, and answers these commands (one JSON object a line on stdin):
+
+* ``{"cmd": "publish", "round": R, "size": BYTES}``: publish a signed bundle of about BYTES
+  wire bytes (random text, so compression cannot shrink it); answers ``published``.
+* ``{"cmd": "peers"}``: answers ``{"event": "peers", "peers": [...]}``.
+* ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
+  ``stopped`` with the threads and child processes still alive, and exits.
+
+:class:`NodeDriver` is the same logic without the pipes, for in-process (memory) nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from swarmnode.bundle import encode_bundle, open_envelope  # noqa: E402
+from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.rollout import Group  # noqa: E402
+from swarmnode.tasks import Question  # noqa: E402
+from swarmnode.transport import Transport, create_transport  # noqa: E402
+
+SWARM = "contract-test"
+_RESPONSE_CHARS = 6000  # under BundleLimits.max_response_chars
+
+
+def identity_for(seed: int) -> Identity:
+    """A deterministic key per node number, so a test knows PeerIDs before nodes start."""
+    return Identity.from_seed(hashlib.sha256(b"transport-node-%d" % seed).digest())
+
+
+def make_bundle(identity: Identity, swarm: str, round_no: int, size: int, rng: random.Random) -> bytes:
+    """A valid signed bundle of roughly ``size`` wire bytes (incompressible random text)."""
+    n_chars = max(int(size * 1.3), 64)  # base64 of random bytes compresses to about 3/4
+    responses = []
+    while n_chars > 0:
+        chunk = min(n_chars, _RESPONSE_CHARS)
+        raw = rng.getrandbits(8 * chunk).to_bytes(chunk, "little")
+        responses.append(base64.b64encode(raw).decode("ascii")[:chunk])
+        n_chars -= chunk
+    groups = [Group(Question("chain_sum", f"q{round_no}-{i}", "4", {"n": i}), responses[i:i + 16],
+                    [0.0] * len(responses[i:i + 16]))
+              for i in range(0, len(responses), 16)]
+    return encode_bundle(identity, swarm=swarm, round_no=round_no, model="contract", groups=groups)
+
+
+def descendants(pid: int) -> set[int]:
+    """Live descendant processes of ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+class NodeDriver:
+    """A transport plus a record of what it received, reporting through ``emit``."""
+
+    def __init__(self, transport: Transport, emit: Callable[[dict[str, Any]], None]):
+        self.transport = transport
+        self.emit = emit
+        self.rng = random.Random(transport.identity.peer_id)
+        transport.set_handler(self._on_message)
+
+    def _on_message(self, data: bytes) -> None:
+        now = time.time()
+        sender, payload = open_envelope(data)
+        self.emit({"event": "message", "digest": hashlib.sha256(data).hexdigest(), "sender": sender,
+                   "round": payload["round"], "bytes": len(data), "t_recv": now})
+
+    async def start(self) -> dict[str, Any]:
+        t0 = time.monotonic()
+        await self.transport.start()
+        return {"event": "ready", "peer_id": self.transport.identity.peer_id,
+                "addresses": self.transport.addresses(), "start_s": time.monotonic() - t0}
+
+    async def publish(self, round_no: int, size: int) -> dict[str, Any]:
+        identity = self.transport.identity
+        data = make_bundle(identity, self.transport.swarm, round_no, size, self.rng)  # type: ignore[arg-type]
+        t_pub = time.time()
+        await self.transport.publish(round_no, data)
+        return {"event": "published", "round": round_no, "digest": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data), "t_pub": t_pub, "publish_s": time.time() - t_pub}
+
+    async def stop(self) -> None:
+        await self.transport.stop()
+        await self.transport.stop()
+
+
+async def _serve(args: argparse.Namespace) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+
+    def emit(obj: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    transport = create_transport(args.transport, identity_for(args.seed), args.swarm,
+                                 bootstrap=args.bootstrap, listen=args.listen)
+    driver = NodeDriver(transport, emit)
+    emit(await driver.start())
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        command = json.loads(line)
+        if command["cmd"] == "publish":
+            emit(await driver.publish(command["round"], command["size"]))
+        elif command["cmd"] == "peers":
+            emit({"event": "peers", "peers": transport.peers()})
+        elif command["cmd"] == "stop":
+            break
+    before = descendants(os.getpid())
+    await driver.stop()
+    return {"event": "stopped", "children_before": sorted(before)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", required=True, choices=("hivemind", "libp2p"))
+    parser.add_argument("--seed", type=int, required=True, help="node number: picks a deterministic key")
+    parser.add_argument("--swarm", default=SWARM)
+    parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    parser.add_argument("--bootstrap", action="append", default=[])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    report = asyncio.run(_serve(args))
+    # After asyncio.run: its executor threads are gone; what is left was leaked.
+    time.sleep(0.2)
+    report["threads"] = sorted(t.name for t in threading.enumerate()
+                               if t is not threading.main_thread() and t.is_alive())
+    report["children_after"] = sorted(descendants(os.getpid()))
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
