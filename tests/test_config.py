@@ -1,0 +1,73 @@
+import subprocess
+import sys
+
+import pytest
+
+from swarmnode.config import ConfigError, NodeConfig, load_config
+
+
+def test_defaults_match_the_paper_round():
+    cfg = load_config({}, environ={}, config_path=None).config
+    assert (cfg.questions, cfg.completions, cfg.max_new_tokens, cfg.local, cfg.external) == (8, 8, 256, 4, 4)
+    assert (cfg.eps_low, cfg.eps_high, cfg.temperature) == (0.2, 0.28, 1.0)
+
+
+def test_precedence_flag_over_env_over_file(tmp_path):
+    f = tmp_path / "config.toml"
+    f.write_text('questions = 3\ncompletions = 5\n[swarm]\nswarm = "filed"\n')
+    loaded = load_config({"questions": "7"}, config_path=f,
+                         environ={"SWARMNODE_QUESTIONS": "6", "SWARMNODE_COMPLETIONS": "4"})
+    cfg = loaded.config
+    assert (cfg.questions, cfg.completions, cfg.swarm) == (7, 4, "filed")
+    assert loaded.sources["questions"] == "flag:--questions"
+    assert loaded.sources["completions"] == "env:SWARMNODE_COMPLETIONS"
+    assert loaded.sources["swarm"] == f"file:{f}"
+    assert loaded.sources["model"] == "default"
+
+
+def test_home_config_file_is_found(tmp_path):
+    (tmp_path / "config.toml").write_text("seed = 11\n")
+    loaded = load_config({"home": str(tmp_path)}, environ={})
+    assert loaded.config.seed == 11 and loaded.file == tmp_path / "config.toml"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("questionz = 3\n", "questionz"),
+    ("questions = 'many'\n", "questions"),
+    ("questions = 0\n", "questions"),
+    ("transport = 'pigeon'\n", "transport"),
+    ("solo = 'yes'\n", "solo"),
+    ("bootstrap = 'one'\n", "bootstrap"),
+])
+def test_bad_file_values_name_the_key(tmp_path, text, key):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config({}, config_path=f, environ={})
+    assert err.value.key == key and key in str(err.value) and str(f) in str(err.value)
+
+
+def test_bad_env_value_names_the_variable():
+    with pytest.raises(ConfigError, match="SWARMNODE_MAX_NEW_TOKENS"):
+        load_config({}, environ={"SWARMNODE_MAX_NEW_TOKENS": "lots"})
+
+
+def test_cli_exits_2_with_one_line_naming_the_key(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("completions = -1\n")
+    proc = subprocess.run([sys.executable, "-m", "swarmnode", "start", "--solo", "--config", str(f)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "completions" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_invalid_toml_is_a_config_error(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("questions = [\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config({}, config_path=f, environ={})
+
+
+def test_every_key_has_help():
+    assert all(f.metadata["help"] for f in NodeConfig.keys())

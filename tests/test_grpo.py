@@ -1,0 +1,91 @@
+import random
+
+import pytest
+import torch
+
+from swarmnode.config import NodeConfig
+from swarmnode.grpo import group_advantages, grpo_loss
+from swarmnode.model import BaseModel, load_base_model
+from swarmnode.node import select_training_set
+from swarmnode.policy import Policy
+from swarmnode.rollout import Group
+from swarmnode.tasks import Question
+
+
+def test_advantages_are_normalised_within_each_group():
+    adv = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [0.0, 0.0, 0.0, 3.0]]))
+    assert torch.allclose(adv[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-4)
+    assert torch.equal(adv[1], torch.zeros(4))
+    assert torch.allclose(adv.mean(-1), torch.zeros(3), atol=1e-5)
+    assert adv[2, 3] > 0 > adv[2, 0]
+
+
+def test_loss_is_clipped_asymmetrically():
+    mask = torch.ones(1, 1)
+    pos, neg = torch.tensor([1.0]), torch.tensor([-1.0])
+    up = torch.log(torch.tensor([[2.0]]))
+    down = torch.log(torch.tensor([[0.5]]))
+    zero = torch.zeros(1, 1)
+    # Positive advantage: the ratio's gain is capped at 1 + eps_high.
+    assert grpo_loss(up, zero, pos, mask, 0.2, 0.28, 1).item() == pytest.approx(-1.28)
+    # Negative advantage: the ratio's drop is capped at 1 - eps_low.
+    assert grpo_loss(down, zero, neg, mask, 0.2, 0.28, 1).item() == pytest.approx(0.8)
+    # Token-level averaging: the normaliser is the batch's token count.
+    assert grpo_loss(zero, zero, pos, mask, 0.2, 0.28, 4).item() == pytest.approx(-0.25)
+
+
+def _group(rewards, source="local"):
+    return Group(Question("basic_arithmetic", "Calculate 1 + 1.", "2"), ["<answer>x"] * len(rewards),
+                 list(rewards), source=source)
+
+
+def test_training_set_drops_zero_advantage_and_fills_from_local():
+    local = [_group([0, 1]), _group([0, 0]), _group([1, 1]), _group([0, 0.5]), _group([1, 0])]
+    ext = [_group([0, 1], source="peerA")]
+    train, dropped = select_training_set(local, ext, 2, 2, random.Random(0))
+    assert dropped == 2
+    assert sum(g.is_local for g in train) == 3 and sum(not g.is_local for g in train) == 1
+    assert all(g.has_signal() for g in train)
+    train, _ = select_training_set(local, [], 4, 0, random.Random(0))
+    assert len(train) == 3 and all(g.is_local for g in train)
+
+
+@pytest.fixture()
+def policy(tiny_model_dir):
+    torch.manual_seed(0)
+    cfg = NodeConfig(lora_r=4, lora_alpha=8, learning_rate=0.01, micro_batch=2, max_grad_norm=0.0)
+    return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu")), cfg)
+
+
+def test_grpo_step_raises_the_higher_advantage_completion(policy):
+    q = Question("basic_arithmetic", "Calculate 1 + 1.", "2")
+    good, bad = "<answer>2</answer>", "<answer>7</answer>"
+    group = Group(q, [good, bad, good, bad], [1.0, 0.0, 1.0, 0.0])
+    pairs = [policy.split_response(q.question, r) for r in (good, bad)]
+    # The first response token is where the two differ ("2" vs "7", same context).
+    before = [lp[0].item() for lp in policy.sequence_logprobs(pairs)]
+    frozen = {n: p.clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
+    loss = policy.train_step([group])
+    after = [lp[0].item() for lp in policy.sequence_logprobs(pairs)]
+    assert loss is not None
+    assert after[0] > before[0] and after[1] < before[1]
+    # Only the adapter trains: every frozen base weight is bit-identical.
+    assert all(torch.equal(p, frozen[n]) for n, p in policy.model.named_parameters() if n in frozen)
+
+
+def test_two_adapters_on_one_base_train_independently(policy):
+    base = BaseModel(policy.model, policy.tokenizer, "tiny", policy.device, torch.float32)
+    other = Policy(base, policy.cfg, adapter="b", shared=policy)
+    q = Question("basic_arithmetic", "Calculate 1 + 1.", "2")
+    before = {n: p.clone() for n, p in policy.model.named_parameters() if ".b." in n}
+    policy.train_step([Group(q, ["<answer>2</answer>", "<answer>3</answer>"], [1.0, 0.0])])
+    assert all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters() if ".b." in n)
+    assert other.generate([other.prompt(q.question)], 2, max_new_tokens=4, temperature=1.0).tokens > 0
+
+
+def test_generate_returns_n_responses_per_prompt(policy):
+    gen = policy.generate([policy.prompt("Calculate 1 + 1."), policy.prompt("Calculate 2 + 2.")], 3,
+                          max_new_tokens=5, temperature=1.0)
+    assert [len(t) for t in gen.texts] == [3, 3]
+    assert 0 < gen.tokens <= 2 * 3 * 5
+    assert all(len(ids) <= 5 for row in gen.token_ids for ids in row)
