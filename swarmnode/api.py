@@ -105,8 +105,16 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._streams: set[asyncio.Queue] = set()
 
+    @web.middleware
+    async def _local_host_only(self, request: web.Request, handler):
+        """Refuse requests for other host names: a web page that rebinds its own name to
+        127.0.0.1 (DNS rebinding) must not read the node's API through the user's browser."""
+        if request.host not in (f"{HOST}:{self.port}", f"localhost:{self.port}"):
+            return _error(403, f"this API answers only requests for {HOST}:{self.port}")
+        return await handler(request)
+
     def _app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY)
+        app = web.Application(middlewares=[_errors_as_json, self._local_host_only], client_max_size=MAX_BODY)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/rounds", self._rounds)
         app.router.add_get("/v1/peers", self._peers)

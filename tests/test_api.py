@@ -80,6 +80,14 @@ async def test_unknown_path_and_wrong_method_answer_json(node):
         assert resp.status == 405 and "error" in await resp.json()
 
 
+async def test_other_host_names_are_refused(node):
+    server, state, control, session = node
+    async with session.get("/v1/status", headers={"Host": f"attacker.example:{server.port}"}) as resp:
+        assert resp.status == 403 and "error" in await resp.json()
+    async with session.get("/v1/status", headers={"Host": f"localhost:{server.port}"}) as resp:
+        assert resp.status == 200
+
+
 async def test_big_body_is_refused(node):
     server, state, control, session = node
     headers = {"Authorization": f"Bearer {server.token}"}

@@ -77,6 +77,11 @@ async def test_peers_table_lists_a_peer(served):
         state.emit("peer_joined", peer="12D3KooWPeerCarol")
         await until(pilot, lambda: table.row_count == 2, timeout=5)
         await until(pilot, lambda: any("peer 12D3KooW…rCarol joined" in line for line in event_lines(app)))
+        # a change without an event shows up on 'r'
+        control.peers = control.peers[1:]
+        await pilot.press("r")
+        await until(pilot, lambda: table.row_count == 1)
+        assert table.get_row("12D3KooWPeerCarol")[0] == "carol"
 
 
 async def test_p_pauses_and_resumes_the_node(served):
