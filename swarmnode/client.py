@@ -90,7 +90,7 @@ class NodeApi:
         try:
             async with self._session.request(method, path, headers=headers, timeout=_REQUEST_TIMEOUT) as resp:
                 body = await resp.json(content_type=None)
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError):
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             raise NoNodeRunning(self.home) from None
         except ValueError:
             raise ApiError(f"{method} {path}: the node answered something that is not JSON") from None
@@ -132,7 +132,7 @@ class NodeApi:
                     event = parser.feed(raw.decode("utf-8", "replace"))
                     if event is not None:
                         yield event
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError):
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             raise NoNodeRunning(self.home) from None
 
 
