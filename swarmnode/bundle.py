@@ -51,7 +51,9 @@ REASONS = (
     "own_bundle",          # this node's own bundle came back
     "bad_field",           # a field missing, unknown, or of the wrong type or shape
     "wrong_swarm",         # another swarm's bundle
-    "round_window",        # round too old or too far in the future
+    "round_window",        # older than the sender's newest accepted round minus round_past
+    "stale",               # created longer ago than max_age_s
+    "future",              # created further ahead than max_clock_skew_s (a far-future bundle)
     "too_many_groups",
     "too_many_responses",
     "response_too_long",
@@ -76,8 +78,11 @@ class BundleLimits:
     max_name_chars: int = 256               # swarm, model and family names
     max_metadata_bytes: int = 16 * 1024     # canonical JSON size of one group's metadata
     max_metadata_depth: int = 8
-    round_past: int = 5                     # rounds behind the receiver's current round still accepted
-    round_future: int = 2                   # rounds ahead still accepted (clocks and speeds differ)
+    # Round numbers are per node (nodes run at their own pace), so the round window is per sender:
+    # a bundle more than round_past rounds behind that sender's newest accepted one is stale.
+    round_past: int = 5
+    max_age_s: float = 3600.0               # older bundles are stale whatever their round
+    max_clock_skew_s: float = 300.0         # how far a sender's clock may run ahead of ours
 
 
 class BundleRejected(Exception):
@@ -297,8 +302,8 @@ class BundleVerifier:
     """A node's receiving end: every check of a bundle, and the memory of what it accepted.
 
     Thread-safe (transports may call it from their own threads). ``replay_cache`` bounds the
-    digests remembered; the oldest are forgotten first, and bundles that old fall outside the
-    round window anyway.
+    digests (and senders' newest rounds) remembered; the oldest are forgotten first, and a
+    bundle that old is rejected as stale by its creation time anyway.
     """
 
     def __init__(self, *, swarm: str, own_peer_id: str, limits: BundleLimits = BundleLimits(),
@@ -308,34 +313,44 @@ class BundleVerifier:
         self.limits = limits
         self._replay_cache = replay_cache
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._newest_round: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, data: bytes, current_round: int) -> Verdict:
-        """Accept or reject ``data``; never raises. Only accepted bundles enter the replay memory."""
+    def check(self, data: bytes, now: float | None = None) -> Verdict:
+        """Accept or reject ``data`` at time ``now`` (default: the wall clock); never raises.
+        Only accepted bundles enter the replay memory and move their sender's round window."""
         sender = None
         try:
             sender, payload, digest = _open_guarded(data, self.limits)
-            bundle = self._check_payload(payload, digest, current_round)
+            bundle = self._check_payload(payload, digest, time.time() if now is None else now)
         except BundleRejected as exc:
             return Verdict(False, exc.reason, sender, None)
         except Exception:  # a bug here must cost one bundle, never the node's round
             return Verdict(False, "malformed", sender, None)
         return Verdict(True, None, sender, bundle)
 
-    def _check_payload(self, payload: dict, digest: str, current_round: int) -> Bundle:
+    def _check_payload(self, payload: dict, digest: str, now: float) -> Bundle:
         if payload["sender"] == self.own_peer_id:
             raise BundleRejected("own_bundle")
         bundle = parse_payload(payload, digest, self.limits)
         if bundle.swarm != self.swarm:
             raise BundleRejected("wrong_swarm", bundle.swarm)
-        lo, hi = current_round - self.limits.round_past, current_round + self.limits.round_future
-        if not lo <= bundle.round <= hi:
-            raise BundleRejected("round_window", f"round {bundle.round} outside [{lo}, {hi}]")
+        if bundle.created > now + self.limits.max_clock_skew_s:
+            raise BundleRejected("future", f"created {bundle.created - now:.0f} s in the future")
+        if bundle.created < now - self.limits.max_age_s:
+            raise BundleRejected("stale", f"created {now - bundle.created:.0f} s ago")
         with self._lock:
+            newest = self._newest_round.get(bundle.sender)
+            if newest is not None and bundle.round < newest - self.limits.round_past:
+                raise BundleRejected("round_window", f"round {bundle.round}, sender is at {newest}")
             if digest in self._seen:
                 self._seen.move_to_end(digest)
                 raise BundleRejected("replay")
             self._seen[digest] = None
             while len(self._seen) > self._replay_cache:
                 self._seen.popitem(last=False)
+            self._newest_round[bundle.sender] = max(bundle.round, newest or 0)
+            self._newest_round.move_to_end(bundle.sender)
+            while len(self._newest_round) > self._replay_cache:
+                self._newest_round.popitem(last=False)
         return bundle

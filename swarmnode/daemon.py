@@ -20,6 +20,7 @@ import threading
 from swarmnode.api import ApiServer
 from swarmnode.checkpoint import CheckpointError
 from swarmnode.config import NodeConfig, load_config
+from swarmnode.exchange import Exchange
 from swarmnode.identity import Identity, IdentityError
 from swarmnode.logs import setup_logging
 from swarmnode.model import ModelError, load_base_model, pick_device
@@ -27,8 +28,9 @@ from swarmnode.node import Node, RoundAbandoned, derive_seed
 from swarmnode.paths import NodeHome
 from swarmnode.policy import Policy
 from swarmnode.state import NodeInfo, NodeState
-from swarmnode.swarm import SoloLink, SwarmLink
+from swarmnode.swarm import NetworkLink, SoloLink
 from swarmnode.tasks import Scorer, TaskConfigError, TaskSource, load_task_file
+from swarmnode.transport import TransportError, transport_for
 
 log = logging.getLogger("swarmnode")
 
@@ -46,7 +48,7 @@ class Daemon:
         self._unpaused: asyncio.Event | None = None
         self._signals = 0
         self.node: Node | None = None
-        self.swarm: SwarmLink = SoloLink()
+        self.link: NetworkLink | None = None
 
     # ---- control (the local API calls these) --------------------------------------------
     def request_stop(self) -> None:
@@ -65,10 +67,10 @@ class Daemon:
             self._unpaused.set()
 
     def peer_rows(self) -> list[dict]:
-        return self.swarm.peer_rows()
+        return self.node.swarm.peer_rows() if self.node else []
 
     def peer_count(self) -> int:
-        return self.swarm.peer_count()
+        return self.node.swarm.peer_count() if self.node else 0
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -98,7 +100,7 @@ class Daemon:
         log.info("loading model %s on %s", cfg.model, device)
         base = load_base_model(cfg.model, device)
         policy = Policy(base, cfg)
-        node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), self.swarm,
+        node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), SoloLink(),
                     self.state, seed)
         node.resume()
         self.identity = identity
@@ -115,19 +117,39 @@ class Daemon:
         self.state.emit("phase", phase="loading")
         api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
         try:
-            await api.start()
+            port = await api.start()
         except OSError as exc:
-            raise StartupError(str(exc)) from None
+            raise StartupError(f"cannot open the local API on 127.0.0.1:{self.cfg.api_port}: {exc.strerror}; "
+                               "choose another with --api-port (0 picks a free one)") from None
         try:
             try:
                 self.node = await asyncio.to_thread(self._build_node)
             except (ModelError, CheckpointError, IdentityError) as exc:
                 raise StartupError(str(exc)) from None
+            if not self.cfg.solo:
+                try:
+                    await self._join(self.node)
+                except TransportError as exc:
+                    raise StartupError(str(exc)) from None
+            log.info("running: %s (%s), API on http://127.0.0.1:%d; watch it with `swarmnode tui --home %s`",
+                     self.state.info.name, self.state.info.peer_id, port, self.home.root)
             if not self._stop.is_set():
                 await self._rounds(self.node)
         finally:
+            if self.link is not None:
+                await self.link.stop()
             await api.stop()
         return 0
+
+    async def _join(self, node: Node) -> None:
+        """Open the transport and switch the node from solo to the network link."""
+        exchange = Exchange(self.identity, self.cfg, node.scorer, node.policy.model_name, state=self.state)
+        transport = transport_for(self.cfg, self.identity)
+        self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
+        await self.link.start()
+        node.swarm = self.link
+        log.info("joined swarm '%s' over %s; listening on %s", self.cfg.swarm, self.cfg.transport,
+                 ", ".join(self.link.transport.addresses()) or "(no address yet)")
 
     async def _rounds(self, node: Node) -> None:
         done = 0

@@ -189,7 +189,7 @@ def receive_bundle(member: Member, data: bytes, current_round: int, scorer) -> i
     """
     from swarmnode.rollout import Group
 
-    verdict = member.verifier.check(data, current_round)
+    verdict = member.verifier.check(data)
     if not verdict.accepted:
         member.rejected[verdict.reason] += 1
         return 0

@@ -30,9 +30,14 @@ def make_groups(n_groups: int = 2, n_responses: int = 4, chars: int = 40) -> lis
             for i in range(n_groups)]
 
 
-def encode(round_no: int = 10, groups: list[Group] | None = None, identity: Identity = SENDER, **kw) -> bytes:
+CREATED = 1234.5
+NOW = CREATED + 1.0  # the receiver's clock in these tests
+
+
+def encode(round_no: int = 10, groups: list[Group] | None = None, identity: Identity = SENDER,
+           created: float = CREATED, **kw) -> bytes:
     return encode_bundle(identity, swarm=kw.pop("swarm", SWARM), round_no=round_no, model="tiny-model",
-                         groups=make_groups() if groups is None else groups, created=1234.5, **kw)
+                         groups=make_groups() if groups is None else groups, created=created, **kw)
 
 
 def wire(body: bytes, identity: Identity = SENDER, *, version: int = VERSION) -> bytes:
@@ -51,8 +56,8 @@ def verifier(**limits) -> BundleVerifier:
     return BundleVerifier(swarm=SWARM, own_peer_id=RECEIVER.peer_id, limits=BundleLimits(**limits))
 
 
-def reason(data: bytes, current_round: int = 10, **limits) -> str | None:
-    verdict = verifier(**limits).check(data, current_round)
+def reason(data: bytes, now: float = NOW, **limits) -> str | None:
+    verdict = verifier(**limits).check(data, now)
     assert verdict.accepted == (verdict.reason is None)
     assert verdict.reason is None or verdict.reason in REASONS
     return verdict.reason
@@ -61,7 +66,7 @@ def reason(data: bytes, current_round: int = 10, **limits) -> str | None:
 def test_round_trip_keeps_every_field():
     groups = make_groups(3, 5)
     data = encode(round_no=7, groups=groups)
-    verdict = verifier().check(data, 7)
+    verdict = verifier().check(data, NOW)
     assert verdict.accepted and verdict.sender == SENDER.peer_id
     b = verdict.bundle
     assert (b.swarm, b.round, b.sender, b.model, b.created) == (SWARM, 7, SENDER.peer_id, "tiny-model", 1234.5)
@@ -85,7 +90,7 @@ def test_open_envelope_returns_sender_and_payload():
 
 def test_unicode_survives():
     groups = [Group(Question("f", "¿Cuánto es 3×4? 🙂", "12", {}), ["<answer>12</answer>", "<answer>١٢"], [1.0, 0.0])]
-    bundle = verifier().check(encode(groups=groups), 10).bundle
+    bundle = verifier().check(encode(groups=groups), NOW).bundle
     assert bundle.groups[0].question.question == "¿Cuánto es 3×4? 🙂"
     assert bundle.groups[0].responses[1] == "<answer>١٢"
 
@@ -157,7 +162,7 @@ def test_too_many_responses_and_groups_and_long_texts():
                                   b"\x00" * 101])
 def test_garbage_bytes(data: bytes):
     assert reason(data) == "malformed"
-    assert verifier().check(data, 10).sender is None
+    assert verifier().check(data, NOW).sender is None
 
 
 def test_not_bytes_at_all():
@@ -172,32 +177,42 @@ def test_unknown_version():
 def test_replay_and_recompressed_replay():
     v = verifier()
     data = encode()
-    assert v.check(data, 10).accepted
-    again = v.check(data, 10)
+    assert v.check(data, NOW).accepted
+    again = v.check(data, NOW)
     assert not again.accepted and again.reason == "replay" and again.sender == SENDER.peer_id
     body = canonical_json(open_envelope(data)[1])
     recompressed = data[:100] + zstandard.ZstdCompressor(level=1, write_content_size=False).compress(body)
     assert recompressed != data
-    assert v.check(recompressed, 10).reason == "replay"
-    assert v.check(encode(round_no=11), 10).accepted  # a new bundle of the same sender is fine
+    assert v.check(recompressed, NOW).reason == "replay"
+    assert v.check(encode(round_no=11), NOW).accepted  # a new bundle of the same sender is fine
 
 
 def test_replay_cache_is_bounded():
     v = BundleVerifier(swarm=SWARM, own_peer_id=RECEIVER.peer_id, replay_cache=2)
     first, second, third = (encode(round_no=r) for r in (9, 10, 11))
     for data in (first, second, third):
-        assert v.check(data, 10).accepted
-    assert v.check(third, 10).reason == "replay"
-    assert v.check(first, 10).accepted  # forgotten: the oldest left the cache
+        assert v.check(data, NOW).accepted
+    assert v.check(third, NOW).reason == "replay"
+    assert v.check(first, NOW).accepted  # forgotten: the oldest left the cache
 
 
-def test_round_window():
+def test_round_window_is_per_sender():
+    past = BundleLimits().round_past
+    v = verifier()
+    assert v.check(encode(round_no=100), NOW).accepted
+    assert v.check(encode(round_no=100 - past), NOW).accepted
+    assert v.check(encode(round_no=100 - past - 1), NOW).reason == "round_window"
+    # Rounds count per node: another sender far behind (a slower node) is fine.
+    assert v.check(encode(round_no=3, identity=Identity.from_seed(b"o" * 32)), NOW).accepted
+    # A rejected bundle does not move its sender's window.
+    assert v.check(encode(round_no=101), NOW).accepted
+
+
+def test_far_future_and_stale_creation_times():
     limits = BundleLimits()
-    assert reason(encode(round_no=10 + limits.round_future)) is None
-    assert reason(encode(round_no=10 - limits.round_past)) is None
-    assert reason(encode(round_no=10 + limits.round_future + 1)) == "round_window"
-    assert reason(encode(round_no=10 - limits.round_past - 1)) == "round_window"
-    assert reason(encode(round_no=10**9)) == "round_window"
+    assert reason(encode(round_no=10**9, created=NOW + 10**6)) == "future"
+    assert reason(encode(created=NOW + limits.max_clock_skew_s - 1)) is None
+    assert reason(encode(created=NOW - limits.max_age_s - 1)) == "stale"
 
 
 def test_wrong_swarm_and_own_bundle():
@@ -277,13 +292,13 @@ def test_encode_refuses_values_json_cannot_carry():
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600))
 def test_random_bytes_never_raise(data: bytes):
-    verdict = verifier().check(MAGIC + bytes([VERSION]) + data, 10)
+    verdict = verifier().check(MAGIC + bytes([VERSION]) + data, NOW)
     assert not verdict.accepted and verdict.reason in REASONS
-    assert not verifier().check(data, 10).accepted
+    assert not verifier().check(data, NOW).accepted
 
 
 VALID = encode()
-VALID_DIGEST = verifier().check(VALID, 10).bundle.digest
+VALID_DIGEST = verifier().check(VALID, NOW).bundle.digest
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -294,7 +309,7 @@ def test_mutated_bundles_never_raise_nor_pass_as_new(flips, cut):
     for pos, mask in flips:
         data[pos] ^= mask
     for candidate in (bytes(data), bytes(data[:cut]), VALID[:cut] + b"\x00" + VALID[cut:]):
-        verdict = verifier().check(candidate, 10)
+        verdict = verifier().check(candidate, NOW)
         assert verdict.reason is None or verdict.reason in REASONS
         if verdict.accepted:  # only possible when the signed payload came out unchanged
             assert verdict.bundle.digest == VALID_DIGEST

@@ -1,0 +1,70 @@
+"""A node's side of the rollout exchange, without the network.
+
+Outgoing: this round's groups as a signed bundle. Incoming: a peer's bytes are verified
+(:class:`~swarmnode.bundle.BundleVerifier`), every response is re-scored with this node's own
+verifier (a group it cannot verify is dropped; the sender's rewards are never used for
+training), and the groups go into the bounded :class:`~swarmnode.pool.ExternalPool`, from
+which the round draws its J external groups. The daemon and the experiment harness both
+use this class, so what the experiment measures is what a real node does.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+from swarmnode.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
+from swarmnode.config import NodeConfig
+from swarmnode.identity import Identity
+from swarmnode.pool import ExternalPool, PeerTable
+from swarmnode.rollout import Group
+from swarmnode.state import NodeState
+from swarmnode.tasks import Scorer
+
+
+class Exchange:
+    def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Scorer, model_name: str, *,
+                 state: NodeState | None = None, limits: BundleLimits = BundleLimits()):
+        self.identity = identity
+        self.cfg = cfg
+        self.scorer = scorer
+        self.model_name = model_name
+        self.state = state
+        self.limits = limits
+        self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
+        self.pool = ExternalPool()
+        self.peers = PeerTable()
+
+    def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
+        """This node's signed bundle of ``round_no``."""
+        return encode_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
+                             groups=groups)
+
+    def receive(self, data: bytes, now: float | None = None) -> Verdict:
+        """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
+        verdict = self.verifier.check(data, now)
+        if not verdict.accepted:
+            self.peers.record_rejection(verdict.sender, verdict.reason)
+            self._emit("bundle_rejected", peer=verdict.sender, reason=verdict.reason)
+            return verdict
+        bundle = verdict.bundle
+        rescored = []
+        for g in bundle.groups:
+            rewards = [self.scorer.score(g.question, r) for r in g.responses]
+            if all(x is not None for x in rewards):
+                rescored.append(Group(g.question, g.responses, rewards, source=bundle.sender))
+        self.pool.add(bundle.round, rescored)
+        claimed = [x for g in bundle.groups for x in g.rewards]
+        self.peers.record_bundle(bundle.sender, round_no=bundle.round,
+                                 reported_mean=statistics.fmean(claimed) if claimed else None)
+        self._emit("bundle_accepted", peer=bundle.sender, round=bundle.round, groups=len(rescored))
+        return verdict
+
+    def draw(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        """Up to ``n`` external groups for the round's training set (see ExternalPool.sample)."""
+        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
+                                max_peer_share=self.cfg.max_peer_share)
+
+    def _emit(self, type: str, **data) -> None:
+        if self.state is not None:
+            self.state.emit(type, **data)
