@@ -135,7 +135,6 @@ class Node:
                         {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
         self.next_round = row["round"] + 1
         self.state.emit("round_finished", round=row["round"], metrics=row)
-        self.state.emit("phase", phase="idle")
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
