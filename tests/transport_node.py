@@ -90,6 +90,13 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").rsplit("/", 1)[-1]
+    except OSError:
+        return ""
+
+
 class NodeDriver:
     """A transport plus a record of what it received, reporting through ``emit``."""
 
@@ -168,7 +175,7 @@ def main() -> None:
     time.sleep(0.2)
     report["threads"] = sorted(t.name for t in threading.enumerate()
                                if t is not threading.main_thread() and t.is_alive())
-    report["children_after"] = sorted(descendants(os.getpid()))
+    report["children_after"] = [[pid, process_name(pid)] for pid in sorted(descendants(os.getpid()))]
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()
 

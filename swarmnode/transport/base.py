@@ -181,15 +181,14 @@ class Transport(ABC):
             self._join_task = asyncio.create_task(self._keep_joined(), name=f"{self.name}-join")
 
     async def stop(self) -> None:
-        """Close everything the transport opened; safe to call twice or before ``start``."""
-        if self._stopped:
+        """Close everything the transport opened; safe to call twice, and a no-op before ``start``."""
+        if self._stopped or not self._started:
             return
         self._stopped = True
         if self._join_task is not None:
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
-        if self._started:
-            await self._stop()
+        await self._stop()
 
     async def publish(self, round_no: int, data: bytes) -> None:
         """Offer ``data`` (this node's bundle for ``round_no``) to the swarm; never raises."""
@@ -203,7 +202,7 @@ class Transport(ABC):
             await self._publish(round_no, bytes(data))
         except Exception as exc:  # the round must go on whatever the network does
             self.stats.publish_errors += 1
-            log.warning("%s transport: publishing round %d failed: %s", self.name, round_no, exc)
+            log.warning("%s transport: publishing round %d failed: %r", self.name, round_no, exc)
         else:
             self.stats.published += 1
 

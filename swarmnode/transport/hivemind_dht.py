@@ -25,8 +25,10 @@ own bootstrap at start-up would instead fail the whole start when no peer answer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
 import struct
 import tempfile
 import threading
@@ -67,6 +69,12 @@ def heads_key(swarm: str) -> str:
 
 def _key_id(key: str) -> bytes:
     return DHTID.generate(source=key).to_bytes()
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 class SwarmRecordValidator(RecordValidatorBase):
@@ -127,7 +135,10 @@ async def _visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
     return [str(m) for m in await node.get_visible_maddrs()]
 
 
-async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, data: bytes) -> None:
+async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str) -> None:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    os.unlink(path)
     now = get_dht_time()
     # The bundle first: once a reader sees the head, the record it points to is already stored.
     if not await node.store(rounds_key(swarm, round_no), data, now + BUNDLE_TTL, subkey=peer_id):
@@ -190,14 +201,14 @@ class HivemindTransport(Transport):
         self._heads_done: dict[str, int] = {}   # peer -> latest round whose record was fetched
         self._heads_tries: dict[tuple[str, int], int] = {}
         self._poll_failed = False
+        self._spool: str | None = None  # private directory: the key for p2pd, bundles for the DHT process
+        self._spooled = 0
 
     async def _start(self) -> None:
-        key_dir = tempfile.mkdtemp(prefix="swarmnode-p2pd-")
-        key_file = os.path.join(key_dir, "identity.key")
+        self._spool = tempfile.mkdtemp(prefix="swarmnode-dht-")
+        key_file = os.path.join(self._spool, "identity.key")
         try:
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(self.identity.private_key_protobuf())
+            _write_private(key_file, self.identity.private_key_protobuf())
             kwargs: dict[str, Any] = {"host_maddrs": [self.listen], "identity_path": key_file}
             if self.announce:
                 kwargs["announce_maddrs"] = [self.announce]
@@ -205,14 +216,12 @@ class HivemindTransport(Transport):
             self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
                                                         **kwargs))
         except Exception as exc:
+            shutil.rmtree(self._spool, ignore_errors=True)
             raise TransportError(f"the hivemind DHT could not start on {self.listen}: {exc}") from None
         finally:
             # p2pd has read the key by now (or failed); keep no second copy on disk.
-            for path, remove in ((key_file, os.unlink), (key_dir, os.rmdir)):
-                try:
-                    remove(path)
-                except OSError:
-                    pass
+            with contextlib.suppress(OSError):
+                os.unlink(key_file)
         try:
             self._addresses = await self._call(_visible_addresses)
         except Exception as exc:
@@ -232,13 +241,21 @@ class HivemindTransport(Transport):
         if self._dht is not None:
             dht, self._dht = self._dht, None
             await asyncio.to_thread(dht.shutdown)
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
         self._peers = []
 
     async def _publish(self, round_no: int, data: bytes) -> None:
         if len(data) > MAX_MESSAGE_BYTES:
             raise ValueError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
+        # The bundle goes by file: hivemind's DHT process reads its command pipe non-blocking
+        # and fails on messages larger than the pipe buffer (EAGAIN in the middle of one).
+        assert self._spool is not None
+        self._spooled += 1
+        path = os.path.join(self._spool, f"bundle-{self._spooled}")
+        await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
-                                 data=data))
+                                 path=path))
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -273,7 +290,7 @@ class HivemindTransport(Transport):
                 self._poll_failed = False
             except Exception as exc:
                 if not self._poll_failed:  # one line per outage, not one per second
-                    log.warning("hivemind transport: reading the swarm's records failed: %s", exc)
+                    log.warning("hivemind transport: reading the swarm's records failed: %r", exc)
                 self._poll_failed = True
             await asyncio.sleep(self.poll_interval)
 

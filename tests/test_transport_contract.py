@@ -1,0 +1,375 @@
+"""The transport contract, run against all three transports.
+
+Publish, receive (exactly once, never one's own), peers, shutdown (idempotent, nothing left
+running) and a ~200 kB message. hivemind and libp2p nodes are separate OS processes on
+127.0.0.1 (``tests/transport_node.py``): the two stacks cannot share a process, and a
+swarm of one process would prove little. memory nodes share one hub in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from transport_node import SWARM, NodeDriver, identity_for, make_bundle
+
+from swarmnode.transport import TransportError, create_transport
+from swarmnode.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
+from swarmnode.transport.memory import MemoryHub, MemoryTransport
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_SCRIPT = ROOT / "tests" / "transport_node.py"
+PYTHON = sys.executable
+# Process-wide helpers hivemind starts on first use and keeps for the life of the process
+# (its MPFuture backend, multiprocessing's resource sharer, torch's shared-memory manager):
+# not per transport, so not leaks of one.
+PROCESS_WIDE_THREADS = {"hivemind.utils.mpfuture.BACKEND", "_serve"}
+PROCESS_WIDE_CHILDREN = {"torch_shm_manager"}
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class ProcNode:
+    """A node in its own process, driven through ``transport_node.py``'s JSON lines."""
+
+    def __init__(self, transport: str, seed: int, bootstrap: list[str] = (), listen: str | None = None,
+                 stderr_path: Path | None = None):
+        args = [PYTHON, str(NODE_SCRIPT), "--transport", transport, "--seed", str(seed)]
+        for b in bootstrap:
+            args += ["--bootstrap", b]
+        if listen:
+            args += ["--listen", listen]
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     text=True, cwd=ROOT)
+        self.events: list[dict] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        ready = self.wait_event("ready", 60)
+        self.peer_id: str = ready["peer_id"]
+        self.addresses: list[str] = ready["addresses"]
+        self.start_s: float = ready["start_s"]
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._lock:
+                self.events.append(json.loads(line))
+
+    def wait_event(self, name: str, timeout: float) -> dict:
+        def take() -> dict | None:
+            with self._lock:
+                for i, event in enumerate(self.events):
+                    if event["event"] == name:
+                        return self.events.pop(i)
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"node exited with {self.proc.returncode} before '{name}'")
+            return None
+        return wait_for(take, timeout, f"event '{name}'")
+
+    def _send(self, **command: Any) -> None:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def publish(self, round_no: int, size: int) -> dict:
+        self._send(cmd="publish", round=round_no, size=size)
+        return self.wait_event("published", 30)
+
+    def peers(self) -> list[str]:
+        self._send(cmd="peers")
+        return self.wait_event("peers", 30)["peers"]
+
+    def messages(self) -> list[dict]:
+        with self._lock:
+            return [e for e in self.events if e["event"] == "message"]
+
+    def stop(self) -> dict:
+        self._send(cmd="stop")
+        report = self.wait_event("stopped", 60)
+        self.proc.wait(30)
+        return report
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self._stderr is not subprocess.DEVNULL:
+            self._stderr.close()
+
+
+class MemNode:
+    """A memory-transport node on a shared event loop, with ProcNode's interface."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, hub: MemoryHub, seed: int):
+        self.loop = loop
+        self._messages: list[dict] = []
+        self.transport = MemoryTransport(identity_for(seed), SWARM, hub=hub)
+        self.driver = NodeDriver(self.transport, self._messages.append)
+        ready = self._run(self.driver.start())
+        self.peer_id, self.addresses = ready["peer_id"], ready["addresses"]
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def publish(self, round_no: int, size: int) -> dict:
+        return self._run(self.driver.publish(round_no, size))
+
+    def peers(self) -> list[str]:
+        return self.transport.peers()
+
+    def messages(self) -> list[dict]:
+        return list(self._messages)
+
+    def stop(self) -> dict:
+        self._run(self.driver.stop())
+        return {"threads": [], "children_before": [], "children_after": []}
+
+    def kill(self) -> None:
+        pass
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """Start nodes of one transport; every node still running at the end is killed."""
+    nodes: list = []
+    loop = asyncio.new_event_loop()
+    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+    loop_thread.start()
+    hub = MemoryHub()
+
+    def start(transport: str, seed: int, **kw: Any):
+        if transport == "memory":
+            node = MemNode(loop, hub, seed)
+        else:
+            node = ProcNode(transport, seed, stderr_path=tmp_path / f"node{seed}.err", **kw)
+        nodes.append(node)
+        return node
+
+    yield start
+    for node in nodes:
+        node.kill()
+    loop.call_soon_threadsafe(loop.stop)
+    loop_thread.join(10)
+    loop.close()
+
+
+def assert_clean(report: dict) -> None:
+    """After stop: no transport thread and no transport process (DHT fork, p2pd) left."""
+    threads = [t for t in report["threads"] if not any(w in t for w in PROCESS_WIDE_THREADS)]
+    assert threads == [], f"threads left after stop: {threads}"
+    children = [(pid, name) for pid, name in report["children_after"] if name not in PROCESS_WIDE_CHILDREN]
+    assert children == [], f"processes left after stop: {children}"
+
+
+@pytest.mark.parametrize("transport", ["memory", "hivemind", "libp2p"])
+def test_contract(spawn, transport):
+    first = spawn(transport, 0)
+    others = [spawn(transport, seed, bootstrap=first.addresses[:1]) if transport != "memory"
+              else spawn(transport, seed) for seed in (1, 2)]
+    nodes = [first, *others]
+    assert all(a.endswith("/p2p/" + n.peer_id) for n in nodes for a in n.addresses) and first.addresses
+    if transport != "memory":
+        assert all(n.start_s < 20 for n in nodes)
+
+    # peers: the bootstrap node sees both others, each other node sees the bootstrap node
+    wait_for(lambda: set(first.peers()) >= {n.peer_id for n in others}, 30, "the bootstrap node's peers")
+    for node in others:
+        wait_for(lambda: first.peer_id in node.peers(), 30, "peers of a joined node")
+    assert all(n.peer_id not in n.peers() for n in nodes)
+
+    # publish: a large bundle, a small one, and one from the bootstrap node
+    sent = [(others[0], others[0].publish(3, 200_000)), (others[1], others[1].publish(3, 2_000)),
+            (first, first.publish(4, 50_000))]
+    assert sent[0][1]["bytes"] > 190_000
+    for node in nodes:
+        expected = {p["digest"] for sender, p in sent if sender is not node}
+        wait_for(lambda: {m["digest"] for m in node.messages()} >= expected, 30, "every bundle to arrive")
+    time.sleep(3.0)  # several poll / heartbeat periods: a duplicate would show up by now
+    for node in nodes:
+        got = [m["digest"] for m in node.messages()]
+        expected = {p["digest"] for sender, p in sent if sender is not node}
+        assert sorted(got) == sorted(expected), "each peer's bundle exactly once, never one's own"
+        assert all(m["sender"] != node.peer_id for m in node.messages())
+
+    # shutdown: stop (twice, inside the node) and nothing left behind
+    for node in reversed(nodes):
+        assert_clean(node.stop())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
+    port = free_port()
+    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{identity_for(0).peer_id}"
+    t0 = time.monotonic()
+    late = spawn(transport, 1, bootstrap=[bootstrap])
+    assert time.monotonic() - t0 < 20 and late.start_s < 10, "start() must not wait for the bootstrap peer"
+    time.sleep(2.0)
+    assert late.peers() == []
+    first = spawn(transport, 0, listen=f"/ip4/127.0.0.1/tcp/{port}")
+    wait_for(lambda: first.peer_id in late.peers(), 45, "the node to join once the bootstrap peer is up")
+    published = first.publish(1, 5_000)
+    wait_for(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 30,
+             "a bundle from the bootstrap node")
+    assert_clean(late.stop())
+    first.stop()
+    warnings = [line for line in late.stderr_path.read_text().splitlines() if "bootstrap peer(s) answered" in line]
+    assert len(warnings) == 1, warnings
+
+
+# -- pieces of the contract that need no network ------------------------------------------------
+
+
+async def test_memory_semantics():
+    hub = MemoryHub()
+    a, b = (MemoryTransport(identity_for(i), SWARM, hub=hub) for i in (10, 11))
+    other_swarm = MemoryTransport(identity_for(12), "elsewhere", hub=hub)
+    await a.stop()  # stop before start is a no-op
+    got: list[bytes] = []
+    b.set_handler(got.append)
+    failing = []
+
+    def broken(data: bytes) -> None:
+        failing.append(data)
+        raise RuntimeError("handler bug")
+
+    other_swarm.set_handler(failing.append)
+    a.set_handler(broken)
+    await a.publish(1, b"early")  # not started: counted, not raised
+    assert a.stats.publish_errors == 1
+    for t in (a, b, other_swarm):
+        await t.start()
+    with pytest.raises(ValueError):
+        hub.join(MemoryTransport(identity_for(10), SWARM, hub=hub))
+    assert a.peers() == [b.identity.peer_id]
+    await a.publish(1, b"x")
+    await b.publish(1, b"y")
+    await b.publish(1, b"y")  # the same bytes again: the transport delivers them once
+    await asyncio.sleep(0.05)
+    assert got == [b"x"] and failing == [b"y"]
+    assert a.stats.handler_errors == 1 and a.stats.duplicates == 1
+    await a.publish(1, b"z" * (400 * 1024))  # over the size limit: logged and counted
+    assert a.stats.publish_errors == 2
+    await a.stop()
+    await a.stop()
+    assert b.peers() == [] and a.peers() == []
+
+
+def test_helpers():
+    backoff = Backoff(first=1.0, cap=8.0)
+    delays = [backoff.next_delay() for _ in range(6)]
+    assert 0.8 <= delays[0] <= 1.2 and all(6.4 <= d <= 9.6 for d in delays[3:])
+    backoff.reset()
+    assert backoff.next_delay() <= 1.2
+    assert peer_id_of("/ip4/1.2.3.4/tcp/5/p2p/12D3KooWabc") == "12D3KooWabc"
+    assert peer_id_of("/ip4/1.2.3.4/tcp/5") is None
+    expanded = expand_unspecified("/ip4/0.0.0.0/tcp/7/p2p/X")
+    assert expanded[0] == "/ip4/127.0.0.1/tcp/7/p2p/X" and all("0.0.0.0" not in a for a in expanded)
+    assert expand_unspecified("/ip4/10.0.0.1/tcp/7") == ["/ip4/10.0.0.1/tcp/7"]
+
+
+def test_relay_check_accepts_only_the_authors_bundles():
+    import random
+
+    author, other = identity_for(20), identity_for(21)
+    data = make_bundle(author, SWARM, 1, 1000, random.Random(0))
+    assert signed_by(author.peer_id, data)
+    assert not signed_by(other.peer_id, data)
+    assert not signed_by(author.peer_id, data[:-1] + bytes([data[-1] ^ 1]))
+    assert not signed_by(author.peer_id, b"garbage")
+
+
+def test_unknown_transport_is_a_clear_error():
+    with pytest.raises(TransportError, match="unknown transport"):
+        create_transport("carrier-pigeon", identity_for(0), SWARM)
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
+
+
+def test_second_stack_in_one_process_is_a_clear_error():
+    result = _run_python(
+        "import hivemind\n"
+        "from transport_node import identity_for\n"
+        "from swarmnode.transport import TransportError, create_transport\n"
+        "try:\n"
+        "    create_transport('libp2p', identity_for(0), 's')\n"
+        "except TransportError as exc:\n"
+        "    print('ERR', exc)\n")
+    assert result.returncode == 0, result.stderr
+    assert "ERR" in result.stdout and "one transport per process" in result.stdout
+
+
+HIVEMIND_VALIDATOR_CHECKS = """
+import dataclasses, json, random
+from hivemind.dht.validation import DHTRecord
+from hivemind.utils import MSGPackSerializer as S
+from transport_node import identity_for, make_bundle
+from swarmnode.transport.hivemind_dht import SwarmRecordValidator, _key_id, heads_key, rounds_key
+
+alice, mallory = identity_for(1), identity_for(2)
+checker = SwarmRecordValidator("sw")            # any node's view
+signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs her heads
+bundle = make_bundle(alice, "sw", 7, 2000, random.Random(0))
+
+def rec(key, subkey, value, exp=1e9):
+    return DHTRecord(_key_id(key), S.dumps(subkey), S.dumps(value), exp)
+
+out = {}
+out["valid bundle"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle))
+out["someone else's subkey"] = checker.validate(rec(rounds_key("sw", 7), mallory.peer_id, bundle))
+out["another round's key"] = checker.validate(rec(rounds_key("sw", 8), alice.peer_id, bundle))
+out["another swarm"] = SwarmRecordValidator("other").validate(rec(rounds_key("other", 7), alice.peer_id, bundle))
+out["garbage"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, b"SNB\\x01" + bytes(200)))
+out["not bytes"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, 12))
+out["no subkey"] = checker.validate(rec(rounds_key("sw", 7), None, bundle))
+head = rec(heads_key("sw"), alice.peer_id, 7, exp=123.5)
+signed = dataclasses.replace(head, value=signer.sign_value(head))
+out["signed head"] = checker.validate(signed)
+out["unsigned head"] = checker.validate(head)
+out["head with a later expiration"] = checker.validate(dataclasses.replace(signed, expiration_time=999.0))
+out["head moved to another subkey"] = checker.validate(dataclasses.replace(signed, subkey=S.dumps(mallory.peer_id)))
+forged = rec(heads_key("sw"), mallory.peer_id, 7)
+out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
+out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
+print(json.dumps(out))
+"""
+
+
+def test_hivemind_record_validator():
+    result = _run_python(HIVEMIND_VALIDATOR_CHECKS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    verdicts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert verdicts == {
+        "valid bundle": True, "someone else's subkey": False, "another round's key": False,
+        "another swarm": False, "garbage": False, "not bytes": False, "no subkey": False,
+        "signed head": True, "unsigned head": False, "head with a later expiration": False,
+        "head moved to another subkey": False, "others' heads are not signed": True,
+        "strip restores the value": True,
+    }
