@@ -183,10 +183,13 @@ class Libp2pTransport(Transport):
     async def _trio_dial(self, maddr: str) -> bool:
         try:
             info = info_from_p2p_addr(multiaddr.Multiaddr(maddr))
+            # The swarm's negative cache would refuse a peer that failed before for minutes;
+            # our own backoff already paces these dials.
+            self._host.get_network().unblock_peer(info.peer_id)
             with trio.fail_after(_DIAL_TIMEOUT):
                 await self._host.connect(info)
         except Exception as exc:
-            log.debug("libp2p transport: dialing %s failed: %s", maddr, exc)
+            log.debug("libp2p transport: dialing %s failed: %r", maddr, exc)
             return False
         return True
 
