@@ -17,134 +17,23 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from transport_node import SWARM, NodeDriver, identity_for, make_bundle
+from transport_node import SWARM, MemNode, ProcNode, identity_for, make_bundle, wait_for
 
 from swarmnode.transport import TransportError, create_transport
 from swarmnode.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
 from swarmnode.transport.memory import MemoryHub, MemoryTransport
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_SCRIPT = ROOT / "tests" / "transport_node.py"
 PYTHON = sys.executable
 # Process-wide helpers hivemind starts on first use and keeps for the life of the process
 # (its MPFuture backend, multiprocessing's resource sharer, torch's shared-memory manager):
 # not per transport, so not leaks of one.
 PROCESS_WIDE_THREADS = {"hivemind.utils.mpfuture.BACKEND", "_serve"}
 PROCESS_WIDE_CHILDREN = {"torch_shm_manager"}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-class ProcNode:
-    """A node in its own process, driven through ``transport_node.py``'s JSON lines."""
-
-    def __init__(self, transport: str, seed: int, bootstrap: list[str] = (), listen: str | None = None,
-                 stderr_path: Path | None = None):
-        args = [PYTHON, str(NODE_SCRIPT), "--transport", transport, "--seed", str(seed)]
-        for b in bootstrap:
-            args += ["--bootstrap", b]
-        if listen:
-            args += ["--listen", listen]
-        self.stderr_path = stderr_path
-        self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, cwd=ROOT)
-        self.events: list[dict] = []
-        self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        ready = self.wait_event("ready", 60)
-        self.peer_id: str = ready["peer_id"]
-        self.addresses: list[str] = ready["addresses"]
-        self.start_s: float = ready["start_s"]
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            with self._lock:
-                self.events.append(json.loads(line))
-
-    def wait_event(self, name: str, timeout: float) -> dict:
-        def take() -> dict | None:
-            with self._lock:
-                for i, event in enumerate(self.events):
-                    if event["event"] == name:
-                        return self.events.pop(i)
-            if self.proc.poll() is not None and not self._reader.is_alive():
-                raise AssertionError(f"node exited with {self.proc.returncode} before '{name}'")
-            return None
-        return wait_for(take, timeout, f"event '{name}'")
-
-    def _send(self, **command: Any) -> None:
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def publish(self, round_no: int, size: int) -> dict:
-        self._send(cmd="publish", round=round_no, size=size)
-        return self.wait_event("published", 30)
-
-    def peers(self) -> list[str]:
-        self._send(cmd="peers")
-        return self.wait_event("peers", 30)["peers"]
-
-    def messages(self) -> list[dict]:
-        with self._lock:
-            return [e for e in self.events if e["event"] == "message"]
-
-    def stop(self) -> dict:
-        self._send(cmd="stop")
-        report = self.wait_event("stopped", 60)
-        self.proc.wait(30)
-        return report
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self._stderr is not subprocess.DEVNULL:
-            self._stderr.close()
-
-
-class MemNode:
-    """A memory-transport node on a shared event loop, with ProcNode's interface."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, hub: MemoryHub, seed: int):
-        self.loop = loop
-        self._messages: list[dict] = []
-        self.transport = MemoryTransport(identity_for(seed), SWARM, hub=hub)
-        self.driver = NodeDriver(self.transport, self._messages.append)
-        ready = self._run(self.driver.start())
-        self.peer_id, self.addresses = ready["peer_id"], ready["addresses"]
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
-    def publish(self, round_no: int, size: int) -> dict:
-        return self._run(self.driver.publish(round_no, size))
-
-    def peers(self) -> list[str]:
-        return self.transport.peers()
-
-    def messages(self) -> list[dict]:
-        return list(self._messages)
-
-    def stop(self) -> dict:
-        self._run(self.driver.stop())
-        return {"threads": [], "children_before": [], "children_after": []}
-
-    def kill(self) -> None:
-        pass
 
 
 @pytest.fixture
@@ -162,7 +51,7 @@ def spawn(tmp_path):
         else:
             node = ProcNode(transport, seed, stderr_path=tmp_path / f"node{seed}.err", **kw)
         nodes.append(node)
-        return node
+        return node.ready()
 
     yield start
     for node in nodes:

@@ -30,11 +30,12 @@ import json
 import logging
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -129,6 +130,136 @@ class NodeDriver:
     async def stop(self) -> None:
         await self.transport.stop()
         await self.transport.stop()
+
+
+# -- the driving side: tests and the benchmark use these --------------------------------------
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``condition`` until it returns something true; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class ProcNode:
+    """A node in its own process running this script. Call :meth:`ready` before anything else."""
+
+    def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
+                 stderr_path: Path | None = None):
+        args = [sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed)]
+        for b in bootstrap:
+            args += ["--bootstrap", b]
+        if listen:
+            args += ["--listen", listen]
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     text=True)
+        self.events: list[dict] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.peer_id = ""
+        self.addresses: list[str] = []
+        self.start_s = 0.0
+
+    def ready(self, timeout: float = 60) -> "ProcNode":
+        event = self.wait_event("ready", timeout)
+        self.peer_id, self.addresses, self.start_s = event["peer_id"], event["addresses"], event["start_s"]
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self._lock:
+                self.events.append(json.loads(line))
+
+    def wait_event(self, name: str, timeout: float) -> dict:
+        def take() -> dict | None:
+            with self._lock:
+                for i, event in enumerate(self.events):
+                    if event["event"] == name:
+                        return self.events.pop(i)
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"node exited with {self.proc.returncode} before '{name}'")
+            return None
+        return wait_for(take, timeout, f"event '{name}'")
+
+    def send(self, **command: Any) -> None:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def publish(self, round_no: int, size: int) -> dict:
+        self.send(cmd="publish", round=round_no, size=size)
+        return self.wait_event("published", 30)
+
+    def peers(self) -> list[str]:
+        self.send(cmd="peers")
+        return self.wait_event("peers", 30)["peers"]
+
+    def messages(self) -> list[dict]:
+        with self._lock:
+            return [e for e in self.events if e["event"] == "message"]
+
+    def stop(self) -> dict:
+        self.send(cmd="stop")
+        report = self.wait_event("stopped", 60)
+        self.proc.wait(30)
+        return report
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self._stderr is not subprocess.DEVNULL:
+            self._stderr.close()
+
+
+class MemNode:
+    """A memory-transport node on an event loop running in another thread, with ProcNode's interface."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, hub: Any, seed: int, swarm: str = SWARM):
+        from swarmnode.transport.memory import MemoryTransport
+
+        self.loop = loop
+        self._messages: list[dict] = []
+        self.transport = MemoryTransport(identity_for(seed), swarm, hub=hub)
+        self.driver = NodeDriver(self.transport, self._messages.append)
+        self.peer_id = self.transport.identity.peer_id
+        self.addresses: list[str] = []
+        self.start_s = 0.0
+
+    def ready(self, timeout: float = 60) -> "MemNode":
+        event = self._run(self.driver.start())
+        self.addresses, self.start_s = event["addresses"], event["start_s"]
+        return self
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def send(self, **command: Any) -> None:
+        assert command["cmd"] == "publish"
+        asyncio.run_coroutine_threadsafe(self.driver.publish(command["round"], command["size"]), self.loop)
+
+    def publish(self, round_no: int, size: int) -> dict:
+        return self._run(self.driver.publish(round_no, size))
+
+    def peers(self) -> list[str]:
+        return self.transport.peers()
+
+    def messages(self) -> list[dict]:
+        return list(self._messages)
+
+    def stop(self) -> dict:
+        self._run(self.driver.stop())
+        return {"threads": [], "children_before": [], "children_after": []}
+
+    def kill(self) -> None:
+        pass
 
 
 async def _serve(args: argparse.Namespace) -> dict[str, Any]:
