@@ -15,6 +15,7 @@ import statistics
 
 from swarmnode.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
+from swarmnode.guard import PeerGuard
 from swarmnode.identity import Identity
 from swarmnode.pool import ExternalPool, PeerTable
 from swarmnode.rollout import Group
@@ -34,15 +35,25 @@ class Exchange:
         self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
         self.pool = ExternalPool()
         self.peers = PeerTable()
+        self.guard = PeerGuard()
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
         """This node's signed bundle of ``round_no``."""
         return encode_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
                              groups=groups)
 
+    def admit(self, data: bytes) -> str | None:
+        """The guard's word on a message before it is queued for :meth:`receive`: None to
+        queue it, else why it is dropped unread (``rate_limited``, ``banned``; counted)."""
+        bucket, reason = self.guard.admit(data)
+        if reason is not None:
+            self.peers.record_rejection(bucket, reason)
+        return reason
+
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
         verdict = self.verifier.check(data, now)
+        self.guard.judge(verdict.sender, verdict.reason)
         if not verdict.accepted:
             self.peers.record_rejection(verdict.sender, verdict.reason)
             self._emit("bundle_rejected", peer=verdict.sender, reason=verdict.reason)
@@ -64,6 +75,13 @@ class Exchange:
         """Up to ``n`` external groups for the round's training set (see ExternalPool.sample)."""
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
                                 max_peer_share=self.cfg.max_peer_share)
+
+    def peer_rows(self) -> list[dict]:
+        """The peer table, each row with ``banned_until`` (epoch seconds or None) and
+        ``pooled`` (its groups in the pool now)."""
+        pooled = self.pool.stats()["by_peer"]
+        return [{**row, "banned_until": self.guard.banned_until(row["peer_id"]),
+                 "pooled": pooled.get(row["peer_id"], 0)} for row in self.peers.rows()]
 
     def _emit(self, type: str, **data) -> None:
         if self.state is not None:

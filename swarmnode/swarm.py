@@ -52,7 +52,9 @@ class NetworkLink:
     ``share`` is called from the round's worker thread: it signs the bundle there and hands
     the publish to the loop without waiting. Incoming messages are verified and re-scored
     on one background thread with a bounded backlog, so a flood of bundles can neither
-    stall the loop nor grow memory: past the backlog, messages are dropped and counted.
+    stall the loop nor grow memory: past the backlog, messages are dropped and counted. Before
+    that, the exchange's :class:`~swarmnode.guard.PeerGuard` drops a rate-limited or banned
+    sender's messages unread.
     """
 
     BACKLOG = 256
@@ -81,6 +83,8 @@ class NetworkLink:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _on_message(self, data: bytes) -> None:
+        if self.exchange.admit(data) is not None:  # rate-limited or banned sender: dropped unread
+            return
         if self._pending >= self.BACKLOG:
             self.exchange.peers.record_rejection(None, "overloaded")
             return
@@ -118,4 +122,4 @@ class NetworkLink:
         return len(self._known_peers)
 
     def peer_rows(self) -> list[dict]:
-        return self.exchange.peers.rows()
+        return self.exchange.peer_rows()
