@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from transport_node import SWARM, MemNode, ProcNode, identity_for, make_bundle, wait_for
+from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name,
+                            wait_for)
 
 from swarmnode.transport import TransportError, create_transport
 from swarmnode.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
@@ -128,6 +130,24 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     first.stop()
     warnings = [line for line in late.stderr_path.read_text().splitlines() if "bootstrap peer(s) answered" in line]
     assert len(warnings) == 1, warnings
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_hivemind_helpers_end_with_a_killed_node(spawn):
+    """A node killed by a signal (OOM, kill -9) must not leave its DHT process and p2pd running."""
+    node = spawn("hivemind", 0)
+    helpers = [pid for pid in descendants(node.proc.pid) if process_name(pid) != "torch_shm_manager"]
+    assert len(helpers) >= 2, "expected the DHT process and p2pd"
+    os.kill(node.proc.pid, signal.SIGKILL)
+    node.proc.wait(10)
+    wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
 # -- pieces of the contract that need no network ------------------------------------------------

@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -158,8 +160,9 @@ class ProcNode:
             args += ["--listen", listen]
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+        # A session of its own, so kill() can take the node's helpers (DHT process, p2pd) with it.
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True)
+                                     text=True, start_new_session=True)
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -212,9 +215,10 @@ class ProcNode:
         return report
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """Kill the node's whole process group (this node's processes only) and reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
         if self._stderr is not subprocess.DEVNULL:
             self._stderr.close()
 
@@ -227,6 +231,7 @@ class MemNode:
 
         self.loop = loop
         self._messages: list[dict] = []
+        self._pending: list[Any] = []
         self.transport = MemoryTransport(identity_for(seed), swarm, hub=hub)
         self.driver = NodeDriver(self.transport, self._messages.append)
         self.peer_id = self.transport.identity.peer_id
@@ -242,8 +247,14 @@ class MemNode:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
 
     def send(self, **command: Any) -> None:
+        """Only ``publish``: its ``published`` event is then read with :meth:`wait_event`."""
         assert command["cmd"] == "publish"
-        asyncio.run_coroutine_threadsafe(self.driver.publish(command["round"], command["size"]), self.loop)
+        self._pending.append(asyncio.run_coroutine_threadsafe(
+            self.driver.publish(command["round"], command["size"]), self.loop))
+
+    def wait_event(self, name: str, timeout: float) -> dict:
+        assert name == "published" and self._pending
+        return self._pending.pop(0).result(timeout)
 
     def publish(self, round_no: int, size: int) -> dict:
         return self._run(self.driver.publish(round_no, size))

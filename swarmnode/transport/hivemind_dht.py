@@ -45,7 +45,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.bundle import BundleRejected, open_envelope
 from swarmnode.identity import public_key_from_peer_id, verify_signature
-from swarmnode.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
+from swarmnode.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
 
 log = logging.getLogger("swarmnode.transport")
 
@@ -135,6 +135,27 @@ async def _visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
     return [str(m) for m in await node.get_visible_maddrs()]
 
 
+async def _watch_parent(_dht: Any, node: DHTNode, *, parent: int) -> None:
+    """Make the DHT process (and its p2pd) end with the node, even when the node is killed.
+
+    hivemind's DHT is a forked process that outlives a node killed by a signal (out of
+    memory, ``kill -9``), keeping its port and p2pd busy; this check ends it instead.
+    """
+
+    async def watch() -> None:
+        while os.getppid() == parent:
+            await asyncio.sleep(1.0)
+        try:
+            await asyncio.wait_for(node.shutdown(), 5.0)
+        finally:
+            os._exit(0)
+
+    _WATCHERS.add(asyncio.create_task(watch()))
+
+
+_WATCHERS: set[asyncio.Task] = set()  # strong references, or the loop may drop the task
+
+
 async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str) -> None:
     with open(path, "rb") as fh:
         data = fh.read()
@@ -172,9 +193,9 @@ async def _fetch_rounds(_dht: Any, node: DHTNode, *, swarm: str, rounds: list[in
 
 
 async def _join(_dht: Any, node: DHTNode, *, maddr: str) -> bool:
-    address = Multiaddr(maddr)
-    peer = PeerID.from_base58(address["p2p"])
     try:
+        address = Multiaddr(maddr)
+        peer = PeerID.from_base58(address["p2p"])
         await asyncio.wait_for(node.p2p._client.connect(peer, [address.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
                                _DIAL_TIMEOUT)
         if await node.protocol.call_ping(peer) is None:
@@ -206,6 +227,16 @@ class HivemindTransport(Transport):
 
     async def _start(self) -> None:
         self._spool = tempfile.mkdtemp(prefix="swarmnode-dht-")
+        try:
+            await self._launch()
+        except BaseException:
+            shutil.rmtree(self._spool, ignore_errors=True)
+            raise
+        self._poll_task = asyncio.create_task(self._poll_loop(), name="hivemind-poll")
+
+    async def _launch(self) -> None:
+        """Start the DHT process on the node key and learn its addresses; TransportError if it cannot."""
+        assert self._spool is not None
         key_file = os.path.join(self._spool, "identity.key")
         try:
             _write_private(key_file, self.identity.private_key_protobuf())
@@ -216,22 +247,24 @@ class HivemindTransport(Transport):
             self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
                                                         **kwargs))
         except Exception as exc:
-            shutil.rmtree(self._spool, ignore_errors=True)
             raise TransportError(f"the hivemind DHT could not start on {self.listen}: {exc}") from None
         finally:
             # p2pd has read the key by now (or failed); keep no second copy on disk.
             with contextlib.suppress(OSError):
                 os.unlink(key_file)
         try:
+            await self._call(partial(_watch_parent, parent=os.getpid()))
             self._addresses = await self._call(_visible_addresses)
+            own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
+            if own != self.identity.peer_id:
+                raise TransportError(f"p2pd derived PeerID {own!r} from the node key, expected "
+                                     f"{self.identity.peer_id}")
         except Exception as exc:
-            await self._stop()
-            raise TransportError(f"the hivemind DHT started but reports no address: {exc}") from None
-        own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
-        if own != self.identity.peer_id:
-            await self._stop()
-            raise TransportError(f"p2pd derived PeerID {own!r} from the node key, expected {self.identity.peer_id}")
-        self._poll_task = asyncio.create_task(self._poll_loop(), name="hivemind-poll")
+            dht, self._dht = self._dht, None
+            await asyncio.to_thread(dht.shutdown)
+            if isinstance(exc, TransportError):
+                raise
+            raise TransportError(f"the hivemind DHT started but reports no address: {exc!r}") from None
 
     async def _stop(self) -> None:
         if self._poll_task is not None:
@@ -289,10 +322,27 @@ class HivemindTransport(Transport):
                 await self._poll_once()
                 self._poll_failed = False
             except Exception as exc:
+                dht = self._dht
+                if dht is not None and not dht.is_alive():
+                    await self._relaunch(dht)
+                    continue
                 if not self._poll_failed:  # one line per outage, not one per second
                     log.warning("hivemind transport: reading the swarm's records failed: %r", exc)
                 self._poll_failed = True
             await asyncio.sleep(self.poll_interval)
+
+    async def _relaunch(self, dead: hivemind.DHT) -> None:
+        """Replace a DHT process that died; the join loop then finds the swarm again."""
+        log.error("hivemind transport: the DHT process exited (code %s); starting a new one", dead.exitcode)
+        self._dht, self._peers = None, []
+        await asyncio.to_thread(dead.shutdown)
+        backoff = Backoff()
+        while self._dht is None:
+            try:
+                await self._launch()
+            except TransportError as exc:
+                log.error("hivemind transport: %s", exc)
+                await asyncio.sleep(backoff.next_delay())
 
     async def _poll_once(self) -> None:
         heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
