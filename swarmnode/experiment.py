@@ -46,7 +46,7 @@ CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "s
               "n_dropped_zero_adv", "loss", "bundles_rejected"]
 SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted"}
 # Settings that may change when a run is resumed: they do not change what a round computes.
-_RESUMABLE_CHANGES = ("rounds", "seeds", "device", "checkpoint_every", "out")
+_RESUMABLE_CHANGES = ("rounds", "seeds", "device", "checkpoint_every", "out", "time_limit_minutes")
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -118,6 +118,7 @@ class Settings:
     generation: str
     checkpoint_every: int
     out: str
+    time_limit_minutes: float | None = None
 
     @property
     def arms(self) -> list[Arm]:
@@ -133,11 +134,11 @@ PROFILES: dict[str, dict] = {
     # (measured: docs/experiments/summary.md gives the rounds and seconds actually run).
     "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=12, seeds=1, questions=8, completions=4,
                    max_new_tokens=8, model="embedded", task_file=LAPTOP_TASKS, learning_rate=2e-4,
-                   micro_batch=32, checkpoint_every=1),
+                   micro_batch=32, checkpoint_every=1, generation="per-node"),
     # The paper's controlled experiment: 8 nodes, 8 questions, 8 completions, the nine families.
     "paper": dict(nodes=8, configs="8/0,6/2,4/4,2/6", rounds=2000, seeds=1, questions=8, completions=8,
                   max_new_tokens=256, model="Qwen/Qwen2.5-0.5B-Instruct", task_file=None, learning_rate=1e-4,
-                  micro_batch=16, checkpoint_every=10),
+                  micro_batch=16, checkpoint_every=10, generation="batched"),
 }
 
 
@@ -418,10 +419,13 @@ class Experiment:
         total = s.seeds * s.rounds * len(self.arms)
         start = sum(len(self.arms) for (sd, rd) in done_rows if sd < s.seeds and rd < s.rounds)
         t_start = time.time()
+        deadline = None if s.time_limit_minutes is None else t_start + 60 * s.time_limit_minutes
         rounds_run = 0
         with tqdm(total=total, initial=min(start, total), disable=not self.progress, unit="config-round",
                   dynamic_ncols=True) as bar:
             for seed in range(s.seeds):
+                if deadline is not None and time.time() >= deadline:
+                    break
                 completed = self._completed_round(seed)
                 if completed + 1 >= s.rounds:
                     continue
@@ -441,8 +445,12 @@ class Experiment:
                         bar.update(1)
                     self._append_rows(self.run_round(seed, r, step))
                     rounds_run += 1
-                    if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1:
+                    out_of_time = deadline is not None and time.time() >= deadline
+                    if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1 or out_of_time:
                         self._save(seed, r)
+                    if out_of_time:
+                        log.warning("time limit reached after round %d of seed %d; rerun to continue", r, seed)
+                        break
         info = {"peak_rss_mb": peak_rss_mb(), "wall_seconds": round(time.time() - t_start, 1),
                 "rounds_run": rounds_run, "adapters": len(self.members),
                 "model": self.base.name if self.base else None, "device": s.device}
@@ -618,9 +626,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learning-rate", type=float)
     p.add_argument("--micro-batch", type=int, help="sequences per forward/backward pass")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--generation", choices=("batched", "per-node"), default="batched",
-                   help="one mixed-adapter batch for all nodes, or one batch per node")
+    p.add_argument("--generation", choices=("batched", "per-node"),
+                   help="one mixed-adapter batch for all nodes (faster on a GPU), or one batch per node "
+                        "(faster on a CPU)")
     p.add_argument("--checkpoint-every", type=int, help="rounds between checkpoints")
+    p.add_argument("--time-limit", type=float, metavar="MINUTES", dest="time_limit_minutes",
+                   help="stop after the round that passes this many minutes, checkpoint, and report "
+                        "(rerun the same command to continue)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (0: torch decides)")
     p.add_argument("--out", default="experiment-out", help="output directory (rerun with it to resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -630,11 +642,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     values = dict(PROFILES[args.profile])
     for key in ("nodes", "configs", "rounds", "seeds", "questions", "completions", "max_new_tokens", "model",
-                "task_file", "learning_rate", "micro_batch", "checkpoint_every"):
+                "task_file", "learning_rate", "micro_batch", "checkpoint_every", "generation"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     s = Settings(profile=args.profile, device=args.device, tasks=args.tasks, temperature=args.temperature,
-                 generation=args.generation, out=str(Path(args.out).expanduser()), **values)
+                 out=str(Path(args.out).expanduser()), time_limit_minutes=args.time_limit_minutes, **values)
     for key in ("nodes", "rounds", "seeds", "questions", "completions", "max_new_tokens", "micro_batch",
                 "checkpoint_every"):
         if getattr(s, key) < 1:
