@@ -85,6 +85,8 @@ def test_contract(spawn, transport):
     wait_for(lambda: set(first.peers()) >= {n.peer_id for n in others}, 30, "the bootstrap node's peers")
     for node in others:
         wait_for(lambda: first.peer_id in node.peers(), 30, "peers of a joined node")
+    # and the others find each other through it (DHT lookups, or the libp2p peer exchange)
+    wait_for(lambda: all(len(n.peers()) >= 2 for n in nodes), 40, "every node to connect to every other")
     assert all(n.peer_id not in n.peers() for n in nodes)
 
     # publish: a large bundle, a small one, and one from the bootstrap node

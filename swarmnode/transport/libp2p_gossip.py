@@ -7,6 +7,12 @@ thread, so the event loop never waits on trio), and received messages come back 
 subscribed, or raises :class:`TransportError` with the host's startup error. :meth:`stop`
 cancels everything inside ``trio.run`` and joins the thread.
 
+Peers find each other beyond the bootstrap node with a small peer exchange,
+``/swarmnode/peers/1.0.0``: a node that has fewer than :data:`PEER_TARGET` connections asks a
+few connected peers for the addresses of theirs (JSON list of multiaddrs, capped) and dials
+the ones it lacks. gossipsub alone would relay through the bootstrap node but never connect
+the others to each other.
+
 Messages are signed by the host key (strict signing: unsigned or badly signed messages are
 dropped by pubsub). The host key is the node's identity, so the gossip author's PeerID is
 the node's PeerID, and a topic validator stops relaying anything that is not a bundle
@@ -17,14 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import json
 import logging
+import random
 import threading
+from functools import partial
 from typing import Any, Sequence
 
 import multiaddr
 import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
@@ -32,7 +43,7 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
-                                      signed_by)
+                                      peer_id_of, signed_by)
 
 log = logging.getLogger("swarmnode.transport")
 
@@ -40,6 +51,13 @@ _STARTUP_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0
 _STOP_TIMEOUT = 10.0
 _PEER_REFRESH = 0.5
+PEER_TARGET = 8
+PEERS_PROTOCOL = TProtocol("/swarmnode/peers/1.0.0")
+_EXCHANGE_EVERY = 10.0
+_EXCHANGE_FIRST = 2.0
+_EXCHANGE_ASK = 3           # peers asked per exchange
+_EXCHANGE_MAX_ADDRS = 64    # addresses sent or read per answer
+_EXCHANGE_MAX_BYTES = 32 * 1024
 
 
 def topic_name(swarm: str) -> str:
@@ -145,6 +163,7 @@ class Libp2pTransport(Transport):
                                   degree_low=4, degree_high=12, heartbeat_interval=1)
             pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=2 * MAX_MESSAGE_BYTES)
             pubsub.set_topic_validator(self.topic, _relay_check, is_async_validator=False)
+            host.set_stream_handler(PEERS_PROTOCOL, partial(_answer_peers, host))
             try:
                 async with host.run([listen]), background_trio_service(pubsub), background_trio_service(gossipsub):
                     await pubsub.wait_until_ready()
@@ -155,6 +174,7 @@ class Libp2pTransport(Transport):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._receive, subscription, own_id.to_bytes())
                         nursery.start_soon(self._refresh_peers, host)
+                        nursery.start_soon(self._exchange_peers, host)
             finally:
                 pubsub.seen_messages.stop()  # its sweeper thread outlives the host otherwise
 
@@ -180,6 +200,21 @@ class Libp2pTransport(Transport):
             self._peers = [str(p) for p in host.get_connected_peers()]
             await trio.sleep(_PEER_REFRESH)
 
+    async def _exchange_peers(self, host: Any) -> None:
+        """Ask a few peers for theirs while below PEER_TARGET; dial the ones not connected yet."""
+        await trio.sleep(_EXCHANGE_FIRST)
+        while True:
+            connected = host.get_connected_peers()
+            if 0 < len(connected) < PEER_TARGET:
+                known = {str(p) for p in connected} | {self.identity.peer_id}
+                for peer in random.sample(connected, min(_EXCHANGE_ASK, len(connected))):
+                    for maddr in await _ask_peers(host, peer):
+                        if len(known) > PEER_TARGET:
+                            break
+                        if peer_id_of(maddr) not in known and await self._trio_dial(maddr):
+                            known.add(peer_id_of(maddr) or "")
+            await trio.sleep(_EXCHANGE_EVERY)
+
     async def _trio_dial(self, maddr: str) -> bool:
         try:
             info = info_from_p2p_addr(multiaddr.Multiaddr(maddr))
@@ -201,3 +236,52 @@ def _relay_check(forwarder: ID, message: Any) -> bool:
     except Exception:
         return False
     return signed_by(author, bytes(message.data))
+
+
+def _dialable(host: Any, peer: ID) -> list[str]:
+    """A peer's listen addresses as its node learned them (identify), with /p2p/, wildcards dropped."""
+    out = []
+    for addr in host.get_peerstore().addrs(peer)[:2]:
+        text = str(addr)
+        if "/0.0.0.0/" in text or "/::/" in text:
+            continue
+        out.append(text if "/p2p/" in text else f"{text}/p2p/{peer}")
+    return out
+
+
+async def _answer_peers(host: Any, stream: Any) -> None:
+    """Stream handler of PEERS_PROTOCOL: the addresses of our other peers, then close."""
+    try:
+        asker = stream.muxed_conn.peer_id
+        addrs = [a for p in host.get_connected_peers() if p != asker for a in _dialable(host, p)]
+        await stream.write(json.dumps(addrs[:_EXCHANGE_MAX_ADDRS]).encode("utf-8"))
+        await stream.close()
+    except Exception as exc:
+        log.debug("libp2p transport: answering a peer exchange failed: %r", exc)
+        with contextlib.suppress(Exception):
+            await stream.reset()
+
+
+async def _ask_peers(host: Any, peer: ID) -> list[str]:
+    """The multiaddrs ``peer`` reports for its peers; [] on any failure or malformed answer."""
+    try:
+        with trio.fail_after(_DIAL_TIMEOUT):
+            stream = await host.new_stream(peer, [PEERS_PROTOCOL])
+            chunks, size = [], 0
+            while size <= _EXCHANGE_MAX_BYTES:
+                try:
+                    chunk = await stream.read(_EXCHANGE_MAX_BYTES)
+                except EOFError:  # py-libp2p's StreamEOF: the answer is complete
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            await stream.close()
+        answer = json.loads(b"".join(chunks)) if size <= _EXCHANGE_MAX_BYTES else None
+    except Exception as exc:
+        log.debug("libp2p transport: peer exchange with %s failed: %r", peer, exc)
+        return []
+    if not isinstance(answer, list):
+        return []
+    return [a for a in answer[:_EXCHANGE_MAX_ADDRS] if isinstance(a, str) and len(a) < 512 and peer_id_of(a)]
