@@ -1,0 +1,105 @@
+"""Three `swarmnode start` processes on 127.0.0.1 form a swarm and train on each other's rollouts."""
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nodeproc import metric_rows, start_argv, write_signal_tasks
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _peer_id(home) -> str:
+    out = subprocess.run([sys.executable, "-m", "swarmnode", "identity", "--home", str(home), "--json"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)["peer_id"]
+
+
+def _node(home, model, tasks, transport, *extra):
+    argv = start_argv(home, model, "--tasks", str(tasks), "--transport", transport, "--swarm", "e2e",
+                      "--local", "2", "--external", "2", *extra)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait(predicate, timeout: float) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return predicate()
+
+
+def _stop(procs) -> list[int]:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=120))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes.append(p.wait())
+    return codes
+
+
+def _swarming(home) -> bool:
+    return any(r["n_external"] > 0 and r["peers"] >= 2 for r in metric_rows(home))
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_model_dir, transport):
+    tasks = write_signal_tasks(tmp_path / "tasks.toml")
+    homes = [tmp_path / f"n{i}" for i in range(3)]
+    port = _free_port()
+    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(homes[0])}"
+    (tmp_path / "none.txt").write_text("# this node is the bootstrap\n")
+    procs = [_node(homes[0], tiny_model_dir, tasks, transport, "--listen", f"/ip4/127.0.0.1/tcp/{port}",
+                   "--bootstrap-file", str(tmp_path / "none.txt"))]
+    procs += [_node(h, tiny_model_dir, tasks, transport, "--listen", "/ip4/127.0.0.1/tcp/0",
+                    "--bootstrap", bootstrap) for h in homes[1:]]
+    try:
+        joined = _wait(lambda: all(_swarming(h) for h in homes), timeout=300)
+        report = {h.name: [(r["round"], r["peers"], r["n_external"]) for r in metric_rows(h)][-3:] for h in homes}
+        assert joined, report
+    finally:
+        codes = _stop(procs)
+    assert codes == [0, 0, 0]
+    for h in homes:
+        rounds = [r["round"] for r in metric_rows(h)]
+        assert rounds == list(range(len(rounds)))
+
+
+def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):
+    tasks = write_signal_tasks(tmp_path / "tasks.toml")
+    boot_home, home = tmp_path / "boot", tmp_path / "node"
+    port = _free_port()
+    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(boot_home)}"
+    (tmp_path / "none.txt").write_text("")
+    node = _node(home, tiny_model_dir, tasks, "hivemind", "--bootstrap", bootstrap)
+    procs = [node]
+    try:
+        assert _wait(lambda: len(metric_rows(home)) >= 3, timeout=180), "the node did not train alone"
+        assert all(r["peers"] == 0 for r in metric_rows(home))
+        assert node.poll() is None
+        procs.append(_node(boot_home, tiny_model_dir, tasks, "hivemind", "--listen",
+                           f"/ip4/127.0.0.1/tcp/{port}", "--bootstrap-file", str(tmp_path / "none.txt")))
+        assert _wait(lambda: any(r["peers"] >= 1 for r in metric_rows(home)), timeout=240), \
+            [(r["round"], r["peers"]) for r in metric_rows(home)][-3:]
+    finally:
+        codes = _stop(procs)
+    assert codes == [0, 0]
+    log = (home / "logs" / "swarmnode.log").read_text()
+    assert "Traceback" not in log
