@@ -1,0 +1,110 @@
+"""A hostile peer: a libp2p gossipsub node that publishes bundles as fast as it can.
+
+For ``tests/test_flood.py`` and ``benchmarks/flood.py``. It runs the real libp2p transport
+with its own outgoing check removed (so garbage leaves it too) and, once started, publishes a
+mix of valid bundles (a new round each), validly signed hostile bundles (too many groups)
+and garbage, one publish after the other with no pause (about 400 a second on one core; a
+tighter loop inside py-libp2p's trio thread starved the host's own stream writers and
+delivered nothing)::
+
+    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA]
+
+It prints ``{"event": "ready", "peer_id": ..., "addresses": [...]}`` once it listens, waits
+for ``--start-file`` to exist (if given) and for a peer to subscribe to the topic, prints
+``flooding``, and at the end ``{"event": "done", "published": N, "seconds": S}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from swarmnode.bundle import encode_bundle  # noqa: E402
+from swarmnode.identity import Identity  # noqa: E402
+from swarmnode.rollout import Group  # noqa: E402
+from swarmnode.tasks import Question  # noqa: E402
+
+SWARM = "flood-test"
+FLOODER_SEED = b"F" * 32
+
+
+def _groups(n: int) -> list[Group]:
+    return [Group(Question("chain_sum", f"What is {i} + 1?", str(i + 1), {"num_terms": 2, "num_digits": 1}),
+                  [f"<answer>{i + 1}</answer>", "<answer>7</answer>"], [1.0, 1.0]) for i in range(n)]
+
+
+def valid_bundle(identity: Identity, round_no: int) -> bytes:
+    """A bundle every check accepts (once: a second copy is a replay)."""
+    return encode_bundle(identity, swarm=SWARM, round_no=round_no, model="flood", groups=_groups(2))
+
+
+def hostile_bundle(identity: Identity, round_no: int) -> bytes:
+    """Validly signed, structurally invalid (more groups than any receiver takes)."""
+    return encode_bundle(identity, swarm=SWARM, round_no=round_no, model="flood", groups=_groups(17))
+
+
+def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
+    """``n`` messages: 6 valid, 2 hostile and 2 garbage in every 10, all distinct."""
+    out = []
+    for i in range(first_round, first_round + n):
+        kind = i % 10
+        if kind < 6:
+            out.append(valid_bundle(identity, i))
+        elif kind < 8:
+            out.append(hostile_bundle(identity, i))
+        else:
+            out.append(b"SNB\x01" + os.urandom(200))
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--start-file")
+    ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    args = ap.parse_args()
+    logging.getLogger("libp2p").setLevel(logging.ERROR)  # its own subscription overflows: one line a message
+
+    from swarmnode.transport import create_transport
+
+    identity = Identity.from_seed(FLOODER_SEED)
+    transport = create_transport("libp2p", identity, SWARM, listen=args.listen)
+    await transport.start()
+    print(json.dumps({"event": "ready", "peer_id": identity.peer_id, "addresses": transport.addresses()}), flush=True)
+    while args.start_file and not os.path.exists(args.start_file):
+        await asyncio.sleep(0.1)
+    pubsub, topic = transport._pubsub, transport.topic
+    # A hostile peer runs no politeness of its own: let garbage out (the receiver's checks must
+    # stop it) and switch off py-libp2p's sender-side spam limit (10 messages/s per topic),
+    # which would otherwise throttle this node and then score it below its own publish gate.
+    pubsub.remove_topic_validator(topic)
+    router = pubsub.router
+    router.spam_protection_enabled = False
+    if getattr(router, "scorer", None) is not None:
+        router.scorer.allow_publish = lambda peer, topics: True
+    while not router.mesh.get(topic):  # gossipsub pushes to mesh peers (grafted at a heartbeat)
+        await asyncio.sleep(0.1)
+    print("flooding", json.dumps({"mesh": [str(p) for p in router.mesh[topic]]}), flush=True)
+
+    published, started = 0, time.monotonic()
+    while time.monotonic() - started < args.seconds:
+        # Distinct bytes throughout: receivers drop repeats of a message before any check.
+        for data in flood_mix(identity, 100, published):
+            await transport.publish(published, data)
+            published += 1
+    seconds = time.monotonic() - started
+    print(json.dumps({"event": "done", "published": published, "seconds": round(seconds, 1),
+                      "rate": round(published / seconds)}), flush=True)
+    await transport.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
