@@ -284,3 +284,30 @@ def test_hivemind_record_validator():
         "head moved to another subkey": False, "others' heads are not signed": True,
         "strip restores the value": True,
     }
+
+
+PEER_ANSWER_CHECKS = """
+import json
+from swarmnode.transport.libp2p_gossip import parse_peer_answer
+good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
+cases = {
+    "good": json.dumps([good, 7, None, "/ip4/1.2.3.4/tcp/1", "no-slash/p2p/x", good]).encode(),
+    "garbage": b"\\xff\\x00{",
+    "not a list": b'{"a": 1}',
+    "deep": b"[" * 5000 + b"]" * 5000,
+    "oversized": json.dumps([good] * 500).encode(),
+    "too many": json.dumps([good] * 300).encode(),
+    "too long": json.dumps([good + "/" + "x" * 600]).encode(),
+}
+print(json.dumps({name: parse_peer_answer(raw) for name, raw in cases.items()}))
+"""
+
+
+def test_peer_exchange_answers_are_parsed_defensively():
+    result = _run_python(PEER_ANSWER_CHECKS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
+    assert got["good"] == [good, good]
+    assert got["garbage"] == got["not a list"] == got["deep"] == got["too long"] == got["oversized"] == []
+    assert got["too many"] == [good] * 64

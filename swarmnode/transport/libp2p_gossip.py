@@ -278,10 +278,21 @@ async def _ask_peers(host: Any, peer: ID) -> list[str]:
                 chunks.append(chunk)
                 size += len(chunk)
             await stream.close()
-        answer = json.loads(b"".join(chunks)) if size <= _EXCHANGE_MAX_BYTES else None
     except Exception as exc:
         log.debug("libp2p transport: peer exchange with %s failed: %r", peer, exc)
         return []
+    return parse_peer_answer(b"".join(chunks))
+
+
+def parse_peer_answer(raw: bytes) -> list[str]:
+    """The usable multiaddrs of a peer-exchange answer; [] for anything malformed or oversized."""
+    if len(raw) > _EXCHANGE_MAX_BYTES:
+        return []
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
     if not isinstance(answer, list):
         return []
-    return [a for a in answer[:_EXCHANGE_MAX_ADDRS] if isinstance(a, str) and len(a) < 512 and peer_id_of(a)]
+    return [a for a in answer[:_EXCHANGE_MAX_ADDRS]
+            if isinstance(a, str) and len(a) < 512 and a.startswith("/") and peer_id_of(a)]
