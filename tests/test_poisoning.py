@@ -1,0 +1,115 @@
+"""Poisoned rollouts: through a real Exchange, real signed bundles and a real Scorer.
+
+A liar claims reward 1.0 for wrong answers: the receiver re-scores, so the pooled group
+carries the receiver's rewards (all 0), has no advantage and is never drawn. A peer that
+shares only wrong answers with some signal gets at most ``max_peer_share`` of the J external
+groups, however much it sends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from swarmnode.bundle import encode_bundle
+from swarmnode.config import NodeConfig
+from swarmnode.exchange import Exchange
+from swarmnode.identity import Identity
+from swarmnode.rollout import Group
+from swarmnode.tasks import Question, Scorer
+
+SWARM = "poison-test"
+NODE, LIAR, HONEST = (Identity.from_seed(bytes([c]) * 32) for c in b"NLH")
+
+
+def question(i: int) -> Question:
+    return Question("chain_sum", f"What is {i} + 2?", str(i + 2), {"num_terms": 2, "num_digits": 1})
+
+
+def bundle(identity: Identity, round_no: int, groups: list[Group]) -> bytes:
+    return encode_bundle(identity, swarm=SWARM, round_no=round_no, model="m", groups=groups)
+
+
+def exchange(max_peer_share: float = 0.5) -> Exchange:
+    cfg = NodeConfig(swarm=SWARM, solo=False, max_peer_share=max_peer_share)
+    return Exchange(NODE, cfg, Scorer(), "m")
+
+
+def liar_groups(n: int, first: int = 0) -> list[Group]:
+    """Wrong answers, all claimed at 1.0."""
+    return [Group(question(i), ["<answer>banana</answer>", "<answer></answer>", "no idea", "<answer>x</answer>"],
+                  [1.0] * 4) for i in range(first, first + n)]
+
+
+def honest_groups(n: int, first: int = 0) -> list[Group]:
+    """One right answer in four, claimed honestly."""
+    return [Group(question(i), [f"<answer>{i + 2}</answer>", f"<answer>{i + 9}</answer>", "x",
+                                f"<answer>{i + 8}</answer>"], [1.0, 0.0, 0.0, 0.0]) for i in range(first, first + n)]
+
+
+def near_misses() -> list[Group]:
+    """Eight groups of wrong answers that still differ: chain_sum's verifier gives 0.5 to an
+    answer that starts with the right digit, 0 to a word; both claimed at 1.0."""
+    return [Group(question(i), [f"<answer>{i + 2}9</answer>", "<answer>banana</answer>"], [1.0, 1.0])
+            for i in range(8)]
+
+
+def test_fabricated_rewards_are_replaced_and_never_drawn():
+    ex = exchange()
+    verdict = ex.receive(bundle(LIAR, 1, liar_groups(8)))
+    assert verdict.accepted
+    pooled = [e.group for e in ex.pool._entries]
+    assert len(pooled) == 8 and all(g.source == LIAR.peer_id for g in pooled)
+    assert all(g.rewards == [0.0, 0.0, 0.0, 0.0] for g in pooled)  # the receiver's scores, not the claim
+    assert not any(g.has_signal() for g in pooled)
+    for seed in range(20):
+        for mode in ("uniform", "reward-weighted"):
+            assert ex.pool.sample(4, random.Random(seed), exclude=NODE.peer_id, mode=mode) == []
+    row = next(r for r in ex.peer_rows() if r["peer_id"] == LIAR.peer_id)
+    assert row["reported_mean_reward"] == 1.0  # the claim is shown in the peer table, and only there
+
+
+def test_a_liar_gains_nothing_next_to_an_honest_peer():
+    ex = exchange(max_peer_share=1.0)
+    ex.receive(bundle(LIAR, 1, liar_groups(16)))
+    ex.receive(bundle(HONEST, 1, honest_groups(4, first=100)))
+    drawn = Counter(g.source for seed in range(50) for g in ex.draw(2, 4, random.Random(seed)))
+    assert drawn[LIAR.peer_id] == 0 and drawn[HONEST.peer_id] == 50 * 4
+    for g in (e.group for e in ex.pool._entries if e.group.source == HONEST.peer_id):
+        assert g.rewards == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_a_wrong_claim_of_zero_cannot_hide_a_right_answer():
+    """The other direction: rewards claimed too low are re-scored up, so a peer cannot make
+    the receiver learn against the right answer by labelling it wrong."""
+    ex = exchange()
+    g = Group(question(3), ["<answer>5</answer>", "<answer>1</answer>"], [0.0, 1.0])
+    ex.receive(bundle(LIAR, 1, [g]))
+    assert ex.pool._entries[0].group.rewards == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("share, j", [(0.5, 4), (0.25, 8), (0.5, 8)])
+def test_a_peer_sharing_only_wrong_answers_is_held_to_its_share(share, j):
+    """Wrong answers with some signal (partial credit from the real verifier) are pooled; the
+    flood of them is capped per draw."""
+    ex = exchange(max_peer_share=share)
+    spam = near_misses()
+    ex.receive(bundle(LIAR, 1, spam))
+    pooled_liar = [e.group for e in ex.pool._entries if e.group.source == LIAR.peer_id]
+    assert [g.rewards for g in pooled_liar] == [[0.5, 0.0]] * 8  # wrong, yet with signal
+
+    ex.receive(bundle(HONEST, 1, honest_groups(j, first=100)))
+    cap = max(1, -(-share * j // 1))
+    for seed in range(30):
+        got = Counter(g.source for g in ex.draw(2, j, random.Random(seed)))
+        assert got[LIAR.peer_id] <= cap and got[HONEST.peer_id] == cap  # the cap binds every peer alike
+
+
+def test_a_peer_alone_with_wrong_answers_fills_at_most_its_share():
+    ex = exchange(max_peer_share=0.5)
+    spam = near_misses()
+    ex.receive(bundle(LIAR, 1, spam))
+    for seed in range(10):
+        assert len(ex.draw(2, 8, random.Random(seed))) <= 4  # the free slots go to local groups
