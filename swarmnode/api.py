@@ -140,9 +140,14 @@ class ApiServer:
                           f"choose another --api-port, or 0 for a free one") from exc
         self.port = sock.getsockname()[1]  # the real port when 0 was asked
         await web.SockSite(self._runner, sock).start()
-        _write_private_json(self.home.api_file, {
-            "port": self.port, "token": self.token, "pid": os.getpid(), "url": f"http://{HOST}:{self.port}",
-        })
+        try:
+            _write_private_json(self.home.api_file, {
+                "port": self.port, "token": self.token, "pid": os.getpid(), "url": f"http://{HOST}:{self.port}",
+            })
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise OSError(f"cannot write {self.home.api_file} ({exc.strerror}); is the disk full or the "
+                          "node's home not writable?") from exc
         return self.port
 
     async def stop(self) -> None:

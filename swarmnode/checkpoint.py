@@ -66,7 +66,9 @@ def save_checkpoint(root: Path, round_no: int, policy, state: dict[str, Any], ke
     tmp = root / f".tmp-round-{round_no:06d}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        # Leftovers of writes a crash interrupted: never valid, and they would pile up one per crash.
+        for stale in root.glob(".tmp-round-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir()
         policy.save_adapter(tmp / "adapter")
         torch.save(policy.optimizer.state_dict(), tmp / "optimizer.pt")
@@ -89,10 +91,11 @@ def save_checkpoint(root: Path, round_no: int, policy, state: dict[str, Any], ke
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(root)
-    except OSError as exc:
+    except Exception as exc:  # torch.save and safetensors report a failed write as their own errors, not OSError
         shutil.rmtree(tmp, ignore_errors=True)
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__)
         raise CheckpointError(f"could not write checkpoint of round {round_no} under {root}: "
-                              f"{exc.strerror or exc} (disk full or not writable?); the previous checkpoint "
+                              f"{reason.splitlines()[0]} (disk full or not writable?); the previous checkpoint "
                               "is intact") from None
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old[1], ignore_errors=True)

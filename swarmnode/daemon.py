@@ -23,6 +23,7 @@ from swarmnode.config import NodeConfig, load_config
 from swarmnode.exchange import Exchange
 from swarmnode.identity import Identity, IdentityError
 from swarmnode.logs import setup_logging
+from swarmnode.metrics import MetricsError
 from swarmnode.model import ModelError, load_base_model, pick_device
 from swarmnode.node import Node, RoundAbandoned, derive_seed
 from swarmnode.paths import NodeHome
@@ -118,13 +119,12 @@ class Daemon:
         api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
         try:
             port = await api.start()
-        except OSError as exc:
-            raise StartupError(f"cannot open the local API on 127.0.0.1:{self.cfg.api_port}: {exc.strerror}; "
-                               "choose another with --api-port (0 picks a free one)") from None
+        except OSError as exc:  # ApiServer.start's messages say what failed and what to do
+            raise StartupError(f"local API: {exc}") from None
         try:
             try:
                 self.node = await asyncio.to_thread(self._build_node)
-            except (ModelError, CheckpointError, IdentityError) as exc:
+            except (ModelError, CheckpointError, IdentityError, MetricsError) as exc:
                 raise StartupError(str(exc)) from None
             if not self.cfg.solo:
                 try:
@@ -242,6 +242,6 @@ def cmd_start(args: argparse.Namespace) -> int:
     except TaskConfigError as exc:
         print(f"swarmnode: tasks: {exc}", file=sys.stderr)
         return 2
-    except StartupError as exc:
+    except (StartupError, CheckpointError, MetricsError) as exc:  # the last two: a round could not be saved
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 1

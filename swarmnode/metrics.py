@@ -16,6 +16,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+class MetricsError(RuntimeError):
+    """``metrics.jsonl`` could not be written; ``str()`` names the file and the reason."""
+
+
 class MetricsLog:
     def __init__(self, path: Path):
         self.path = path
@@ -50,11 +54,16 @@ class MetricsLog:
         result = [kept[r] for r in sorted(kept)]
         if len(result) != len(rows) or not self._ends_cleanly():
             tmp = self.path.with_suffix(".jsonl.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in result)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in result)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise MetricsError(f"could not rewrite {self.path}: {exc.strerror or exc} "
+                                   "(disk full or not writable?)") from None
         return result
 
     def _ends_cleanly(self) -> bool:
@@ -65,7 +74,12 @@ class MetricsLog:
             return fh.read(1) == b"\n"
 
     def append(self, row: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Add one row; raises MetricsError (a half-written line is dropped on the next resume)."""
+        try:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise MetricsError(f"could not append to {self.path}: {exc.strerror or exc} "
+                               "(disk full or not writable?)") from None

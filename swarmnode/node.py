@@ -75,6 +75,7 @@ class Node:
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
             raise RoundAbandoned()
+        log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
         self.state.emit("phase", phase=phase)
 
     def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> dict:
@@ -130,6 +131,7 @@ class Node:
 
     def finish_round(self, row: dict) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see metrics.py)."""
+        log.debug("round %d: saving", row["round"])
         self.metrics.append(row)
         save_checkpoint(self.home.checkpoints, row["round"], self.policy,
                         {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
