@@ -1,0 +1,65 @@
+"""Helpers for tests that run ``swarmnode start`` as real OS processes on the tiny model.
+
+The tiny random model scores zero on most task families, so most rounds would skip the
+GRPO update; :func:`write_signal_tasks` writes a task file (propositional logic only) on
+which its completions get small partial rewards that differ, so nearly every round trains.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# One round of the tiny model on one core: about 0.1 s generating, 0.1-0.3 s training.
+FAST_ROUND = ["--questions", "2", "--completions", "4", "--max-new-tokens", "8", "--threads", "1",
+              "--local", "2", "--external", "0"]
+
+_SIGNAL_TASKS = """\
+[propositional_logic]
+weight = 1.0
+min_vars = 2
+max_vars = 2
+min_statements = 2
+max_statements = 2
+min_complexity = 1
+max_complexity = 1
+"""
+
+
+def write_signal_tasks(path: Path) -> Path:
+    path.write_text(_SIGNAL_TASKS)
+    return path
+
+
+def start_argv(home: Path, model: Path, *extra: str) -> list[str]:
+    """``swarmnode start`` for a node in ``home`` on ``model`` with fast rounds."""
+    return [sys.executable, "-m", "swarmnode", "start", "--home", str(home), "--model", str(model),
+            *FAST_ROUND, *extra]
+
+
+def metric_rows(home: Path) -> list[dict]:
+    """The complete rows of ``<home>/metrics.jsonl`` (a torn last line is left out)."""
+    path = home / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def metric_rounds(home: Path) -> list[int]:
+    return [row["round"] for row in metric_rows(home)]
+
+
+class LogTail:
+    """The text a node appended to ``<home>/logs/swarmnode.log`` since this object was made."""
+
+    def __init__(self, home: Path):
+        self.path = home / "logs" / "swarmnode.log"
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def text(self) -> str:
+        if not self.path.exists():
+            return ""
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            return fh.read().decode("utf-8", "replace")
