@@ -1,0 +1,123 @@
+"""The experiment harness on a tiny random model: outputs, sharing only where J > 0, resume."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from swarmnode.experiment import (PROFILES, Arm, Experiment, ExperimentError, Settings, parse_arms, read_rows,
+                                  summarize)
+from swarmnode.tasks import Scorer
+
+
+class _LengthScorer(Scorer):
+    """Rewards a random model can vary on: the parity of the response length, so groups have
+    signal and get shared; the real verifier would score every tiny-model answer 0."""
+
+    def score(self, question, response):
+        return float(len(response) % 2)
+
+
+def _settings(out: Path, model: Path, rounds: int, configs: str = "2/0,1/1") -> Settings:
+    return Settings(profile="laptop", nodes=2, configs=configs, rounds=rounds, seeds=1, questions=2,
+                    completions=3, max_new_tokens=4, model=str(model), device="cpu", task_file="laptop",
+                    tasks=None, learning_rate=1e-3, micro_batch=8, temperature=1.0, generation="batched",
+                    checkpoint_every=1, out=str(out))
+
+
+def _run(settings: Settings) -> Experiment:
+    exp = Experiment(settings, scorer_factory=_LengthScorer, progress=False)
+    exp.run()
+    return exp
+
+
+def test_arm_parsing():
+    assert [a.label for a in parse_arms("8/0, 4/4,4/4:rw")] == ["8/0", "4/4", "4/4:rw"]
+    assert Arm.parse("4/4:rw").sampling == "reward-weighted"
+    for bad in ("4", "4/x", "0/0", "4/4:zz", "-1/2"):
+        with pytest.raises(ExperimentError):
+            Arm.parse(bad)
+    with pytest.raises(ExperimentError):
+        parse_arms("4/4,4/4")
+    assert PROFILES["paper"]["nodes"] == 8 and PROFILES["paper"]["rounds"] == 2000
+
+
+def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
+    out = tmp_path / "exp"
+    exp = _run(_settings(out, tiny_model_dir, rounds=2))
+    rows = read_rows(out / "rounds.csv")
+    assert len(rows) == 2 * 2 * 2  # configs x nodes x rounds
+    assert {(r["config"], r["node"], r["round"]) for r in rows} == \
+        {(c, str(n), str(r)) for c in ("2/0", "1/1") for n in (0, 1) for r in (0, 1)}
+    assert (out / "rewards.png").stat().st_size > 1000
+
+    # External groups only where J > 0, and a node's own groups never come back to it.
+    assert all(r["n_external"] == "0" for r in rows if r["config"] == "2/0")
+    assert any(int(r["n_external"]) > 0 for r in rows if r["config"] == "1/1")
+    assert all(r["bundles_rejected"] == "0" for r in rows)
+    for m in exp.members:
+        stats = m.pool.stats()["by_peer"]
+        assert m.identity.peer_id not in stats
+        assert (sum(stats.values()) > 0) == (m.arm.external > 0)
+
+    # The summary's cumulative rewards are the CSV's sums.
+    text = (out / "summary.md").read_text()
+    for config in ("2/0", "1/1"):
+        total = sum(float(r["reward_mean"]) for r in rows if r["config"] == config)
+        m = re.search(rf"^\| {re.escape(config)} \| ([0-9.]+) \|", text, re.M)
+        assert m and float(m.group(1)) == pytest.approx(total, abs=0.006)
+    assert summarize(rows, ["2/0", "1/1"])["rounds_by_seed"] == {0: 2}
+
+    # Resume: a run killed after round 2's rows were written but before its checkpoint redoes
+    # round 2 and continues to round 3, without duplicate rows; rounds 0-1 stay as they were.
+    with open(out / "rounds.csv", "a", newline="") as fh:
+        csv.writer(fh).writerow(["2/0", 0, 0, 2, 0.5, 0, 1.0, 2, 0, "", 0])
+    _run(_settings(out, tiny_model_dir, rounds=4))
+    again = read_rows(out / "rounds.csv")
+    keys = [(r["config"], r["seed"], r["node"], r["round"]) for r in again]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 4
+    assert again[:len(rows)] == rows
+
+
+def test_resume_refuses_other_settings(tmp_path, tiny_model_dir):
+    out = tmp_path / "exp"
+    _run(_settings(out, tiny_model_dir, rounds=1, configs="2/0"))
+    with pytest.raises(ExperimentError, match="other settings"):
+        _run(_settings(out, tiny_model_dir, rounds=1, configs="1/1"))
+
+
+def test_cli_rejects_bad_configs(tiny_model_dir, tmp_path, capsys):
+    from swarmnode.cli import main
+
+    assert main(["experiment", "--configs", "4/x", "--model", str(tiny_model_dir), "--out", str(tmp_path)]) == 2
+    assert "is not I/J" in capsys.readouterr().err
+    assert main(["experiment", "--nodes", "1", "--configs", "1/1", "--model", str(tiny_model_dir),
+                 "--out", str(tmp_path)]) == 2
+
+
+def test_mixed_adapter_batch_matches_per_adapter_generation(tiny_model_dir):
+    """One batch across adapters samples what each adapter samples alone (near-greedy)."""
+    import torch
+
+    from swarmnode.config import NodeConfig
+    from swarmnode.model import load_base_model
+    from swarmnode.policy import Policy
+
+    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
+    policies: list[Policy] = []
+    for i in range(3):
+        torch.manual_seed(i)
+        policies.append(Policy(base, NodeConfig(), adapter=f"a{i}", shared=policies[0] if policies else None))
+        with torch.no_grad():
+            for p in policies[-1].params:
+                p.normal_(0, 0.3)
+    prompts = [p.prompt(q) for p in policies for q in ("Calculate 1 + 2.", "Is 2000 a leap year?")]
+    adapters = [p.adapter for p in policies for _ in range(2)]
+    mixed = policies[0].generate(prompts, 2, max_new_tokens=6, temperature=1e-4, adapters=adapters).texts
+    alone = [t for p in policies
+             for t in p.generate(prompts[:2], 2, max_new_tokens=6, temperature=1e-4).texts]
+    assert mixed == alone
+    assert len({tuple(t) for t in alone[::2]}) == 3  # the adapters really differ
