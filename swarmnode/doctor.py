@@ -18,11 +18,12 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from swarmnode.config import NodeConfig, load_config
+from swarmnode.bootstrap import resolve_bootstrap
+from swarmnode.config import ConfigError, NodeConfig, load_config
 from swarmnode.paths import NodeHome, cache_dir
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
@@ -336,22 +337,6 @@ def check_listen(cfg: NodeConfig) -> Check:
     return Check("listen", OK, f"{cfg.listen} is free")
 
 
-def bootstrap_addresses(cfg: NodeConfig) -> list[str]:
-    """The bootstrap multiaddrs the node would dial: --bootstrap, else the file, else the shipped list.
-
-    Raises OSError when a configured ``bootstrap_file`` cannot be read.
-    """
-    if cfg.bootstrap:
-        return list(cfg.bootstrap)
-    if cfg.bootstrap_file:
-        text = Path(cfg.bootstrap_file).expanduser().read_text(encoding="utf-8")
-    else:
-        shipped = resources.files("swarmnode.data") / "bootstrap.txt"
-        text = shipped.read_text(encoding="utf-8") if shipped.is_file() else ""
-    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
-    return [line for line in lines if line]
-
-
 def _dial(host: str, port: int, timeout: float) -> str | None:
     """None if a TCP connection to ``host:port`` opens within ``timeout``; otherwise the reason."""
     try:
@@ -368,10 +353,10 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
     if not _uses_network(cfg):
         return [Check("bootstrap", OK, "not used: solo or in-memory transport")]
     try:
-        addrs = bootstrap_addresses(cfg)
-    except OSError as exc:
-        return [Check("bootstrap", PROBLEM, f"cannot read {cfg.bootstrap_file}: {exc.strerror}",
-                      "fix the path in bootstrap_file, or give peers with --bootstrap")]
+        addrs = resolve_bootstrap(cfg)
+    except ConfigError as exc:
+        return [Check("bootstrap", PROBLEM, str(exc),
+                      f"fix {exc.key}, or give peers with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
     if not addrs:
         return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
                                             "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]

@@ -64,29 +64,34 @@ def test_embedded_model_needs_about_1_5_gb_in_fp32():
     assert 1.3e9 < doctor.estimate_memory(doctor.EMBEDDED_PARAMS, 4) < 1.7e9
 
 
+PEER = "12D3KooWN1wh32fSgrQ9CkVzU6LAmGJEScWvrWXTqhZ5kr6Gv37G"
+
+
 def test_bootstrap_all_dead_is_a_problem_with_a_fix(dead_port):
-    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}"])
+    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}/p2p/{PEER}"])
     [check] = doctor.check_bootstrap(cfg, timeout=1.0)
     assert check.status == PROBLEM and "--bootstrap" in check.fix
 
 
 def test_bootstrap_some_alive_makes_dead_ones_warnings(listener, dead_port):
-    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{listener}/p2p/12D3KooWx",
-                                f"/ip4/127.0.0.1/tcp/{dead_port}",
-                                "/ip4/127.0.0.1/udp/4001/quic-v1",
-                                "not-a-multiaddr"])
+    cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}",
+                                f"/ip4/127.0.0.1/tcp/{dead_port}/p2p/{PEER}",
+                                f"/ip4/127.0.0.1/udp/4001/quic-v1/p2p/{PEER}"])
     checks = doctor.check_bootstrap(cfg, timeout=1.0)
-    assert [c.status for c in checks] == [OK, WARNING, WARNING, PROBLEM]
-    assert checks[0].check == f"bootstrap /ip4/127.0.0.1/tcp/{listener}/p2p/12D3KooWx"
+    assert [c.status for c in checks] == [OK, WARNING, WARNING]
+    assert checks[0].check == f"bootstrap /ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}"
     assert "TCP" in checks[2].detail
-    assert checks[3].fix
+
+
+def test_bootstrap_entry_the_node_would_refuse_is_a_problem():
+    [check] = doctor.check_bootstrap(NodeConfig(bootstrap=["not-a-multiaddr"]))
+    assert check.status == PROBLEM and "bootstrap" in check.detail and check.fix
 
 
 def test_bootstrap_file_with_comments(tmp_path, listener):
     path = tmp_path / "peers.txt"
-    path.write_text(f"# demo peers\n\n/ip4/127.0.0.1/tcp/{listener}  # local\n", encoding="utf-8")
+    path.write_text(f"# demo peers\n\n/ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}  # local\n", encoding="utf-8")
     cfg = NodeConfig(bootstrap_file=str(path))
-    assert doctor.bootstrap_addresses(cfg) == [f"/ip4/127.0.0.1/tcp/{listener}"]
     assert [c.status for c in doctor.check_bootstrap(cfg, timeout=1.0)] == [OK]
 
 
