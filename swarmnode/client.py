@@ -225,7 +225,7 @@ def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:
 
 
 def resolve_home(args: argparse.Namespace) -> NodeHome:
-    return NodeHome.resolve(args.home or os.environ.get("SWARMNODE_HOME") or None)
+    return NodeHome.from_flag(args.home)
 
 
 async def _fetch(home: NodeHome, what: str) -> Any:

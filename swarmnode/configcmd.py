@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 from swarmnode.cli import add_config_flags, given_flags
-from swarmnode.config import ENV_PREFIX, ConfigError, LoadedConfig, load_config
+from swarmnode.config import ConfigError, LoadedConfig, load_config
 from swarmnode.docsgen import SECTION_TITLES, KeyDoc, key_docs, toml_value
 from swarmnode.paths import NodeHome
 
@@ -120,7 +119,7 @@ def render_init() -> str:
 
 
 def _init_home(home_flag: str | None) -> NodeHome:
-    return NodeHome.resolve(home_flag or os.environ.get(ENV_PREFIX + "HOME") or None)
+    return NodeHome.from_flag(home_flag)
 
 
 def write_init(home: NodeHome, force: bool = False) -> Path:

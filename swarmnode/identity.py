@@ -288,7 +288,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_identity(args: argparse.Namespace) -> int:
-    home = NodeHome.resolve(args.home or os.environ.get("SWARMNODE_HOME") or None)
+    home = NodeHome.from_flag(args.home)
     try:
         identity = Identity.load_or_create(home.identity_file)
     except IdentityError as exc:

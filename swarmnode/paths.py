@@ -41,6 +41,11 @@ def default_config_file(home: str | os.PathLike | None) -> Path | None:
     return None
 
 
+def home_setting(flag: str | None) -> str | None:
+    """The home a command was pointed at: its ``--home`` flag, else ``SWARMNODE_HOME``, else None."""
+    return flag or os.environ.get("SWARMNODE_HOME") or None
+
+
 @dataclass(frozen=True)
 class NodeHome:
     """The files of one node, all under ``root``."""
@@ -74,6 +79,11 @@ class NodeHome:
     @property
     def api_file(self) -> Path:
         return self.root / "api.json"
+
+    @classmethod
+    def from_flag(cls, flag: str | None) -> "NodeHome":
+        """The home of a command's ``--home`` flag (see :func:`home_setting`), else the default."""
+        return cls.resolve(home_setting(flag))
 
     def create(self) -> "NodeHome":
         """Create the directories; raise OSError with a readable message if that fails."""

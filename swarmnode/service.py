@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 import platformdirs
 
 from swarmnode.config import ENV_PREFIX, load_config
-from swarmnode.paths import APP, NodeHome
+from swarmnode.paths import APP, NodeHome, home_setting
 
 LABEL = "org.swarmnode.node"
 UNIT_NAME = "swarmnode.service"
@@ -245,7 +245,7 @@ def _service_paths(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
     inherit the shell's environment; a config that would not load fails here instead of in a
     restart loop.
     """
-    raw_home = args.home or os.environ.get(ENV_PREFIX + "HOME")
+    raw_home = home_setting(args.home)
     home = NodeHome.resolve(raw_home).root if raw_home else None
     config = Path(args.config).expanduser().resolve() if args.config else None
     load_config({"home": str(home)} if home else {}, config_path=config)
