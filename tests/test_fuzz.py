@@ -61,6 +61,8 @@ def valid_groups(n: int = 2) -> list[Group]:
 
 VALID = encode_bundle(SENDER, swarm=SWARM, round_no=3, model="m", groups=valid_groups(), created=NOW)
 _VALID_PAYLOAD = json.loads(zstandard.ZstdDecompressor().decompress(VALID[100:]))
+TOP_KEYS = sorted(_VALID_PAYLOAD)
+GROUP_KEYS = sorted(_VALID_PAYLOAD["groups"][0])
 
 
 def wire(body: bytes, identity: Identity = SENDER) -> bytes:
@@ -98,9 +100,9 @@ def hostile_payloads(draw) -> bytes:
     for _ in range(draw(st.integers(0, 3))):
         where = draw(st.sampled_from(["top", "group", "metadata", "size", "count", "delete", "add"]))
         if where == "top":
-            payload[draw(st.sampled_from(sorted(payload)))] = draw(json_values)
+            payload[draw(st.sampled_from(TOP_KEYS))] = draw(json_values)
         elif where == "group":
-            group[draw(st.sampled_from(sorted(group)))] = draw(json_values)
+            group[draw(st.sampled_from(GROUP_KEYS))] = draw(json_values)
         elif where == "metadata":
             group["metadata"] = draw(st.one_of(
                 st.dictionaries(st.sampled_from(["num_terms", "num_digits", "expression", "year", "x"]), json_values,
@@ -114,7 +116,7 @@ def hostile_payloads(draw) -> bytes:
                 ("swarm", LIMITS.max_name_chars), ("model", LIMITS.max_name_chars)]))
             text = draw(near(limit))
             if field == "response":
-                group["responses"][0] = text
+                group["responses"], group["rewards"] = [text], [1.0]
             elif field in ("swarm", "model"):
                 payload[field] = text
             else:
@@ -126,8 +128,8 @@ def hostile_payloads(draw) -> bytes:
             group["rewards"] = [1.0] * n_resp
             payload["groups"] = [group] * n_groups
         elif where == "delete":
-            target = draw(st.sampled_from([payload, group]))
-            target.pop(draw(st.sampled_from(sorted(target))), None)
+            target, keys = draw(st.sampled_from([(payload, TOP_KEYS), (group, GROUP_KEYS)]))
+            target.pop(draw(st.sampled_from(keys)), None)
         else:
             draw(st.sampled_from([payload, group]))[draw(st.text(min_size=1, max_size=8))] = draw(json_values)
     identity = draw(st.sampled_from([SENDER, SENDER, RECEIVER]))  # RECEIVER: the node's own key
