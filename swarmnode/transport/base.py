@@ -265,8 +265,19 @@ class Transport(ABC):
             self._recent.popitem(last=False)
         return True
 
+    def _bootstrap_in_reach(self) -> bool:
+        """Connected to a bootstrap peer (to any peer, for bootstrap addresses without a PeerID)."""
+        connected = set(self.peers())
+        ids = {peer_id_of(m) for m in self.bootstrap}
+        return bool(connected) and (None in ids or bool(ids & connected))
+
     async def _keep_joined(self) -> None:
-        """Dial the bootstrap peers until one answers; again whenever every peer is gone."""
+        """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is connected.
+
+        Other peers are not enough: nodes that keep only each other after a bootstrap peer
+        restarts would never dial it again, and every node joining through it later would
+        form a second swarm cut off from theirs.
+        """
         if not self.bootstrap:
             log.warning("%s transport: no bootstrap peers configured: this node trains alone until a peer "
                         "dials it at %s (give peers --bootstrap <address>, or set --bootstrap/--bootstrap-file)",
@@ -275,7 +286,7 @@ class Transport(ABC):
         backoff = Backoff()
         warned = False
         while True:
-            if self.peers():
+            if self._bootstrap_in_reach():
                 backoff.reset()
                 await asyncio.sleep(5.0)
                 continue
@@ -285,11 +296,10 @@ class Transport(ABC):
             if answered:
                 log.info("%s transport: joined swarm '%s' through %s", self.name, self.swarm, answered[0])
                 warned = False
-                backoff.reset()
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(5.0)  # the peer list catches up; the backoff resets once it shows the peer
                 continue
             delay = backoff.next_delay()
-            if not warned:
+            if not warned and not self.peers():
                 log.warning("%s transport: none of the %d bootstrap peer(s) answered (%s); training solo and "
                             "retrying in the background with backoff up to %.0f s", self.name,
                             len(self.bootstrap), ", ".join(self.bootstrap[:3]), backoff.cap)
