@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from swarmnode.budget import RoundBudget
 from swarmnode.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.config import NodeConfig
 from swarmnode.metrics import MetricsLog
@@ -71,6 +72,7 @@ class Node:
         self.swarm, self.state, self.seed = swarm, state, seed
         self.metrics = MetricsLog(home.metrics_file)
         self.next_round = 0
+        self.budget = RoundBudget(cfg)
 
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
@@ -89,8 +91,9 @@ class Node:
         questions = self.tasks.sample(r, cfg.questions)
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
-        gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], cfg.completions,
-                                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+        completions, max_new_tokens = self.budget.plan()
+        gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
+                                   max_new_tokens=max_new_tokens, temperature=cfg.temperature,
                                    should_stop=should_stop)
         t_gen = time.perf_counter()
         # 5 (local part). Score every completion with this node's own verifier.
@@ -125,6 +128,8 @@ class Node:
             "n_external": sum(not g.is_local for g in train),
             "n_dropped_zero_adv": dropped,
             "tokens_generated": gen.tokens,
+            "completions": completions,
+            "max_new_tokens": max_new_tokens,
             "loss": loss,
             "peers": self.swarm.peer_count(),
         }
@@ -133,6 +138,7 @@ class Node:
         """Persist a finished round: metrics line first, then the checkpoint (see metrics.py)."""
         log.debug("round %d: saving", row["round"])
         self.metrics.append(row)
+        self.budget.observe(row["seconds"], row["tokens_generated"], self.cfg.questions * row["completions"])
         save_checkpoint(self.home.checkpoints, row["round"], self.policy,
                         {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
         self.next_round = row["round"] + 1
