@@ -62,6 +62,9 @@ async def _errors_as_json(request: web.Request, handler: Callable[[web.Request],
     """Turn aiohttp's HTTP errors and any bug into a JSON answer without a traceback."""
     if request.content_length is not None and request.content_length > MAX_BODY:
         return _error(413, f"request body over {MAX_BODY} bytes")
+    if request.content_length is None and request.body_exists:
+        # A chunked body has no length to check up front; no endpoint takes one anyway.
+        return _error(411, "a request body needs a Content-Length")
     try:
         return await handler(request)
     except web.HTTPException as exc:
