@@ -130,9 +130,10 @@ class Settings:
 
 LAPTOP_TASKS = "laptop"  # the packaged tasks-laptop.toml
 PROFILES: dict[str, dict] = {
-    # About an hour for the four configs on two free CPU cores with the embedded model
-    # (measured: docs/experiments/summary.md gives the rounds and seconds actually run).
-    "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=12, seeds=1, questions=8, completions=4,
+    # About an hour for the four configs on two free CPU cores with the embedded model: about
+    # 2 minutes a round for 16 nodes x 32 sequences, estimated from the measured 7 s + 9 s for
+    # 64 sequences of one node (docs/experiments/README.md says what was run end to end).
+    "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=30, seeds=1, questions=8, completions=4,
                    max_new_tokens=8, model="embedded", task_file=LAPTOP_TASKS, learning_rate=2e-4,
                    micro_batch=32, checkpoint_every=1, generation="per-node"),
     # The paper's controlled experiment: 8 nodes, 8 questions, 8 completions, the nine families.
@@ -621,7 +622,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, help="token limit of one completion")
     p.add_argument("--model", help="'embedded', a Hugging Face id or a local model directory")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    p.add_argument("--task-file", help="task TOML file (default: the profile's)")
+    p.add_argument("--task-file", help="task TOML file; 'laptop' is the packaged tasks-laptop.toml (easy "
+                                       "families where the embedded model learns); default: the profile's")
     p.add_argument("--tasks", help="comma-separated subset of the task file's families")
     p.add_argument("--learning-rate", type=float)
     p.add_argument("--micro-batch", type=int, help="sequences per forward/backward pass")
