@@ -231,22 +231,25 @@ class Identity:
             pass
         identity = cls.generate()
         identity.path = path
+        # Written whole to a private temporary file, then hard-linked into place: a crash never
+        # leaves a half-written key, and the link fails if another process created the key first.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+            tmp.unlink(missing_ok=True)  # a crashed creation's file under a reused PID
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(identity.private_key_protobuf())
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)
         except FileExistsError:  # another process created it first: use theirs
             return cls._load(path)
         except OSError as exc:
             raise IdentityError(f"{path}: cannot create the identity key: {exc.strerror}; "
                                 "check that the directory is writable or choose another --home") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(identity.private_key_protobuf())
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            raise IdentityError(f"{path}: cannot write the identity key: {exc.strerror}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
         return identity
 
     @classmethod

@@ -13,6 +13,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -229,3 +230,17 @@ def test_damaged_checkpoints_and_metrics_warn_fall_back_and_run_on(tmp_path, tra
             assert [r for r, _ in list_checkpoints(home / "checkpoints")] == [0, 1]
             assert latest_checkpoint(home / "checkpoints").round == 1  # rewritten whole
     assert "is not a metrics row" in results["metrics-garbage-and-torn"].stderr
+
+
+def test_a_crash_while_creating_the_identity_leaves_no_half_written_key(tmp_path):
+    key = tmp_path / "identity.key"
+    # The process dies right after opening the new key file, before writing a byte.
+    crash = ("import os, sys; from pathlib import Path; from swarmnode.identity import Identity; "
+             "os.fdopen = lambda *a, **k: os._exit(9); Identity.load_or_create(Path(sys.argv[1]))")
+    proc = subprocess.run([sys.executable, "-c", crash, str(key)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 9, proc.stderr
+    assert not key.exists()
+    identity = Identity.load_or_create(key)  # the next start creates a key instead of refusing an empty file
+    assert Identity.load_or_create(key).peer_id == identity.peer_id
+    assert key.stat().st_mode & 0o077 == 0
