@@ -74,8 +74,7 @@ def test_twenty_kill_9_restarts_lose_nothing(tmp_path, tiny_model_dir):
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_fh)
         try:
             if mode == "checkpoint":
-                _wait_for(proc, lambda: ckpts.is_dir() and any(
-                    p.name.startswith(".tmp-round-") for p in ckpts.iterdir()))
+                _wait_for(proc, lambda: ckpts.is_dir() and bool(list(ckpts.glob(f".tmp-round-*-{proc.pid}"))))
             elif mode == "random":
                 _wait_for(proc, lambda: "phase generating" in tail.text())
                 time.sleep(rng.uniform(0.0, 1.0))
