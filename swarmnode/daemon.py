@@ -143,8 +143,9 @@ class Daemon:
 
     async def _join(self, node: Node) -> None:
         """Open the transport and switch the node from solo to the network link."""
-        exchange = Exchange(self.identity, self.cfg, node.scorer, node.policy.model_name, state=self.state)
         transport = transport_for(self.cfg, self.identity)
+        exchange = Exchange(self.identity, self.cfg, node.scorer, node.policy.model_name, state=self.state,
+                            on_ban=transport.block)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         await self.link.start()
         node.swarm = self.link

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from typing import Callable
 
 from swarmnode.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
@@ -25,7 +26,10 @@ from swarmnode.tasks import Scorer
 
 class Exchange:
     def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Scorer, model_name: str, *,
-                 state: NodeState | None = None, limits: BundleLimits = BundleLimits()):
+                 state: NodeState | None = None, limits: BundleLimits = BundleLimits(),
+                 on_ban: Callable[[str, float], None] | None = None):
+        """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
+        the transport's ``block``, so a banned flooder is dropped before any check)."""
         self.identity = identity
         self.cfg = cfg
         self.scorer = scorer
@@ -35,7 +39,7 @@ class Exchange:
         self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
         self.pool = ExternalPool()
         self.peers = PeerTable()
-        self.guard = PeerGuard()
+        self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
         """This node's signed bundle of ``round_no``."""

@@ -190,6 +190,11 @@ class Transport(ABC):
             await asyncio.gather(self._join_task, return_exceptions=True)
         await self._stop()
 
+    def block(self, peer_id: str, seconds: float) -> None:
+        """Drop everything from ``peer_id`` for ``seconds`` inside the transport, where it can, so
+        a banned flooder costs no signature checks; thread-safe. Pull-based transports, where a
+        peer cannot push, need nothing here."""
+
     async def publish(self, round_no: int, data: bytes) -> None:
         """Offer ``data`` (this node's bundle for ``round_no``) to the swarm; never raises."""
         if not self._started or self._stopped:

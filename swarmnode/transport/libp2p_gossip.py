@@ -77,6 +77,7 @@ class Libp2pTransport(Transport):
         self._cancel: trio.CancelScope | None = None
         self._pubsub: Pubsub | None = None
         self._host: Any = None
+        self._nursery: trio.Nursery | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
 
@@ -132,6 +133,15 @@ class Libp2pTransport(Transport):
     def peers(self) -> list[str]:
         return list(self._peers)
 
+    def block(self, peer_id: str, seconds: float) -> None:
+        if self._token is None or self._nursery is None:
+            return
+        try:
+            trio.from_thread.run_sync(self._nursery.start_soon, _blacklist_for, self._pubsub,
+                                      ID.from_base58(peer_id), seconds, trio_token=self._token)
+        except (trio.RunFinishedError, ValueError) as exc:
+            log.debug("libp2p transport: cannot block %s: %s", peer_id, exc)
+
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
@@ -172,6 +182,7 @@ class Libp2pTransport(Transport):
                     self._addresses = self._own_addresses(host)
                     self._ready.set_result(None)
                     async with trio.open_nursery() as nursery:
+                        self._nursery = nursery
                         nursery.start_soon(self._receive, subscription, own_id.to_bytes())
                         nursery.start_soon(self._refresh_peers, host)
                         nursery.start_soon(self._exchange_peers, host)
@@ -227,6 +238,15 @@ class Libp2pTransport(Transport):
             log.debug("libp2p transport: dialing %s failed: %r", maddr, exc)
             return False
         return True
+
+
+async def _blacklist_for(pubsub: Any, peer: ID, seconds: float) -> None:
+    """pubsub drops a blacklisted peer's messages and connections before any check."""
+    pubsub.add_to_blacklist(peer)
+    try:
+        await trio.sleep(seconds)
+    finally:
+        pubsub.remove_from_blacklist(peer)
 
 
 def _relay_check(forwarder: ID, message: Any) -> bool:
