@@ -18,8 +18,10 @@ import torch
 
 from swarmnode.config import NodeConfig
 from swarmnode.grpo import group_advantages, grpo_loss
+from swarmnode.logprob import chosen_logprobs
 from swarmnode.model import BaseModel
 from swarmnode.rollout import Group
+from swarmnode.sampler import TokenTexts, sample
 from swarmnode.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 
 log = logging.getLogger(__name__)
@@ -34,17 +36,6 @@ class Generation:
     texts: list[list[str]]
     token_ids: list[list[list[int]]]
     tokens: int
-
-
-class _StopFlag:
-    """A transformers stopping criterion that ends generation when ``should_stop()`` is true."""
-
-    def __init__(self, should_stop: Callable[[], bool]):
-        self.should_stop = should_stop
-
-    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), bool(self.should_stop()), dtype=torch.bool,
-                          device=input_ids.device)
 
 
 class Policy:
@@ -75,6 +66,7 @@ class Policy:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self._pad = self.tokenizer.pad_token_id
         self._eos = self.tokenizer.eos_token_id
+        self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
 
     def activate(self) -> None:
         """Make this policy's adapter the active (and only trainable) one."""
@@ -100,34 +92,23 @@ class Policy:
     def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
                  should_stop: Callable[[], bool] = lambda: False,
                  adapters: Sequence[str] | None = None) -> Generation:
-        """Sample ``n`` responses per prompt in one left-padded batch, stopping at ``</answer>``.
+        """Sample ``n`` responses per prompt in one batch, each ending at ``</answer>`` or EOS.
 
         ``adapters`` (one adapter name per prompt) samples each prompt with that adapter of the
         shared model, all in the same batch (PEFT mixed-adapter batches); default: this policy's.
+        See :mod:`swarmnode.sampler` for why this is not ``model.generate``.
         """
         self.activate()
         self.model.eval()
-        extra = {} if adapters is None else {"adapter_names": [a for a in adapters for _ in range(n)]}
-        self.tokenizer.padding_side = "left"
-        enc = self.tokenizer([p for p in prompts for _ in range(n)], return_tensors="pt", padding=True,
-                             add_special_tokens=False).to(self.device)
-        out = self.model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                                  max_new_tokens=max_new_tokens, pad_token_id=self._pad,
-                                  stop_strings=[ANSWER_CLOSE], tokenizer=self.tokenizer,
-                                  stopping_criteria=[_StopFlag(should_stop)], **extra)
-        new = out[:, enc["input_ids"].shape[1]:].tolist()
-        texts: list[list[str]] = []
-        ids: list[list[list[int]]] = []
-        tokens = 0
-        for i, row in enumerate(new):
-            row = _strip_after_eos(row, self._eos, self._pad)
-            tokens += len(row)
-            if i % n == 0:
-                texts.append([])
-                ids.append([])
-            texts[-1].append(self.tokenizer.decode(row, skip_special_tokens=True))
-            ids[-1].append(row)
-        return Generation(texts, ids, tokens)
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
+        rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
+                      temperature=temperature, stop_string=ANSWER_CLOSE, eos_id=self._eos,
+                      token_texts=self._token_texts, device=self.device, should_stop=should_stop,
+                      adapter_names=adapters)
+        ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
+        texts = [[self.tokenizer.decode(row, skip_special_tokens=True) for row in group] for group in ids]
+        return Generation(texts, ids, sum(len(row) for row in rows))
 
     # ---- log-probs and the update ------------------------------------------------------
     def _encode_pairs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[tuple[list[int], list[int]]]:
@@ -156,12 +137,34 @@ class Policy:
                 mask[i, k - len(c):] = 1
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
         dev = self.device
-        # Logits at positions T-K-1 .. T-2 predict the K last tokens: keep only those.
-        logits = self.model(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
-                            position_ids=positions.to(dev), logits_to_keep=k + 1, use_cache=False).logits
-        logits = logits[:, :-1, :].float()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.to(dev).unsqueeze(-1)).squeeze(-1)
-        return logp, mask.to(dev)
+        input_ids, attn, positions, targets, mask = (x.to(dev) for x in (input_ids, attn, positions, targets, mask))
+        head = self._plain_output_layer()
+        if head is None:
+            # Logits at positions T-K-1 .. T-2 predict the K last tokens: keep only those.
+            logits = self.model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
+                                logits_to_keep=k + 1, use_cache=False).logits[:, :-1, :].float()
+            return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask
+        hidden = self.model.get_base_model().get_decoder()(
+            input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=False).last_hidden_state
+        real = mask.bool()
+        chosen = chosen_logprobs(hidden[:, t - k - 1:t - 1][real], head.weight, targets[real])
+        return torch.zeros_like(mask).masked_scatter(real, chosen), mask
+
+    def _plain_output_layer(self) -> torch.nn.Linear | None:
+        """The output layer when logits are exactly ``hidden @ weight.T`` with a frozen weight.
+
+        Then log-probs go through :func:`chosen_logprobs` (no full-vocabulary logits kept);
+        models that scale or soft-cap their logits, or a trained output layer, take the
+        plain path.
+        """
+        base = self.model.get_base_model()
+        head = base.get_output_embeddings()
+        cfg = base.config
+        plain = (type(head) is torch.nn.Linear and head.bias is None and not head.weight.requires_grad
+                 and getattr(cfg, "final_logit_softcapping", None) is None
+                 and getattr(cfg, "logit_scale", None) in (None, 1.0)
+                 and getattr(cfg, "logits_scaling", None) in (None, 1.0))
+        return head if plain else None
 
     def sequence_logprobs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[torch.Tensor]:
         """Log-probs of each completion's tokens under the current policy (no grad)."""
@@ -238,12 +241,3 @@ class Policy:
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"adapter in {directory} does not match this model: {result.unexpected_keys[:3]}")
 
-
-def _strip_after_eos(row: list[int], eos: int | None, pad: int | None) -> list[int]:
-    """Generated ids up to and including the first EOS; padding of finished rows removed."""
-    if eos is not None and eos in row:
-        return row[:row.index(eos) + 1]
-    if pad is not None and pad != eos:
-        while row and row[-1] == pad:
-            row = row[:-1]
-    return row

@@ -1,0 +1,61 @@
+"""Before/after comparison of changes: one benchmark, several source trees, alternated.
+
+Each run is a fresh process (so peak RSS is per run) that prints one JSON object
+(``round_profile.py --json``). Runs cycle through the trees (A B A B ...) so that a shared,
+noisy machine slows every side alike; medians and ratios to the first tree are printed.
+Usage::
+
+    git archive BEFORE_COMMIT swarmnode | tar -x -C /tmp/before
+    PYTHONPATH=. python benchmarks/ab.py --tree before=/tmp/before --tree after=. --pairs 3 -- \\
+        benchmarks/round_profile.py --max-new-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from common import median
+
+KEYS = ("seconds", "cpu_seconds", "seconds_generate", "seconds_score", "seconds_train", "tokens_generated",
+        "tokens_per_second", "peak_rss_mb")
+
+
+def run_once(tree: str, argv: list[str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
+    proc = subprocess.run([sys.executable, *argv, "--json"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed in {tree}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", action="append", required=True, metavar="NAME=PATH",
+                    help="a source tree to measure (repeat; the first is the reference)")
+    ap.add_argument("--pairs", type=int, default=3, help="runs of each tree")
+    ap.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- script and its arguments")
+    args = ap.parse_args()
+    trees = dict(t.split("=", 1) for t in args.tree)
+    argv = [a for a in args.benchmark if a != "--"]
+    results: dict[str, list[dict]] = {name: [] for name in trees}
+    for i in range(args.pairs):
+        for name, tree in trees.items():
+            res = run_once(tree, argv)
+            results[name].append(res)
+            print(f"run {i + 1} {name}: " + ", ".join(f"{k} {res[k]:.2f}" for k in KEYS if k in res), flush=True)
+    names = list(trees)
+    print(f"\nmedians over {args.pairs} runs each ({' '.join(argv)}):")
+    print(f"{'':20s}" + "".join(f"{n:>12s}" for n in names) + "".join(f"{n + '/' + names[0]:>16s}" for n in names[1:]))
+    for k in KEYS:
+        meds = [median([r[k] for r in results[n] if k in r]) for n in names]
+        print(f"{k:20s}" + "".join(f"{m:12.2f}" for m in meds)
+              + "".join(f"{m / meds[0] if meds[0] else float('nan'):16.2f}" for m in meds[1:]))
+
+
+if __name__ == "__main__":
+    main()

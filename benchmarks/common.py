@@ -1,0 +1,60 @@
+"""What the round benchmarks share: building a solo node, peak RSS, medians.
+
+Each benchmark runs the measured work in a fresh process so that its peak RSS belongs to
+that work alone (``ru_maxrss`` is a per-process high-water mark that never goes down).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from swarmnode.config import NodeConfig
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def current_rss_mb() -> float:
+    """This process's resident set size now, in MB."""
+    import psutil
+
+    return psutil.Process(os.getpid()).memory_info().rss / 2**20
+
+
+def bench_config(**overrides) -> NodeConfig:
+    """Node defaults, solo, with ``overrides`` (questions, completions, max_new_tokens...)."""
+    return replace(NodeConfig(), solo=True, **overrides)
+
+
+def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None):
+    """A real :class:`Node` (policy on ``cfg.model``, packaged tasks, no swarm) in ``home``."""
+    import torch
+
+    from swarmnode.model import load_base_model, pick_device
+    from swarmnode.node import Node
+    from swarmnode.paths import NodeHome
+    from swarmnode.policy import Policy
+    from swarmnode.state import NodeState
+    from swarmnode.swarm import SoloLink
+    from swarmnode.tasks import Scorer, TaskSource, load_task_file
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    home = NodeHome(home or Path(tempfile.mkdtemp(prefix="swarmnode-bench-")))
+    families = load_task_file(cfg.tasks)
+    base = load_base_model(cfg.model, pick_device(cfg.device))
+    policy = Policy(base, cfg)
+    return Node(cfg, home, policy, TaskSource(families, seed), Scorer(families), SoloLink(), NodeState(), seed)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

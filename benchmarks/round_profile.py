@@ -1,0 +1,75 @@
+"""One SAPO round on the embedded model, timed phase by phase, with peak RSS.
+
+Runs a real solo :class:`~swarmnode.node.Node` (no swarm, no checkpoint writing) at the
+default sizes: 8 questions x 8 completions x 256 max new tokens. Prints seconds for
+generate / score / train, generated tokens per second and the process's peak RSS.
+Usage, from the repository root::
+
+    PYTHONPATH=. python benchmarks/round_profile.py [--rounds 1] [--questions 8] [--completions 8]
+        [--max-new-tokens 256] [--threads 0] [--json]
+
+``--json`` prints one JSON object instead of the table (``benchmarks/ab.py`` reads it). Figures
+are medians over the rounds, except CPU time (the mean per round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+from common import bench_config, build_solo_node, median, peak_rss_mb
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, all threads: less sensitive than wall time to a busy machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=1, help="rounds to run (the figures are their medians)")
+    ap.add_argument("--first-round", type=int, default=0, help="round number of the first round (its questions)")
+    ap.add_argument("--questions", type=int, default=8)
+    ap.add_argument("--completions", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 lets torch decide")
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+
+    cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens,
+                       threads=args.threads, model=args.model)
+    t0 = time.perf_counter()
+    node = build_solo_node(cfg, seed=args.seed)
+    load_s = time.perf_counter() - t0
+    cpu0 = _cpu_seconds()
+    rows = [node.run_round(r) for r in range(args.first_round, args.first_round + args.rounds)]
+    cpu_per_round = (_cpu_seconds() - cpu0) / args.rounds
+    keys = ("seconds", "seconds_generate", "seconds_score", "seconds_train", "tokens_generated")
+    result = {k: median([row[k] for row in rows]) for k in keys}
+    result["tokens_per_second"] = median([row["tokens_generated"] / row["seconds_generate"] for row in rows])
+    result["round_tokens_per_second"] = median([row["tokens_generated"] / row["seconds"] for row in rows])
+    result["reward_mean"] = median([row["reward_mean"] for row in rows])
+    result["cpu_seconds"] = cpu_per_round
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["load_seconds"] = load_s
+    result["rounds"] = args.rounds
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"model {args.model}, {args.questions} questions x {args.completions} completions x "
+          f"{args.max_new_tokens} max new tokens, {args.rounds} round(s), medians:")
+    print(f"  round     {result['seconds']:8.2f} s  (CPU time {cpu_per_round:.2f} s)")
+    print(f"  generate  {result['seconds_generate']:8.2f} s  ({result['tokens_generated']:.0f} tokens, "
+          f"{result['tokens_per_second']:.1f} tok/s)")
+    print(f"  score     {result['seconds_score']:8.2f} s")
+    print(f"  train     {result['seconds_train']:8.2f} s")
+    print(f"  peak RSS  {result['peak_rss_mb']:8.0f} MB  (model load {load_s:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""One swarmnode round against one step of TRL's GRPOTrainer doing the same work.
+
+Same machine, model (embedded SmolLM2-135M by default), questions (round 0 of a
+:class:`~swarmnode.tasks.TaskSource` with the packaged task file), prompt (``build_prompt``
+with the prefilled ``<answer>``), reward (the node's :class:`~swarmnode.tasks.Scorer`),
+Q questions x L completions x T max new tokens, stop at ``</answer>`` or EOS, temperature 1,
+LoRA r/alpha/targets, AdamW lr, beta 0, asymmetric clip, one update. Each run is its own
+process, so each side's peak RSS is its own; runs alternate swarmnode, TRL, swarmnode, TRL
+so a shared machine's noise hits both alike. Times exclude model loading on both sides.
+
+TRL is a benchmark-only dependency: ``pip install 'swarmnode[bench]'`` (trl, psutil).
+Usage, from the repository root::
+
+    PYTHONPATH=. python benchmarks/round_vs_trl.py [--pairs 3] [--questions 8] [--completions 8]
+        [--max-new-tokens 256] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import bench_config, build_solo_node, median, peak_rss_mb
+
+SIDES = ("swarmnode", "trl")
+
+
+def run_swarmnode(args: argparse.Namespace) -> dict:
+    cfg = bench_config(questions=args.questions, completions=args.completions,
+                       max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
+    node = build_solo_node(cfg, seed=args.seed)
+    row = node.run_round(0)
+    return {"seconds": row["seconds"], "tokens": row["tokens_generated"],
+            "seconds_generate": row["seconds_generate"], "seconds_train": row["seconds_train"]}
+
+
+def run_trl(args: argparse.Namespace) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from swarmnode.model import ensure_embedded
+    from swarmnode.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens)
+    source = str(ensure_embedded()) if args.model == "embedded" else args.model
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    families = load_task_file(cfg.tasks)
+    questions = TaskSource(families, args.seed).sample(0, cfg.questions)
+    scorer = Scorer(families)
+    dataset = Dataset.from_list([{"prompt": build_prompt(tokenizer, q.question, cfg.prefill_answer_tag), "index": i}
+                                 for i, q in enumerate(questions)])
+
+    def reward(completions, index, **_):
+        return [scorer.score(questions[i], full_response(c, cfg.prefill_answer_tag)) or 0.0
+                for c, i in zip(completions, index)]
+
+    out_dir = tempfile.mkdtemp(prefix="trl-bench-")
+    targs = GRPOConfig(
+        output_dir=out_dir, report_to="none", use_cpu=True, save_strategy="no", logging_steps=1, max_steps=1,
+        seed=args.seed, per_device_train_batch_size=cfg.questions * cfg.completions,
+        num_generations=cfg.completions, steps_per_generation=1, gradient_accumulation_steps=1,
+        max_completion_length=cfg.max_new_tokens, temperature=cfg.temperature, top_p=1.0, top_k=0,
+        beta=0.0, num_iterations=1, epsilon=cfg.eps_low, epsilon_high=cfg.eps_high, loss_type="dapo",
+        learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
+        lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch", shuffle_dataset=False,
+        generation_kwargs={"stop_strings": [ANSWER_CLOSE]}, dataloader_num_workers=0)
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=targs, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=lora)
+    # transformers needs the tokenizer to match stop strings; TRL's generate call does not pass it.
+    trainer.model.generate = functools.partial(trainer.model.generate, tokenizer=tokenizer)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    logged = next(h for h in trainer.state.log_history if "completions/mean_length" in h)
+    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions}
+
+
+def measure(args: argparse.Namespace) -> None:
+    result = run_swarmnode(args) if args.side == "swarmnode" else run_trl(args)
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["tokens_per_second"] = result["tokens"] / result["seconds"]
+    print(json.dumps(result))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=3, help="swarmnode/TRL run pairs, alternated")
+    ap.add_argument("--questions", type=int, default=8)
+    ap.add_argument("--completions", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one measured run, in this process
+    args = ap.parse_args()
+    if args.side:
+        measure(args)
+        return
+    runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+    argv = [a for a in sys.argv[1:] if not a.startswith("--pairs")]
+    for i in range(args.pairs):
+        for side in SIDES:
+            proc = subprocess.run([sys.executable, __file__, *argv, "--side", side], capture_output=True, text=True,
+                                  env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+            if proc.returncode != 0:
+                raise SystemExit(f"the {side} run failed:\n{proc.stderr[-3000:]}")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[side].append(res)
+            print(f"pair {i + 1} {side:9s}: {res['seconds']:7.1f} s, {res['tokens']:6.0f} tokens, "
+                  f"{res['tokens_per_second']:6.1f} tok/s, peak RSS {res['peak_rss_mb']:6.0f} MB", flush=True)
+    med = {side: {k: median([r[k] for r in runs[side]]) for k in ("seconds", "tokens_per_second", "peak_rss_mb")}
+           for side in SIDES}
+    print(f"\nmedians over {args.pairs} pairs, {args.questions} questions x {args.completions} completions x "
+          f"{args.max_new_tokens} max new tokens, {args.threads} threads:")
+    print(f"{'':20s}{'swarmnode':>12s}{'TRL':>12s}{'ratio':>8s}")
+    for k in ("seconds", "tokens_per_second", "peak_rss_mb"):
+        a, b = med["swarmnode"][k], med["trl"][k]
+        print(f"{k:20s}{a:12.1f}{b:12.1f}{a / b:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

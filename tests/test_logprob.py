@@ -1,0 +1,67 @@
+"""The chunked chosen-token log-prob equals log_softmax + gather, in value and gradient."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import swarmnode.logprob as logprob
+from swarmnode.config import NodeConfig
+from swarmnode.logprob import chosen_logprobs
+from swarmnode.model import load_base_model
+from swarmnode.policy import Policy
+
+
+def _reference(hidden, weight, targets):
+    return torch.log_softmax(hidden @ weight.T, dim=-1).gather(-1, targets[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 256])
+def test_value_and_gradient_match_full_logits(monkeypatch, chunk):
+    monkeypatch.setattr(logprob, "CHUNK_TOKENS", chunk)
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(50, 8, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 50, (7,), generator=g)
+    grad_out = torch.randn(7, generator=g, dtype=torch.float64)
+    h1 = torch.randn(7, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    h2 = h1.detach().clone().requires_grad_(True)
+    fast, ref = chosen_logprobs(h1, weight, targets), _reference(h2, weight, targets)
+    (fast * grad_out).sum().backward()
+    (ref * grad_out).sum().backward()
+    assert torch.allclose(fast.double(), ref, atol=1e-5)
+    assert torch.allclose(h1.grad, h2.grad, atol=1e-5)
+
+
+def test_gradcheck():
+    weight = torch.randn(20, 4, dtype=torch.float64)
+    targets = torch.tensor([0, 5, 19])
+    hidden = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda h: chosen_logprobs(h, weight, targets), (hidden,), atol=1e-4)
+
+
+def test_trainable_output_layer_is_refused():
+    with pytest.raises(ValueError, match="frozen"):
+        chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
+
+
+def test_policy_fast_path_matches_full_logits(tiny_model_dir, monkeypatch):
+    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
+    policy = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
+    with torch.no_grad():  # a non-zero adapter, so LoRA is part of what is compared
+        for p in policy.params:
+            p.normal_(0, 0.05)
+    assert policy._plain_output_layer() is not None
+    seqs = policy._encode_pairs([("Calculate 1 + 2.", " <answer>3</answer>"), ("Is 2000 a leap year?", " Yes"),
+                                 ("x", "0123")])
+    fast, mask = policy._micro_batch_logp(seqs)
+    (fast * mask).sum().backward()
+    fast_grads = [p.grad.clone() for p in policy.params]
+    policy.optimizer.zero_grad()
+    monkeypatch.setattr(Policy, "_plain_output_layer", lambda self: None)
+    slow, mask2 = policy._micro_batch_logp(seqs)
+    (slow * mask2).sum().backward()
+    assert torch.equal(mask, mask2)
+    assert torch.allclose(fast * mask, slow * mask, atol=1e-4)
+    for a, p in zip(fast_grads, policy.params):
+        assert torch.allclose(a, p.grad, atol=1e-4)
+    assert any(a.abs().sum() > 0 for a in fast_grads)

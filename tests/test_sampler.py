@@ -1,0 +1,88 @@
+"""The rollout sampler: KV-cache copying, row removal and stopping give the model's own tokens."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from swarmnode.config import NodeConfig
+from swarmnode.model import load_base_model
+from swarmnode.policy import Policy
+from swarmnode.sampler import TokenTexts, sample
+
+STOP = "</answer>"
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
+    torch.manual_seed(0)
+    with torch.no_grad():  # larger weights than the init's, so greedy paths differ between prompts
+        for p in base.model.parameters():
+            p.normal_(0, 0.3)
+    pol = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
+    with torch.no_grad():
+        for p in pol.params:
+            p.normal_(0, 0.05)
+    pol.model.eval()
+    return pol
+
+
+def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) -> list[int]:
+    """Greedy decoding by full forwards without any cache: the ground truth."""
+    ids = policy.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(max_new):
+            tok = int(policy.model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax())
+            out.append(tok)
+            if tok == eos or stop in policy.tokenizer.decode(out):
+                break
+    return out
+
+
+def test_rows_match_uncached_greedy_decoding_with_early_ends(policy):
+    prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("Is 2000 a leap year? Answer Yes or No."),
+               policy.prompt("x")]
+    max_new, stop = 12, "never in this vocabulary"
+    free = [_greedy_reference(policy, p, max_new, -1, stop) for p in prompts]
+    # An 'EOS' that ends some prompts' rows earlier than others', so rows leave the batch early.
+    ends = {t: [row.index(t) + 1 if t in row else max_new for row in free] for row in free for t in row}
+    eos = max(ends, key=lambda t: max(ends[t]) - min(ends[t]))
+    assert max(ends[eos]) > min(ends[eos]), free
+    refs = [_greedy_reference(policy, p, max_new, eos, stop) for p in prompts]
+    rows = sample(policy.model, policy.tokenizer, prompts, 2, max_new_tokens=max_new, temperature=1e-4,
+                  stop_string=stop, eos_id=eos, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
+    assert rows == [r for r in refs for _ in range(2)]
+
+
+def test_completions_end_at_the_stop_string(policy):
+    texts = TokenTexts(policy.tokenizer)
+    stop_id = policy.tokenizer.convert_tokens_to_ids(STOP)
+    bias = torch.zeros(len(texts.texts))
+    bias[stop_id] = 30.0  # make the stop token near-certain, via the output bias of a forward hook
+    handle = policy.model.get_output_embeddings().register_forward_hook(lambda m, i, o: o + bias)
+    try:
+        torch.manual_seed(0)
+        rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 3, max_new_tokens=10, temperature=1.0,
+                      stop_string=STOP, eos_id=None, token_texts=texts, device=torch.device("cpu"))
+    finally:
+        handle.remove()
+    assert rows == [[stop_id]] * 3
+
+
+def test_should_stop_ends_every_row(policy):
+    torch.manual_seed(0)
+    rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=50, temperature=1.0,
+                  stop_string=STOP, eos_id=None, token_texts=TokenTexts(policy.tokenizer),
+                  device=torch.device("cpu"), should_stop=lambda: True)
+    assert [len(r) for r in rows] == [1, 1]
+
+
+def test_policy_generate_counts_and_decodes(policy):
+    torch.manual_seed(1)
+    gen = policy.generate([policy.prompt("a"), policy.prompt("b")], 3, max_new_tokens=6, temperature=1.0)
+    assert [len(g) for g in gen.texts] == [3, 3] and [len(g) for g in gen.token_ids] == [3, 3]
+    assert gen.tokens == sum(len(r) for g in gen.token_ids for r in g)
+    assert all(1 <= len(r) <= 6 for g in gen.token_ids for r in g)
+    assert gen.texts[0][0] == policy.tokenizer.decode(gen.token_ids[0][0], skip_special_tokens=True)
