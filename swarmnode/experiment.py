@@ -6,8 +6,9 @@ the base model, so an extra node costs about one adapter of memory. A round, in 
 
 1. each node draws its questions; node k's stream depends only on (seed, k), so every config
    sees the same questions and configs differ only in I/J;
-2. every node of every config samples its completions, all in one mixed-adapter batch
-   (``--generation batched``) or one node after another (``per-node``);
+2. every node samples its completions: all nodes of a config in one mixed-adapter batch
+   (``--generation batched``) or one node after another (``per-node``), with sampling seeds
+   that do not depend on the config;
 3. each node scores its groups with its own verifier; in configs with J > 0 it signs them
    into a bundle that every other node of that config verifies (:class:`BundleVerifier`),
    re-scores with its own :class:`Scorer` and keeps in its :class:`ExternalPool`;
@@ -341,42 +342,50 @@ class Experiment:
             os.fsync(fh.fileno())
 
     # ---- one round -------------------------------------------------------------------------
-    def _generate(self, questions: list[list]) -> list:
-        """One Generation per member (same order as ``self.members``)."""
+    def _generate(self, members: list[Member], questions: list[list], seed: int, r: int) -> list:
+        """One Generation per member of one config.
+
+        The sampling seed depends on (seed, round) and, per node, on the node, never on the
+        config: configs whose adapters are still equal (round 0) sample the very same
+        completions, so their differences come from sharing, not from sampling luck.
+        """
+        import torch
+
         from swarmnode.policy import Generation
 
         s = self.s
         if s.generation == "per-node":
-            return [m.policy.generate([m.policy.prompt(q.question) for q in questions[m.node]], s.completions,
-                                      max_new_tokens=s.max_new_tokens, temperature=s.temperature)
-                    for m in self.members]
+            out = []
+            for m in members:
+                torch.manual_seed(_seed_int("sample", seed, m.node, r))
+                out.append(m.policy.generate([m.policy.prompt(q.question) for q in questions[m.node]],
+                                             s.completions, max_new_tokens=s.max_new_tokens,
+                                             temperature=s.temperature))
+            return out
         prompts, adapters = [], []
-        for m in self.members:
+        for m in members:
             prompts += [m.policy.prompt(q.question) for q in questions[m.node]]
             adapters += [m.policy.adapter] * len(questions[m.node])
-        gen = self._anchor.generate(prompts, s.completions, max_new_tokens=s.max_new_tokens,
-                                    temperature=s.temperature, adapters=adapters)
+        torch.manual_seed(_seed_int("sample", seed, r))
+        gen = members[0].policy.generate(prompts, s.completions, max_new_tokens=s.max_new_tokens,
+                                         temperature=s.temperature, adapters=adapters)
         q = s.questions
         return [Generation(gen.texts[i * q:(i + 1) * q], gen.token_ids[i * q:(i + 1) * q], 0)
-                for i in range(len(self.members))]
+                for i in range(len(members))]
 
     def run_round(self, seed: int, r: int, on_config: Callable[[Arm], None] = lambda arm: None) -> list[dict]:
         """One lockstep round of every node of every config; returns the CSV rows."""
-        import torch
-
         from swarmnode.bundle import encode_bundle
         from swarmnode.node import score_local, select_training_set
 
         s = self.s
         questions = [self.tasks[k].sample(r, s.questions) for k in range(s.nodes)]
-        torch.manual_seed(_seed_int("sample", seed, r))
-        t0 = time.perf_counter()
-        gens = self._generate(questions)
-        gen_share = (time.perf_counter() - t0) / len(self.members)
         rows = []
         for arm in self.arms:
             members = [(i, m) for i, m in enumerate(self.members) if m.arm == arm]
             t1 = time.perf_counter()
+            generated = self._generate([m for _, m in members], questions, seed, r)
+            gens = {i: g for (i, _), g in zip(members, generated)}
             local = {i: score_local(questions[m.node], gens[i], self.scorers[m.node], True) for i, m in members}
             if arm.external > 0:
                 for i, m in members:
@@ -398,7 +407,7 @@ class Experiment:
                     "config": arm.label, "seed": seed, "node": m.node, "round": r,
                     "reward_mean": round(statistics.fmean(rewards), 6),
                     "n_external": sum(not g.is_local for g in train),
-                    "seconds": round(gen_share + share + time.perf_counter() - t2, 3),
+                    "seconds": round(share + time.perf_counter() - t2, 3),
                     "n_local": sum(g.is_local for g in train),
                     "n_dropped_zero_adv": dropped,
                     "loss": "" if loss is None else round(loss, 6),
@@ -549,7 +558,7 @@ def write_reports(out: Path, s: Settings) -> Path:
         "Cumulative reward = sum over rounds and nodes of a node's mean reward in the round (the paper's "
         "measure), averaged over seeds; the ratio is taken per seed against the baseline "
         f"`{summary['baseline']}`, with a 95 % t interval across seeds. Final window = mean reward over the "
-        "last tenth of the rounds. Seconds = the config's share of generation plus its sharing and training.",
+        "last tenth of the rounds. Seconds = the config's generation, scoring, sharing and training.",
         "",
         "| config | cumulative reward | vs baseline (95 % CI) | final-window mean reward | seconds |",
         "|---|---|---|---|---|",

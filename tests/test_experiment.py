@@ -53,6 +53,9 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
     assert {(r["config"], r["node"], r["round"]) for r in rows} == \
         {(c, str(n), str(r)) for c in ("2/0", "1/1") for n in (0, 1) for r in (0, 1)}
     assert (out / "rewards.png").stat().st_size > 1000
+    # Round 0 (adapters still equal everywhere): every config sampled the same completions.
+    first = {(r["config"], r["node"]): r["reward_mean"] for r in rows if r["round"] == "0"}
+    assert all(first[("2/0", n)] == first[("1/1", n)] for n in ("0", "1"))
 
     # External groups only where J > 0, and a node's own groups never come back to it.
     assert all(r["n_external"] == "0" for r in rows if r["config"] == "2/0")
