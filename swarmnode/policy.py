@@ -120,34 +120,56 @@ class Policy:
             out.append((p_ids, c_ids))
         return out
 
-    def _micro_batch_logp(self, seqs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs [B, K] of the completions (right-aligned, mask [B, K])."""
-        k = max(len(c) for _, c in seqs)
-        t = max(len(p) + len(c) for p, c in seqs)
-        input_ids = torch.full((len(seqs), t), self._pad, dtype=torch.long)
-        attn = torch.zeros((len(seqs), t), dtype=torch.long)
-        mask = torch.zeros((len(seqs), k))
-        targets = torch.full((len(seqs), k), self._pad, dtype=torch.long)
-        for i, (p, c) in enumerate(seqs):
-            row = p + c
-            input_ids[i, t - len(row):] = torch.tensor(row)
-            attn[i, t - len(row):] = 1
-            if c:
-                targets[i, k - len(c):] = torch.tensor(c)
-                mask[i, k - len(c):] = 1
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)
-        dev = self.device
-        input_ids, attn, positions, targets, mask = (x.to(dev) for x in (input_ids, attn, positions, targets, mask))
+    def _micro_batches(self, seqs: list[tuple[list[int], list[int]]], indices: Sequence[int]) -> list[list[int]]:
+        """``indices`` of ``seqs`` in micro-batches whose sequences share one prompt.
+
+        The completions of a question group share their prompt, so each micro-batch runs
+        that prompt once; within a prompt, completions are sorted by length so little
+        padding is wasted.
+        """
+        by_prompt: dict[tuple[int, ...], list[int]] = {}
+        for i in indices:
+            by_prompt.setdefault(tuple(seqs[i][0]), []).append(i)
+        size = self.cfg.micro_batch
+        batches = []
+        for members in by_prompt.values():
+            members.sort(key=lambda i: len(seqs[i][1]))
+            batches.extend(members[s:s + size] for s in range(0, len(members), size))
+        return batches
+
+    def _shared_prompt_logp(self, prompt: list[int], completions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs [B, K] of ``completions`` after one ``prompt`` (left-aligned, mask [B, K]).
+
+        The prompt runs once; its KV cache, copied per completion, carries gradients back
+        into it. Only completion tokens get output states, and with a plain output layer
+        only the chosen tokens' log-probs are formed (:func:`chosen_logprobs`).
+        """
+        b, k, n_prompt, dev = len(completions), max(len(c) for c in completions), len(prompt), self.device
+        ids = torch.full((b, k), self._pad, dtype=torch.long)
+        mask = torch.zeros((b, k))
+        for i, c in enumerate(completions):
+            ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+            mask[i, :len(c)] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
         head = self._plain_output_layer()
+        # With a plain head the decoder's hidden states suffice; otherwise the model's logits.
+        net = self.model.get_base_model().get_decoder() if head is not None else self.model
+        extra = {} if head is not None else {"logits_to_keep": 1}
+        out = net(input_ids=torch.tensor([prompt], device=dev), use_cache=True, **extra)
+        states = [(out.last_hidden_state if head is not None else out.logits)[:, -1:].expand(b, -1, -1)]
+        if k > 1:
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(b)
+            attn = torch.cat([mask.new_ones((b, n_prompt)), mask[:, :k - 1]], dim=1).long()
+            positions = torch.arange(n_prompt, n_prompt + k - 1, device=dev).expand(b, -1)
+            out = net(input_ids=ids[:, :k - 1], attention_mask=attn, position_ids=positions, past_key_values=cache,
+                      use_cache=True)
+            states.append(out.last_hidden_state if head is not None else out.logits)
+        states_t = torch.cat(states, dim=1)  # position j predicts completion token j
         if head is None:
-            # Logits at positions T-K-1 .. T-2 predict the K last tokens: keep only those.
-            logits = self.model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
-                                logits_to_keep=k + 1, use_cache=False).logits[:, :-1, :].float()
-            return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask
-        hidden = self.model.get_base_model().get_decoder()(
-            input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=False).last_hidden_state
+            return torch.log_softmax(states_t.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1), mask
         real = mask.bool()
-        chosen = chosen_logprobs(hidden[:, t - k - 1:t - 1][real], head.weight, targets[real])
+        chosen = chosen_logprobs(states_t[real], head.weight, ids[real])
         return torch.zeros_like(mask).masked_scatter(real, chosen), mask
 
     def _plain_output_layer(self) -> torch.nn.Linear | None:
@@ -169,21 +191,23 @@ class Policy:
     def sequence_logprobs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[torch.Tensor]:
         """Log-probs of each completion's tokens under the current policy (no grad)."""
         seqs = self._encode_pairs(pairs)
-        out: list[torch.Tensor] = []
+        out: list[torch.Tensor | None] = [None] * len(seqs)
         self.activate()
         self.model.eval()
         with torch.no_grad():
-            for start in range(0, len(seqs), self.cfg.micro_batch):
-                chunk = seqs[start:start + self.cfg.micro_batch]
-                logp, mask = self._micro_batch_logp(chunk)
-                out.extend(lp[m.bool()].cpu() for lp, m in zip(logp, mask))
-        return out
+            for idx in self._micro_batches(seqs, [i for i, (_, c) in enumerate(seqs) if c]):
+                logp, mask = self._shared_prompt_logp(seqs[idx[0]][0], [seqs[i][1] for i in idx])
+                for i, lp, m in zip(idx, logp, mask):
+                    out[i] = lp[m.bool()].cpu()
+        return [torch.zeros(0) if lp is None else lp for lp in out]
 
     def train_step(self, groups: Sequence[Group]) -> float | None:
         """One GRPO update on ``groups`` (each with this node's rewards). Returns the loss.
 
         Local groups carry the generated token ids; external ones are re-tokenised from text.
-        Sequences are sorted by length so micro-batches waste little padding.
+        Completions with zero advantage carry no gradient and are skipped. With one update
+        per round the old policy is the current one, so each token's log-prob is computed
+        once and its detached copy stands for pi_old.
         """
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
@@ -199,15 +223,13 @@ class Policy:
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
         if not keep:
             return None
-        keep.sort(key=lambda i: len(seqs[i][0]) + len(seqs[i][1]))
         n_tokens = sum(len(seqs[i][1]) for i in keep)
         self.activate()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for start in range(0, len(keep), self.cfg.micro_batch):
-            idx = keep[start:start + self.cfg.micro_batch]
-            logp, mask = self._micro_batch_logp([seqs[i] for i in idx])
+        for idx in self._micro_batches(seqs, keep):
+            logp, mask = self._shared_prompt_logp(seqs[idx[0]][0], [seqs[i][1] for i in idx])
             adv = torch.tensor([advs[i] for i in idx], device=logp.device)
             loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
             loss.backward()

@@ -44,24 +44,35 @@ def test_trainable_output_layer_is_refused():
         chosen_logprobs(torch.randn(2, 4), torch.randn(5, 4, requires_grad=True), torch.tensor([0, 1]))
 
 
-def test_policy_fast_path_matches_full_logits(tiny_model_dir, monkeypatch):
+def _reference_logp(policy, prompt, completion):
+    """Log-probs of ``completion`` from one plain forward of prompt + completion with full logits."""
+    ids = torch.tensor([prompt + completion])
+    logits = policy.model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1:-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("plain_head", [True, False])
+def test_shared_prompt_logp_matches_separate_forwards(tiny_model_dir, monkeypatch, plain_head):
     base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
     policy = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
     with torch.no_grad():  # a non-zero adapter, so LoRA is part of what is compared
         for p in policy.params:
             p.normal_(0, 0.05)
     assert policy._plain_output_layer() is not None
-    seqs = policy._encode_pairs([("Calculate 1 + 2.", " <answer>3</answer>"), ("Is 2000 a leap year?", " Yes"),
-                                 ("x", "0123")])
-    fast, mask = policy._micro_batch_logp(seqs)
-    (fast * mask).sum().backward()
-    fast_grads = [p.grad.clone() for p in policy.params]
+    if not plain_head:
+        monkeypatch.setattr(Policy, "_plain_output_layer", lambda self: None)
+    tok = policy.tokenizer
+    prompt = tok(policy.prompt("Calculate 1 + 2."), add_special_tokens=False)["input_ids"]
+    completions = [tok(t, add_special_tokens=False)["input_ids"] for t in ("3</answer>", "4", "0123 abc</answer>")]
+    logp, mask = policy._shared_prompt_logp(prompt, completions)
+    assert mask.sum(dim=1).tolist() == [len(c) for c in completions]
+    (logp * mask).sum().backward()
+    shared_grads = [p.grad.clone() for p in policy.params]
     policy.optimizer.zero_grad()
-    monkeypatch.setattr(Policy, "_plain_output_layer", lambda self: None)
-    slow, mask2 = policy._micro_batch_logp(seqs)
-    (slow * mask2).sum().backward()
-    assert torch.equal(mask, mask2)
-    assert torch.allclose(fast * mask, slow * mask, atol=1e-4)
-    for a, p in zip(fast_grads, policy.params):
-        assert torch.allclose(a, p.grad, atol=1e-4)
-    assert any(a.abs().sum() > 0 for a in fast_grads)
+    refs = [_reference_logp(policy, prompt, c) for c in completions]
+    sum(r.sum() for r in refs).backward()
+    for lp, m, ref in zip(logp, mask, refs):
+        assert torch.allclose(lp[m.bool()], ref, atol=1e-4)
+    for a, p in zip(shared_grads, policy.params):
+        assert torch.allclose(a, p.grad, atol=1e-5, rtol=1e-3)
+    assert any(a.abs().sum() > 0 for a in shared_grads)
