@@ -52,6 +52,7 @@ log = logging.getLogger("swarmnode.transport")
 BUNDLE_TTL = 300.0
 HEAD_TTL = 120.0
 POLL_INTERVAL = 1.0
+DHT_SHUTDOWN_S = 10.0
 HEAD_DOMAIN = b"swarmnode-head-v1\x00"
 _SIGNATURE = 64
 _CALL_TIMEOUT = 30.0
@@ -133,6 +134,20 @@ class SwarmRecordValidator(RecordValidatorBase):
 
 async def _visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
     return [str(m) for m in await node.get_visible_maddrs()]
+
+
+async def _shutdown(dht: hivemind.DHT) -> None:
+    """Stop a DHT process for sure.
+
+    hivemind's shutdown waits a grace period, then only sends SIGTERM, which a DHT process
+    mid-teardown may not act on; left alive, multiprocessing joins it forever when the node
+    exits. So: wait, then kill what is still there."""
+    await asyncio.to_thread(dht.shutdown)
+    await asyncio.to_thread(dht.join, DHT_SHUTDOWN_S)
+    if dht.is_alive():
+        log.warning("hivemind transport: the DHT process did not stop in %.0f s; killing it", DHT_SHUTDOWN_S)
+        dht.kill()
+        await asyncio.to_thread(dht.join)
 
 
 async def _watch_parent(_dht: Any, node: DHTNode, *, parent: int) -> None:
@@ -261,7 +276,7 @@ class HivemindTransport(Transport):
                                      f"{self.identity.peer_id}")
         except Exception as exc:
             dht, self._dht = self._dht, None
-            await asyncio.to_thread(dht.shutdown)
+            await _shutdown(dht)
             if isinstance(exc, TransportError):
                 raise
             raise TransportError(f"the hivemind DHT started but reports no address: {exc!r}") from None
@@ -273,7 +288,7 @@ class HivemindTransport(Transport):
             self._poll_task = None
         if self._dht is not None:
             dht, self._dht = self._dht, None
-            await asyncio.to_thread(dht.shutdown)
+            await _shutdown(dht)
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
         self._peers = []
@@ -323,7 +338,7 @@ class HivemindTransport(Transport):
                 self._poll_failed = False
             except Exception as exc:
                 dht = self._dht
-                if dht is not None and not dht.is_alive():
+                if dht is not None and not dht.is_alive() and not self._stopped:
                     await self._relaunch(dht)
                     continue
                 if not self._poll_failed:  # one line per outage, not one per second
@@ -335,7 +350,7 @@ class HivemindTransport(Transport):
         """Replace a DHT process that died; the join loop then finds the swarm again."""
         log.error("hivemind transport: the DHT process exited (code %s); starting a new one", dead.exitcode)
         self._dht, self._peers = None, []
-        await asyncio.to_thread(dead.shutdown)
+        await _shutdown(dead)
         backoff = Backoff()
         while self._dht is None:
             try:
