@@ -1,6 +1,7 @@
 """Three `swarmnode start` processes on 127.0.0.1 form a swarm and train on each other's rollouts."""
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -103,3 +104,18 @@ def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):
     assert codes == [0, 0]
     log = (home / "logs" / "swarmnode.log").read_text()
     assert "Traceback" not in log
+
+
+def test_ctrl_c_to_the_process_group_stops_a_hivemind_node(tmp_path, tiny_model_dir):
+    """Ctrl-C in a terminal signals the whole group (p2pd and the DHT process too); the node
+    must still exit 0 and not wait forever on a DHT process that ignored its shutdown."""
+    tasks = write_signal_tasks(tmp_path / "tasks.toml")
+    (tmp_path / "none.txt").write_text("")
+    node = _node(tmp_path / "n", tiny_model_dir, tasks, "hivemind", "--bootstrap-file", str(tmp_path / "none.txt"))
+    try:
+        assert _wait(lambda: len(metric_rows(tmp_path / "n")) >= 2, timeout=180)
+        os.killpg(node.pid, signal.SIGINT)  # _node starts each node in its own session
+        assert node.wait(timeout=90) == 0
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
