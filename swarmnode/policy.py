@@ -8,6 +8,8 @@ full-vocabulary logits ever exists at once.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -15,9 +17,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+import torch.utils.checkpoint
 
 from swarmnode.config import NodeConfig
 from swarmnode.grpo import group_advantages, grpo_loss
+from swarmnode.kvcache import prefix_cache
 from swarmnode.logprob import chosen_logprobs
 from swarmnode.model import BaseModel
 from swarmnode.rollout import Group
@@ -27,6 +31,8 @@ from swarmnode.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 log = logging.getLogger(__name__)
 
 DEFAULT_ADAPTER = "default"
+# Completion tokens in one training pass above which layer activations are recomputed.
+CHECKPOINT_ABOVE_TOKENS = 256
 
 
 @dataclass
@@ -140,9 +146,13 @@ class Policy:
     def _shared_prompt_logp(self, prompt: list[int], completions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs [B, K] of ``completions`` after one ``prompt`` (left-aligned, mask [B, K]).
 
-        The prompt runs once; its KV cache, copied per completion, carries gradients back
-        into it. Only completion tokens get output states, and with a plain output layer
-        only the chosen tokens' log-probs are formed (:func:`chosen_logprobs`).
+        The prompt runs once; its keys and values, broadcast to every completion through a
+        read-only :func:`prefix_cache`, carry gradients back into it. Only completion tokens
+        get output states, and with a plain output layer only the chosen tokens' log-probs
+        are formed (:func:`chosen_logprobs`). In training, a pass over more than
+        ``CHECKPOINT_ABOVE_TOKENS`` completion tokens keeps only each layer's input and
+        recomputes the rest in the backward pass (activations are ~1.4 MB a token for
+        SmolLM2-135M otherwise).
         """
         b, k, n_prompt, dev = len(completions), max(len(c) for c in completions), len(prompt), self.device
         ids = torch.full((b, k), self._pad, dtype=torch.long)
@@ -158,19 +168,39 @@ class Policy:
         out = net(input_ids=torch.tensor([prompt], device=dev), use_cache=True, **extra)
         states = [(out.last_hidden_state if head is not None else out.logits)[:, -1:].expand(b, -1, -1)]
         if k > 1:
-            cache = out.past_key_values
-            cache.batch_repeat_interleave(b)
             attn = torch.cat([mask.new_ones((b, n_prompt)), mask[:, :k - 1]], dim=1).long()
             positions = torch.arange(n_prompt, n_prompt + k - 1, device=dev).expand(b, -1)
-            out = net(input_ids=ids[:, :k - 1], attention_mask=attn, position_ids=positions, past_key_values=cache,
-                      use_cache=True)
+            with self._checkpointing(self.model.training and b * (k - 1) > CHECKPOINT_ABOVE_TOKENS):
+                out = net(input_ids=ids[:, :k - 1], attention_mask=attn, position_ids=positions,
+                          past_key_values=prefix_cache(out.past_key_values), use_cache=True)
             states.append(out.last_hidden_state if head is not None else out.logits)
+        del out
         states_t = torch.cat(states, dim=1)  # position j predicts completion token j
         if head is None:
             return torch.log_softmax(states_t.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1), mask
         real = mask.bool()
         chosen = chosen_logprobs(states_t[real], head.weight, ids[real])
         return torch.zeros_like(mask).masked_scatter(real, chosen), mask
+
+    @contextlib.contextmanager
+    def _checkpointing(self, on: bool):
+        """Activation checkpointing of the decoder layers inside the block, when ``on``.
+
+        The layers may keep the cache under checkpointing because the only cache they see
+        in that pass is the read-only :func:`prefix_cache`.
+        """
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)] if on else []
+        for layer in layers:
+            layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
+                                                                   use_reentrant=False)
+            layer.gradient_checkpointing, layer._can_checkpoint_with_cache = True, True
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.gradient_checkpointing = False
 
     def _plain_output_layer(self) -> torch.nn.Linear | None:
         """The output layer when logits are exactly ``hidden @ weight.T`` with a frozen weight.

@@ -9,6 +9,7 @@ import swarmnode.logprob as logprob
 from swarmnode.config import NodeConfig
 from swarmnode.logprob import chosen_logprobs
 from swarmnode.model import load_base_model
+import swarmnode.policy as policy_module
 from swarmnode.policy import Policy
 
 
@@ -51,8 +52,8 @@ def _reference_logp(policy, prompt, completion):
     return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
 
 
-@pytest.mark.parametrize("plain_head", [True, False])
-def test_shared_prompt_logp_matches_separate_forwards(tiny_model_dir, monkeypatch, plain_head):
+@pytest.mark.parametrize("plain_head,checkpoint", [(True, False), (False, False), (True, True)])
+def test_shared_prompt_logp_matches_separate_forwards(tiny_model_dir, monkeypatch, plain_head, checkpoint):
     base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
     policy = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
     with torch.no_grad():  # a non-zero adapter, so LoRA is part of what is compared
@@ -61,11 +62,19 @@ def test_shared_prompt_logp_matches_separate_forwards(tiny_model_dir, monkeypatc
     assert policy._plain_output_layer() is not None
     if not plain_head:
         monkeypatch.setattr(Policy, "_plain_output_layer", lambda self: None)
+    recomputed = []
+    if checkpoint:
+        monkeypatch.setattr(policy_module, "CHECKPOINT_ABOVE_TOKENS", 0)
+        real_checkpoint = torch.utils.checkpoint.checkpoint
+        monkeypatch.setattr(torch.utils.checkpoint, "checkpoint",
+                            lambda *a, **kw: recomputed.append(1) or real_checkpoint(*a, **kw))
+        policy.model.train()
     tok = policy.tokenizer
     prompt = tok(policy.prompt("Calculate 1 + 2."), add_special_tokens=False)["input_ids"]
     completions = [tok(t, add_special_tokens=False)["input_ids"] for t in ("3</answer>", "4", "0123 abc</answer>")]
     logp, mask = policy._shared_prompt_logp(prompt, completions)
     assert mask.sum(dim=1).tolist() == [len(c) for c in completions]
+    assert len(recomputed) == (2 if checkpoint else 0)  # the tiny model's two layers
     (logp * mask).sum().backward()
     shared_grads = [p.grad.clone() for p in policy.params]
     policy.optimizer.zero_grad()
