@@ -113,7 +113,9 @@ def main() -> None:
         measure(args)
         return
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
-    argv = [a for a in sys.argv[1:] if not a.startswith("--pairs")]
+    argv = [f"--questions={args.questions}", f"--completions={args.completions}",
+            f"--max-new-tokens={args.max_new_tokens}", f"--threads={args.threads}", f"--model={args.model}",
+            f"--seed={args.seed}"]
     for i in range(args.pairs):
         for side in SIDES:
             proc = subprocess.run([sys.executable, __file__, *argv, "--side", side], capture_output=True, text=True,
