@@ -171,6 +171,15 @@ async def _watch_parent(_dht: Any, node: DHTNode, *, parent: int) -> None:
 _WATCHERS: set[asyncio.Task] = set()  # strong references, or the loop may drop the task
 
 
+async def _guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> tuple[bool, Any]:
+    """Run ``coro`` in the DHT process, returning (ok, result or error text): hivemind would
+    print the traceback of an exception raised there (a failed store is routine, not a bug)."""
+    try:
+        return True, await coro(dht, node)
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
 async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str) -> None:
     with open(path, "rb") as fh:
         data = fh.read()
@@ -326,10 +335,13 @@ class HivemindTransport(Transport):
 
         def send() -> Any:
             with self._send_lock:
-                return dht.run_coroutine(coro, return_future=True)
+                return dht.run_coroutine(partial(_guarded, coro=coro), return_future=True)
 
         future = await asyncio.to_thread(send)
-        return await asyncio.to_thread(future.result, _CALL_TIMEOUT)
+        ok, result = await asyncio.to_thread(future.result, _CALL_TIMEOUT)
+        if not ok:
+            raise RuntimeError(result)
+        return result
 
     async def _poll_loop(self) -> None:
         while True:
