@@ -27,7 +27,7 @@ from swarmnode.tasks import Scorer
 class Exchange:
     def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Scorer, model_name: str, *,
                  state: NodeState | None = None, limits: BundleLimits = BundleLimits(),
-                 on_ban: Callable[[str, float], None] | None = None):
+                 on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
         the transport's ``block``, so a banned flooder is dropped before any check)."""
         self.identity = identity
@@ -37,7 +37,7 @@ class Exchange:
         self.state = state
         self.limits = limits
         self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
-        self.pool = ExternalPool()
+        self.pool = pool or ExternalPool()
         self.peers = PeerTable()
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 

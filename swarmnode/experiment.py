@@ -10,8 +10,9 @@ the base model, so an extra node costs about one adapter of memory. A round, in 
    (``--generation batched``) or one node after another (``per-node``), with sampling seeds
    that do not depend on the config;
 3. each node scores its groups with its own verifier; in configs with J > 0 it signs them
-   into a bundle that every other node of that config verifies (:class:`BundleVerifier`),
-   re-scores with its own :class:`Scorer` and keeps in its :class:`ExternalPool`;
+   into a bundle that every other node of that config takes in through the daemon's own
+   receive path (:class:`~swarmnode.exchange.Exchange`: verify, re-score with its own
+   :class:`Scorer`, keep in its :class:`ExternalPool`);
 4. each node builds its training set (I own groups + J groups drawn from this round's pool,
    never its own) and takes one GRPO step.
 
@@ -35,8 +36,8 @@ import resource
 import statistics
 import sys
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
@@ -173,35 +174,14 @@ def _seed_int(*parts: object) -> int:
 
 @dataclass
 class Member:
-    """One node of one config: an adapter of the shared model and its swarm-facing state."""
+    """One node of one config: an adapter of the shared model and its side of the exchange
+    (the daemon's own :class:`~swarmnode.exchange.Exchange`: verify, re-score, pool)."""
 
     arm: Arm
     node: int
     policy: object  # swarmnode.policy.Policy
     identity: object  # swarmnode.identity.Identity
-    verifier: object  # swarmnode.bundle.BundleVerifier
-    pool: object  # swarmnode.pool.ExternalPool
-    rejected: Counter = field(default_factory=Counter)
-
-
-def receive_bundle(member: Member, data: bytes, current_round: int, scorer) -> int:
-    """What a node does with a peer's bundle: verify it, re-score every group with its own
-    verifier (a group it cannot verify is dropped) and keep the groups in its pool.
-
-    Returns the number of groups pooled; rejections are counted in ``member.rejected``.
-    """
-    from swarmnode.rollout import Group
-
-    verdict = member.verifier.check(data)
-    if not verdict.accepted:
-        member.rejected[verdict.reason] += 1
-        return 0
-    groups = []
-    for g in verdict.bundle.groups:
-        rewards = [scorer.score(g.question, r) for r in g.responses]
-        if all(x is not None for x in rewards):
-            groups.append(Group(g.question, g.responses, rewards, source=g.source))
-    return member.pool.add(verdict.bundle.round, groups)
+    exchange: object  # swarmnode.exchange.Exchange
 
 
 class Experiment:
@@ -255,13 +235,14 @@ class Experiment:
         return NodeConfig(questions=self.s.questions, completions=self.s.completions,
                           max_new_tokens=self.s.max_new_tokens, temperature=self.s.temperature,
                           local=arm.local, external=arm.external, learning_rate=self.s.learning_rate,
-                          micro_batch=self.s.micro_batch, external_sampling=arm.sampling)
+                          micro_batch=self.s.micro_batch, external_sampling=arm.sampling,
+                          swarm=f"experiment-{arm.slug}")
 
     def _build_members(self, seed: int) -> None:
         """Fresh adapters for ``seed``; node k starts from the same weights in every config."""
         import torch
 
-        from swarmnode.bundle import BundleVerifier
+        from swarmnode.exchange import Exchange
         from swarmnode.identity import Identity
         from swarmnode.policy import Policy
         from swarmnode.pool import ExternalPool
@@ -272,13 +253,13 @@ class Experiment:
         for arm in self.arms:
             for k in range(self.s.nodes):
                 torch.manual_seed(_seed_int("init", seed, k))
-                policy = Policy(self.base, self._node_config(arm), adapter=f"s{seed}-{arm.slug}-n{k}",
-                                shared=self._anchor)
+                cfg = self._node_config(arm)
+                policy = Policy(self.base, cfg, adapter=f"s{seed}-{arm.slug}-n{k}", shared=self._anchor)
                 self._anchor = self._anchor or policy
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
-                verifier = BundleVerifier(swarm=f"experiment-{arm.slug}", own_peer_id=identity.peer_id)
                 pool = ExternalPool(max_total=2 * per_round, max_per_round=per_round, max_per_peer=2 * per_round)
-                members.append(Member(arm, k, policy, identity, verifier, pool))
+                exchange = Exchange(identity, cfg, self.scorers[k], self.base.name, pool=pool)
+                members.append(Member(arm, k, policy, identity, exchange))
         self.members = members
         self._anchor = members[0].policy
         self._anchor.activate()  # so deleting the previous seed's adapters never deletes the active one
@@ -375,7 +356,6 @@ class Experiment:
 
     def run_round(self, seed: int, r: int, on_config: Callable[[Arm], None] = lambda arm: None) -> list[dict]:
         """One lockstep round of every node of every config; returns the CSV rows."""
-        from swarmnode.bundle import encode_bundle
         from swarmnode.node import score_local, select_training_set
 
         s = self.s
@@ -389,16 +369,15 @@ class Experiment:
             local = {i: score_local(questions[m.node], gens[i], self.scorers[m.node], True) for i, m in members}
             if arm.external > 0:
                 for i, m in members:
-                    data = encode_bundle(m.identity, swarm=f"experiment-{arm.slug}", round_no=r,
-                                         model=self.base.name, groups=local[i])
+                    data = m.exchange.outgoing(r, local[i])
                     for _, other in members:
                         if other is not m:
-                            receive_bundle(other, data, r, self.scorers[other.node])
+                            other.exchange.receive(data)
             share = (time.perf_counter() - t1) / len(members)
             for i, m in members:
                 t2 = time.perf_counter()
                 rng = random.Random(f"{seed}:{arm.label}:{m.node}:{r}")
-                external = m.pool.sample(arm.external, rng, exclude=m.identity.peer_id, mode=arm.sampling,
+                external = m.exchange.pool.sample(arm.external, rng, exclude=m.identity.peer_id, mode=arm.sampling,
                                          max_peer_share=1.0, min_round=r) if arm.external else []
                 train, dropped = select_training_set(local[i], external, arm.local, arm.external, rng)
                 loss = m.policy.train_step(train)
@@ -411,7 +390,7 @@ class Experiment:
                     "n_local": sum(g.is_local for g in train),
                     "n_dropped_zero_adv": dropped,
                     "loss": "" if loss is None else round(loss, 6),
-                    "bundles_rejected": sum(m.rejected.values()),
+                    "bundles_rejected": sum(r["rejected"] for r in m.exchange.peers.rows()),
                 })
             on_config(arm)
         return rows

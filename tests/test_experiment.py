@@ -62,7 +62,7 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
     assert any(int(r["n_external"]) > 0 for r in rows if r["config"] == "1/1")
     assert all(r["bundles_rejected"] == "0" for r in rows)
     for m in exp.members:
-        stats = m.pool.stats()["by_peer"]
+        stats = m.exchange.pool.stats()["by_peer"]
         assert m.identity.peer_id not in stats
         assert (sum(stats.values()) > 0) == (m.arm.external > 0)
 
