@@ -2,7 +2,8 @@
 
 Why not ``model.generate``: a GRPO batch is n copies of each prompt, most completions end
 after a few tokens at ``</answer>`` or EOS, and a few run to the token limit. This loop
-(1) runs the prompt prefill once per distinct prompt and copies its KV cache n times,
+(1) runs the prompt prefill once per distinct prompt and keeps one copy of its keys and
+values for its n rows (:mod:`swarmnode.prefixattn`),
 (2) removes a row from the batch (and from the KV cache) as soon as it ends, so finished
 rows cost nothing, and (3) detects the stop string with a per-row text tail and a table of
 token texts instead of re-decoding every row each step. The sampling distribution is the
@@ -11,9 +12,12 @@ plain temperature softmax (no top-k, no top-p), as the policy gradient assumes.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Sequence
 
 import torch
+
+from swarmnode import prefixattn
 
 
 class TokenTexts:
@@ -55,8 +59,12 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     out = model(input_ids=enc["input_ids"].to(device), attention_mask=attn, position_ids=positions,
                 use_cache=True, logits_to_keep=1, **extra)
     cache = out.past_key_values
-    if n > 1:
+    if prefixattn.supported(model.config):
+        cache = prefixattn.SharedPrefixCache(cache, attn, n)
+        attending = prefixattn.decoding(model, cache)
+    else:
         cache.batch_repeat_interleave(n)
+        attending = contextlib.nullcontext()
     logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
     attn = attn.repeat_interleave(n, dim=0)
     next_pos = positions[:, -1:].repeat_interleave(n, dim=0) + 1
@@ -68,28 +76,29 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     rows = list(range(len(prompts) * n))           # batch position -> output row
     generated: list[list[int]] = [[] for _ in rows]
     tails = ["" for _ in rows]
-    for step in range(max_new_tokens):
-        probs = torch.softmax(logits.float() / temperature, dim=-1)
-        tokens = torch.multinomial(probs, 1)
-        keep: list[int] = []
-        for pos, (row, tok) in enumerate(zip(rows, tokens[:, 0].tolist())):
-            generated[row].append(tok)
-            text = tails[row] + texts[tok]
-            if tok == eos_id or stop_string in text:
-                continue
-            tails[row] = text[-keep_chars:] if keep_chars else ""
-            keep.append(pos)
-        if not keep or step == max_new_tokens - 1 or should_stop():
-            break
-        if len(keep) < len(rows):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            attn, next_pos, tokens = attn[index], next_pos[index], tokens[index]
-            rows = [rows[i] for i in keep]
-        if row_adapters is not None:
-            extra = {"adapter_names": [row_adapters[r] for r in rows]}
-        attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=-1)
-        logits = model(input_ids=tokens, attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                       use_cache=True, **extra).logits[:, -1, :]
-        next_pos = next_pos + 1
+    with attending:
+        for step in range(max_new_tokens):
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            tokens = torch.multinomial(probs, 1)
+            keep: list[int] = []
+            for pos, (row, tok) in enumerate(zip(rows, tokens[:, 0].tolist())):
+                generated[row].append(tok)
+                text = tails[row] + texts[tok]
+                if tok == eos_id or stop_string in text:
+                    continue
+                tails[row] = text[-keep_chars:] if keep_chars else ""
+                keep.append(pos)
+            if not keep or step == max_new_tokens - 1 or should_stop():
+                break
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                attn, next_pos, tokens = attn[index], next_pos[index], tokens[index]
+                rows = [rows[i] for i in keep]
+            if row_adapters is not None:
+                extra = {"adapter_names": [row_adapters[r] for r in rows]}
+            attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=-1)
+            logits = model(input_ids=tokens, attention_mask=attn, position_ids=next_pos, past_key_values=cache,
+                           use_cache=True, **extra).logits[:, -1, :]
+            next_pos = next_pos + 1
     return generated

@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from swarmnode import prefixattn
 from swarmnode.config import NodeConfig
 from swarmnode.model import load_base_model
 from swarmnode.policy import Policy
@@ -41,7 +42,14 @@ def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) ->
     return out
 
 
-def test_rows_match_uncached_greedy_decoding_with_early_ends(policy):
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch, shared_prefix):
+    """Both decoding paths: prompt states shared by their rows, and transformers' own cache."""
+    calls = []
+    real_attention = prefixattn._attention
+    monkeypatch.setattr(prefixattn, "supported", lambda config: shared_prefix)
+    monkeypatch.setitem(prefixattn.AttentionInterface._global_mapping, prefixattn.NAME,
+                        lambda *a, **kw: calls.append(1) or real_attention(*a, **kw))
     prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("Is 2000 a leap year? Answer Yes or No."),
                policy.prompt("x")]
     max_new, stop = 12, "never in this vocabulary"
@@ -54,6 +62,8 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy):
     rows = sample(policy.model, policy.tokenizer, prompts, 2, max_new_tokens=max_new, temperature=1e-4,
                   stop_string=stop, eos_id=eos, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
     assert rows == [r for r in refs for _ in range(2)]
+    assert bool(calls) == shared_prefix
+    assert policy.model.config._attn_implementation != prefixattn.NAME
 
 
 def test_completions_end_at_the_stop_string(policy):
