@@ -23,6 +23,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.grpo import group_advantages, grpo_loss
 from swarmnode.kvcache import prefix_cache
 from swarmnode.logprob import chosen_logprobs
+from swarmnode.memtrim import release_free_memory
 from swarmnode.model import BaseModel
 from swarmnode.rollout import Group
 from swarmnode.sampler import TokenTexts, sample
@@ -112,6 +113,7 @@ class Policy:
                       temperature=temperature, stop_string=ANSWER_CLOSE, eos_id=self._eos,
                       token_texts=self._token_texts, device=self.device, should_stop=should_stop,
                       adapter_names=adapters)
+        release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
         texts = [[self.tokenizer.decode(row, skip_special_tokens=True) for row in group] for group in ids]
         return Generation(texts, ids, sum(len(row) for row in rows))
@@ -269,6 +271,7 @@ class Policy:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
+        release_free_memory()
         return total if math.isfinite(total) else None
 
     # ---- persistence -------------------------------------------------------------------
