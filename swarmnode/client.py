@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
-from swarmnode.paths import NodeHome
+from swarmnode.paths import NodeHome, add_home_flag
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5)
@@ -254,14 +254,13 @@ def _tui(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    home_help = "the node's directory (default: $SWARMNODE_HOME, else the platform's user data directory)"
     for name, help_text in (("status", "show the running node's round, phase, peers and reward"),
                             ("peers", "list the peers the running node has heard from")):
         p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
-        p.add_argument("--home", metavar="DIR", help=home_help)
+        add_home_flag(p)
         p.add_argument("--json", action="store_true", help="print the API's JSON answer")
         p.set_defaults(func=_show)
     p = sub.add_parser("tui", help="watch and control the running node in a terminal dashboard",
                        description="Watch and control the running node in a terminal dashboard.")
-    p.add_argument("--home", metavar="DIR", help=home_help)
+    add_home_flag(p)
     p.set_defaults(func=_tui)

@@ -18,7 +18,7 @@ from typing import Any
 from swarmnode.cli import add_config_flags, given_flags
 from swarmnode.config import ConfigError, LoadedConfig, load_config
 from swarmnode.docsgen import SECTION_TITLES, KeyDoc, key_docs, toml_value
-from swarmnode.paths import NodeHome
+from swarmnode.paths import NodeHome, add_home_flag
 
 _WRAP = 92
 
@@ -37,8 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     init = actions.add_parser("init", help="write a commented config.toml into the node home",
                               description="Write <home>/config.toml with every key commented out at its default.")
-    init.add_argument("--home", metavar="DIR", help="node home (default: $SWARMNODE_HOME, else the platform's "
-                                                    "user data directory)")
+    add_home_flag(init)
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
     init.set_defaults(func=run_init)
 

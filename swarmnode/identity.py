@@ -25,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from swarmnode.paths import NodeHome
+from swarmnode.paths import NodeHome, add_home_flag
 
 KEY_TYPE_ED25519 = 1
 # PublicKey protobuf of an Ed25519 key: field 1 varint = 1, field 2 bytes of length 32.
@@ -284,8 +284,7 @@ class Identity:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("identity", help="Show this node's PeerID, name and key file (created if missing).",
                        description="Show this node's PeerID, name and key file; create the key if missing.")
-    p.add_argument("--home", metavar="DIR", help="Node directory (default: SWARMNODE_HOME, else the "
-                                                 "platform's user data directory).")
+    add_home_flag(p)
     p.add_argument("--json", action="store_true", help="Print one JSON object (peer_id, name, key_path).")
     p.set_defaults(func=_cmd_identity)
 

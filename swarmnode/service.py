@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 import platformdirs
 
 from swarmnode.config import ENV_PREFIX, load_config
-from swarmnode.paths import APP, NodeHome, home_setting
+from swarmnode.paths import APP, NodeHome, add_home_flag, home_setting
 
 LABEL = "org.swarmnode.node"
 UNIT_NAME = "swarmnode.service"
@@ -232,8 +232,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             description="Install, remove or inspect a user service that runs `swarmnode start` "
                                         "at login and restarts it after a crash.")
     parser.add_argument("action", choices=("install", "uninstall", "status"))
-    parser.add_argument("--home", metavar="DIR", help="node home the service uses (default: $SWARMNODE_HOME, "
-                                                      "else the platform's user data directory)")
+    add_home_flag(parser)
     parser.add_argument("--config", metavar="PATH", help="config file the service uses")
     parser.set_defaults(func=run_service)
 
