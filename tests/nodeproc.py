@@ -8,6 +8,7 @@ which its completions get small partial rewards that differ, so nearly every rou
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -25,6 +26,13 @@ max_statements = 2
 min_complexity = 1
 max_complexity = 1
 """
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_signal_tasks(path: Path) -> Path:

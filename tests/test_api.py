@@ -19,6 +19,7 @@ from swarmnode.api import ApiServer, prometheus_text
 from swarmnode.paths import NodeHome
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state
+from nodeproc import free_port
 
 
 @pytest.fixture
@@ -306,7 +307,7 @@ def test_stale_api_file_means_no_node(tmp_path, capsys, monkeypatch):
     from swarmnode.cli import main
 
     home = NodeHome(tmp_path)
-    dead = _free_port()
+    dead = free_port()
     home.api_file.write_text(json.dumps({"port": dead, "token": "t", "pid": 2 ** 22 + 7,
                                          "url": f"http://127.0.0.1:{dead}"}))
     monkeypatch.setenv("SWARMNODE_HOME", str(tmp_path))
@@ -317,11 +318,6 @@ def test_stale_api_file_means_no_node(tmp_path, capsys, monkeypatch):
     assert main(["peers", "--json"]) == 1
     assert "no node running at" in capsys.readouterr().err
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_status_and_peers_commands_against_a_node(tmp_path, capsys):

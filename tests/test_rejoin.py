@@ -11,25 +11,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from nodeproc import metric_rows, start_argv, write_signal_tasks
+from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
 from swarmnode.identity import Identity
 from swarmnode.transport import base
 from swarmnode.transport.base import Transport, peer_id_of
 
 SWARM = "rejoin-test"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:
@@ -149,7 +143,7 @@ async def test_a_node_with_other_peers_still_redials_its_returning_bootstrap_pee
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_bootstrap_and_peer_leave_and_return_while_nodes_train(tmp_path, tiny_model_dir, transport):
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
-    port = _free_port()
+    port = free_port()
     b_home = tmp_path / "B"
     b_id = Identity.load_or_create(b_home / "identity.key")
     b_addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{b_id.peer_id}"

@@ -3,22 +3,16 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from nodeproc import metric_rows, start_argv, write_signal_tasks
+from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
 
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _peer_id(home) -> str:
@@ -64,7 +58,7 @@ def _swarming(home) -> bool:
 def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_model_dir, transport):
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
     homes = [tmp_path / f"n{i}" for i in range(3)]
-    port = _free_port()
+    port = free_port()
     bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(homes[0])}"
     (tmp_path / "none.txt").write_text("# this node is the bootstrap\n")
     procs = [_node(homes[0], tiny_model_dir, tasks, transport, "--listen", f"/ip4/127.0.0.1/tcp/{port}",
@@ -86,7 +80,7 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
 def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
     boot_home, home = tmp_path / "boot", tmp_path / "node"
-    port = _free_port()
+    port = free_port()
     bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(boot_home)}"
     (tmp_path / "none.txt").write_text("")
     node = _node(home, tiny_model_dir, tasks, "hivemind", "--bootstrap", bootstrap)

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from nodeproc import free_port
 from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name,
                             wait_for)
 
@@ -107,11 +107,6 @@ def test_contract(spawn, transport):
     for node in reversed(nodes):
         assert_clean(node.stop())
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
