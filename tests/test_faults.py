@@ -106,7 +106,8 @@ def test_disk_full_mid_run_stops_cleanly_and_resumes_once_space_is_back(tmp_path
         argv = start_argv(home, tiny_model_dir, "--solo", "--tasks", str(trained_home[1]))
         node = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 300
-        while len(metric_rounds(home)) < 4:
+        # The metrics row is written before the round's checkpoint, so wait for the checkpoint itself.
+        while latest_checkpoint(home / "checkpoints").round < 3:  # the copy starts at round 1
             assert node.poll() is None and time.time() < deadline, node.stderr.read()[-3000:]
             time.sleep(0.05)
         with open(mount / "filler", "wb") as fh:  # fill the disk while the node runs
