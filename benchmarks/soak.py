@@ -6,7 +6,10 @@ after round 20 (memory must not grow with the number of rounds). Exits 1 when it
 Usage, from the repository root::
 
     PYTHONPATH=. python benchmarks/soak.py [--rounds 200] [--questions 2] [--completions 4]
-        [--max-new-tokens 16] [--model embedded]
+        [--max-new-tokens 16] [--model embedded] [--tasks laptop]
+
+The default tasks are the packaged easy set, where the embedded model's groups have reward
+signal, so every round also trains (at the default difficulties nothing would).
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 lets torch decide")
     ap.add_argument("--model", default="embedded")
+    ap.add_argument("--tasks", default="laptop", help="task file or packaged set (see the config key 'tasks')")
     args = ap.parse_args()
     if args.rounds < BASELINE_ROUND:
         ap.error(f"--rounds must be at least {BASELINE_ROUND}")
 
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens,
-                       threads=args.threads, model=args.model, local=args.questions, external=0)
+                       threads=args.threads, model=args.model, tasks=args.tasks, local=args.questions, external=0)
     node = build_solo_node(cfg, seed=0)
     print(f"{'round':>6s}{'RSS MB':>10s}{'seconds':>10s}{'reward':>8s}", flush=True)
     baseline = None

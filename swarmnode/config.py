@@ -81,7 +81,8 @@ class NodeConfig:
     seed: int | None = _key(None, "Seed of this node's question stream and sampling; unset derives one from "
                                   "the node's identity, so two nodes draw different questions.", section="round")
     tasks: str | None = _key(None, "TOML file of task families, weights and difficulty; unset uses the file "
-                                   "shipped in the package.", section="round")
+                                   "shipped in the package. 'laptop' picks the packaged easy set on which the "
+                                   "embedded model learns within minutes on a CPU.", section="round")
     prefill_answer_tag: bool = _key(True, "Start the assistant's turn inside '<answer>' so a small model hits "
                                           "the answer format; off lets the model reason first.", section="round")
     round_budget: float | None = _key(None, "Target seconds per round: a slow node shrinks its completions or "

@@ -38,7 +38,6 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -130,13 +129,12 @@ class Settings:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in _RESUMABLE_CHANGES}
 
 
-LAPTOP_TASKS = "laptop"  # the packaged tasks-laptop.toml
 PROFILES: dict[str, dict] = {
     # About an hour for the four configs on two free CPU cores with the embedded model: about
     # 2 minutes a round for 16 nodes x 32 sequences, estimated from the measured 7 s + 9 s for
     # 64 sequences of one node (docs/experiments/README.md says what was run end to end).
     "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=30, seeds=1, questions=8, completions=4,
-                   max_new_tokens=8, model="embedded", task_file=LAPTOP_TASKS, learning_rate=2e-4,
+                   max_new_tokens=8, model="embedded", task_file="laptop", learning_rate=2e-4,
                    micro_batch=32, checkpoint_every=1, generation="per-node"),
     # The paper's controlled experiment: 8 nodes, 8 questions, 8 completions, the nine families.
     "paper": dict(nodes=8, configs="8/0,6/2,4/4,2/6", rounds=2000, seeds=1, questions=8, completions=8,
@@ -145,17 +143,11 @@ PROFILES: dict[str, dict] = {
 }
 
 
-def _task_path(task_file: str | None) -> str | None:
-    if task_file == LAPTOP_TASKS:
-        return str(resources.files("swarmnode.data").joinpath("tasks-laptop.toml"))
-    return task_file
-
-
 def load_families(settings: Settings) -> dict:
     from swarmnode.tasks import TaskConfigError, load_task_file
 
     try:
-        families = load_task_file(_task_path(settings.task_file))
+        families = load_task_file(settings.task_file)
     except TaskConfigError as exc:
         raise ExperimentError(f"tasks: {exc}") from None
     if settings.tasks:

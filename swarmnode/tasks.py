@@ -67,17 +67,25 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
-    """Families from a task TOML file (the packaged one when ``path`` is None).
+# Task sets shipped in the package, by the name a user gives instead of a file path. "laptop"
+# exists because the embedded 135M model scores zero at the default difficulties (nothing
+# learns); on these easy tasks its reward rises within minutes on two CPU cores.
+PACKAGED_TASK_SETS = {"laptop": "tasks-laptop.toml"}
 
-    Returns ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights
-    raise :class:`TaskConfigError`.
+
+def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """Families from a task TOML file, or a packaged set by name (``None``: the packaged default).
+
+    ``path`` may be a name of :data:`PACKAGED_TASK_SETS` (``"laptop"``). Returns
+    ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
+    :class:`TaskConfigError`.
     """
     import reasoning_gym.factory as factory
 
-    if path is None:
-        text = resources.files("swarmnode.data").joinpath("tasks.toml").read_text()
-        where = "the packaged tasks.toml"
+    if path is None or str(path) in PACKAGED_TASK_SETS:
+        name = "tasks.toml" if path is None else PACKAGED_TASK_SETS[str(path)]
+        text = resources.files("swarmnode.data").joinpath(name).read_text()
+        where = f"the packaged {name}"
     else:
         try:
             text = Path(path).expanduser().read_text()

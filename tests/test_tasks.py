@@ -9,6 +9,15 @@ def test_packaged_task_file_has_the_papers_nine_families():
     assert set(load_task_file(None)) == PAPER_FAMILIES
 
 
+def test_laptop_names_the_packaged_easy_set_and_its_questions_score():
+    fams = load_task_file("laptop")
+    assert set(fams) == {"calendar_arithmetic", "chain_sum"}
+    assert fams["chain_sum"]["config"]["max_digits"] == 1
+    scorer = Scorer(fams)
+    for q in TaskSource(fams, 0).sample(0, 8):
+        assert scorer.score(q, f"<answer>{q.answer}</answer>") == 1.0, q
+
+
 def test_extract_answer_takes_the_last_complete_tag():
     assert extract_answer("<answer>1</answer> then <answer> 42 </answer>") == "42"
     assert extract_answer("no tags here") is None
