@@ -44,6 +44,7 @@ def _wait(predicate, timeout: float, what: str, procs: list[subprocess.Popen]):
 
 def run(args: argparse.Namespace, model: str, flood: bool, work: Path) -> dict:
     from flooder import FLOODER_SEED, SWARM
+    from nodeproc import metric_rows, stop_all
     from swarmnode.identity import Identity
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -81,11 +82,8 @@ def run(args: argparse.Namespace, model: str, flood: bool, work: Path) -> dict:
         if node.returncode != 0:
             raise SystemExit(f"the node exited with {node.returncode}; see {work / 'node.log'}")
     finally:
-        for p in (node, flooder):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                p.wait(30)
-    rows = [json.loads(line) for line in (home / "metrics.jsonl").read_text().splitlines()]
+        stop_all(node, flooder)
+    rows = metric_rows(home)
     seconds = [r["seconds"] for r in rows[1:]]  # round 0 warms up (first scoring, allocator)
     flooder_id = Identity.from_seed(FLOODER_SEED).peer_id
     row = next((p for p in peers if p["peer_id"] == flooder_id), {})

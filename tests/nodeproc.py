@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +34,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_all(*procs: subprocess.Popen | None) -> None:
+    """Terminate the processes among ``procs`` that still run, and reap them."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.terminate()
+            p.wait(30)
 
 
 def write_signal_tasks(path: Path) -> Path:

@@ -30,6 +30,7 @@ from swarmnode.swarm import NetworkLink
 from swarmnode.tasks import Scorer
 
 from flooder import SWARM, flood_mix, hostile_bundle, valid_bundle
+from nodeproc import metric_rows, stop_all
 
 FLOODER = Identity.from_seed(b"F" * 32)
 HONEST = Identity.from_seed(b"H" * 32)
@@ -281,11 +282,8 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
                 assert resp.status == 200
         assert node.wait(120) == 0, nlog.read_text()[-3000:]
     finally:
-        for p in (node, flooder):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                p.wait(30)
-    rows = [json.loads(line) for line in (home / "metrics.jsonl").read_text().splitlines()]
+        stop_all(node, flooder)
+    rows = metric_rows(home)
     assert [r["round"] for r in rows] == list(range(len(rows)))
     for table in (peers, peers_after):
         flooder_row = next(p for p in table if p["peer_id"] == FLOODER.peer_id)
