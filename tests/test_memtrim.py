@@ -1,0 +1,50 @@
+"""glibc's mmap threshold stays pinned, so large tensors never land in the fragmenting heaps.
+
+Each case runs in a fresh process: the threshold is process-wide and only ever raised.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import ctypes, ctypes.util, sys, torch
+from swarmnode.memtrim import pin_mmap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "pin":
+    pin_mmap_threshold()
+big = torch.ones(4 * 2**20)  # 16 MB, freed at once: unpinned, glibc raises its threshold to 16 MB
+del big
+before = libc.mallinfo2().hblkhd
+x = torch.ones(2**20)  # 4 MB: its own mmap only while the threshold is pinned
+print(libc.mallinfo2().hblkhd - before)
+"""
+
+
+def _mmapped_growth(mode: str) -> int:
+    proc = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+def _has_mallinfo2() -> bool:
+    name = ctypes.util.find_library("c")
+    return bool(name) and hasattr(ctypes.CDLL(name), "mallinfo2")
+
+
+@pytest.mark.skipif(not _has_mallinfo2(), reason="mallinfo2 is glibc >= 2.33 only; elsewhere pinning is a no-op")
+def test_a_4_mb_tensor_after_a_freed_16_mb_one_is_mmapped_only_when_pinned():
+    assert _mmapped_growth("pin") >= 4 * 2**20
+    assert _mmapped_growth("unpinned") < 4 * 2**20  # the glibc behaviour the pin exists for
