@@ -4,11 +4,12 @@ Two glibc behaviours make a PyTorch process on CPU hold far more memory than it 
 
 - glibc serves blocks above its mmap threshold with their own ``mmap`` (unmapped when
   freed), the rest from its heaps. Each time an mmapped block is freed it raises that
-  threshold to the block's size, up to 32 MB, so after the first few tensors almost every
-  activation comes from the heaps, which fragment and cannot shrink. A training step at the
-  default sizes (8 completions x 256 tokens after a 251-token prompt) then peaked at
-  4.4 GB RSS; with the threshold pinned at 128 KiB (pinning it also stops the raising) it
-  peaked at 1.6 GB. :func:`pin_mmap_threshold` does that, once per process.
+  threshold to the block's size, up to 32 MiB, so after the first few tensors almost every
+  activation comes from the heaps, which fragment. A training step at the default sizes (8
+  completions x 256 tokens after a 251-token prompt) then peaked at 4.4 GB RSS; with the
+  threshold held at 128 KiB, 1.6 GB. Fresh mmapped pages are zero-filled, though, which
+  made generation (many short-lived per-step tensors) 1.28x slower, so
+  :func:`large_blocks_mmapped` holds the low threshold around training only.
 - Freed heap blocks stay resident. ``malloc_trim(0)`` (:func:`release_free_memory`, a few
   milliseconds) returns them between the phases of a round, so the next phase does not
   stack its own peak on top.
@@ -16,13 +17,16 @@ Two glibc behaviours make a PyTorch process on CPU hold far more memory than it 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+from typing import Iterator
 
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
+HEAP_THRESHOLD_BYTES = 32 * 2**20  # the value glibc's raising ends at on 64-bit systems
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,16 +40,23 @@ def _glibc(function: str):
     return getattr(libc, function, None) if libc is not None else None
 
 
-@functools.lru_cache(maxsize=1)
-def pin_mmap_threshold() -> None:
-    """Serve every block of ``MMAP_THRESHOLD_BYTES`` or more with its own mmap, for good.
+@contextlib.contextmanager
+def large_blocks_mmapped() -> Iterator[None]:
+    """Inside the block, every allocation of ``MMAP_THRESHOLD_BYTES`` or more gets its own mmap.
 
-    Call before the model loads; later calls do nothing. The price is zero-filled fresh pages
-    for each large tensor (see docs/performance.md for what it costs a round).
+    On leaving, the threshold is set to ``HEAP_THRESHOLD_BYTES``, where glibc's own raising
+    would have taken it (a set threshold is never raised again). Not reentrant across
+    threads: the threshold is process-wide.
     """
     mallopt = _glibc("mallopt")
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    if mallopt is None:
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, HEAP_THRESHOLD_BYTES)
 
 
 def release_free_memory() -> None:

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from swarmnode.memtrim import pin_mmap_threshold
 from swarmnode.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -195,7 +194,6 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype | None =
     """Load ``spec`` ('embedded', a hub id, or a local directory) onto ``device``, frozen."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    pin_mmap_threshold()
     dtype = dtype or pick_dtype(device)
     if spec == "embedded":
         source, name = str(ensure_embedded()), EMBEDDED_NAME

@@ -1,4 +1,4 @@
-"""glibc's mmap threshold stays pinned, so large tensors never land in the fragmenting heaps.
+"""Inside ``large_blocks_mmapped`` large tensors get their own mmap, never the fragmenting heaps.
 
 Each case runs in a fresh process: the threshold is process-wide and only ever raised.
 """
@@ -14,7 +14,7 @@ import pytest
 
 _PROBE = """
 import ctypes, ctypes.util, sys, torch
-from swarmnode.memtrim import pin_mmap_threshold
+from swarmnode.memtrim import large_blocks_mmapped
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -23,13 +23,22 @@ class MallInfo2(ctypes.Structure):
 
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 libc.mallinfo2.restype = MallInfo2
-if sys.argv[1] == "pin":
-    pin_mmap_threshold()
-big = torch.ones(4 * 2**20)  # 16 MB, freed at once: unpinned, glibc raises its threshold to 16 MB
-del big
-before = libc.mallinfo2().hblkhd
-x = torch.ones(2**20)  # 4 MB: its own mmap only while the threshold is pinned
-print(libc.mallinfo2().hblkhd - before)
+def mmapped_growth():
+    big = torch.ones(4 * 2**20)  # 16 MB, freed at once: glibc raises its threshold to 16 MB
+    del big
+    before = libc.mallinfo2().hblkhd
+    x = torch.ones(2**20)  # 4 MB: from the heaps unless the threshold is held low
+    return libc.mallinfo2().hblkhd - before
+
+if sys.argv[1] == "inside":
+    with large_blocks_mmapped():
+        print(mmapped_growth())
+elif sys.argv[1] == "after":
+    with large_blocks_mmapped():
+        pass
+    print(mmapped_growth())
+else:
+    print(mmapped_growth())
 """
 
 
@@ -45,6 +54,7 @@ def _has_mallinfo2() -> bool:
 
 
 @pytest.mark.skipif(not _has_mallinfo2(), reason="mallinfo2 is glibc >= 2.33 only; elsewhere pinning is a no-op")
-def test_a_4_mb_tensor_after_a_freed_16_mb_one_is_mmapped_only_when_pinned():
-    assert _mmapped_growth("pin") >= 4 * 2**20
-    assert _mmapped_growth("unpinned") < 4 * 2**20  # the glibc behaviour the pin exists for
+def test_a_4_mb_tensor_after_a_freed_16_mb_one_is_mmapped_only_inside_the_block():
+    assert _mmapped_growth("inside") >= 4 * 2**20
+    assert _mmapped_growth("after") < 4 * 2**20
+    assert _mmapped_growth("plain") < 4 * 2**20  # the glibc behaviour the block exists for
