@@ -173,8 +173,10 @@ class Policy:
             attn = torch.cat([mask.new_ones((b, n_prompt)), mask[:, :k - 1]], dim=1).long()
             positions = torch.arange(n_prompt, n_prompt + k - 1, device=dev).expand(b, -1)
             with self._checkpointing(self.model.training and b * (k - 1) > CHECKPOINT_ABOVE_TOKENS):
+                # The layers read the prefix cache whatever use_cache says; False only tells
+                # transformers nothing is to be stored (else it warns under checkpointing).
                 out = net(input_ids=ids[:, :k - 1], attention_mask=attn, position_ids=positions,
-                          past_key_values=prefix_cache(out.past_key_values), use_cache=True)
+                          past_key_values=prefix_cache(out.past_key_values), use_cache=False)
             states.append(out.last_hidden_state if head is not None else out.logits)
         del out
         states_t = torch.cat(states, dim=1)  # position j predicts completion token j
