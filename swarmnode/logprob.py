@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
-# Token positions whose logits exist at once: 256 x 49,152 x 4 bytes = 48 MB for SmolLM2.
-CHUNK_TOKENS = 256
+# Token positions whose logits exist at once: 64 x 49,152 x 4 bytes = 12 MB for SmolLM2
+# (256 raised a training step's peak RSS by 76 MB at no measurable gain in speed).
+CHUNK_TOKENS = 64
 
 
 class _ChosenLogProb(torch.autograd.Function):

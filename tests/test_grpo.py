@@ -1,4 +1,5 @@
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -7,7 +8,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.grpo import group_advantages, grpo_loss
 from swarmnode.model import BaseModel, load_base_model
 from swarmnode.node import select_training_set
-from swarmnode.policy import Policy
+from swarmnode.policy import MICRO_BATCH_TOKENS, Policy
 from swarmnode.rollout import Group
 from swarmnode.tasks import Question
 
@@ -89,3 +90,15 @@ def test_generate_returns_n_responses_per_prompt(policy):
     assert [len(t) for t in gen.texts] == [3, 3]
     assert 0 < gen.tokens <= 2 * 3 * 5
     assert all(len(ids) <= 5 for row in gen.token_ids for ids in row)
+
+
+def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
+    lengths_a = [10, 300, 200, 5, 600, 2000]
+    seqs = [([1, 2], [7] * n) for n in lengths_a] + [([3], [7] * 8) for _ in range(5)]
+    owner = SimpleNamespace(cfg=NodeConfig(micro_batch=4))
+    batches = Policy._micro_batches(owner, seqs, range(len(seqs)))
+    assert sorted(i for b in batches for i in b) == list(range(len(seqs)))
+    for b in batches:
+        assert len({tuple(seqs[i][0]) for i in b}) == 1 and len(b) <= 4
+        assert len(b) == 1 or len(b) * max(len(seqs[i][1]) for i in b) <= MICRO_BATCH_TOKENS
+    assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 200], [300], [600], [2000], [8] * 4, [8]]
