@@ -130,9 +130,9 @@ class Settings:
 
 
 PROFILES: dict[str, dict] = {
-    # About an hour for the four configs on two free CPU cores with the embedded model: about
-    # 2 minutes a round for 16 nodes x 32 sequences, estimated from the measured 7 s + 9 s for
-    # 64 sequences of one node (docs/experiments/README.md says what was run end to end).
+    # The four configs in about 45 minutes on two CPU cores with the embedded model: measured
+    # 91 s a round for 16 nodes x 32 sequences with one torch thread while the other core was
+    # busy (docs/experiments/README.md says what was run end to end).
     "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=30, seeds=1, questions=8, completions=4,
                    max_new_tokens=8, model="embedded", task_file="laptop", learning_rate=2e-4,
                    micro_batch=32, checkpoint_every=1, generation="per-node"),
@@ -591,7 +591,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "local/external configs (I/J) by cumulative reward. Resumes when rerun "
                                    "with the same --out.")
     p.add_argument("--profile", choices=sorted(PROFILES), default="laptop",
-                   help="defaults for the flags below: laptop (2 CPU cores, about an hour) or paper (GPU)")
+                   help="defaults for the flags below: laptop (2 CPU cores, about 45 minutes) or paper (GPU)")
     p.add_argument("--nodes", type=int, help="nodes per config")
     p.add_argument("--configs", help="comma-separated I/J configs, e.g. 8/0,6/2,4/4,2/6; "
                                      "a ':rw' suffix draws external groups reward-weighted (4/4:rw)")
