@@ -370,7 +370,7 @@ class Experiment:
                 t2 = time.perf_counter()
                 rng = random.Random(f"{seed}:{arm.label}:{m.node}:{r}")
                 external = m.exchange.pool.sample(arm.external, rng, exclude=m.identity.peer_id, mode=arm.sampling,
-                                         max_peer_share=1.0, min_round=r) if arm.external else []
+                                                  max_peer_share=1.0, min_round=r) if arm.external else []
                 train, dropped = select_training_set(local[i], external, arm.local, arm.external, rng)
                 loss = m.policy.train_step(train)
                 rewards = [x for g in local[i] for x in g.rewards]
@@ -382,7 +382,7 @@ class Experiment:
                     "n_local": sum(g.is_local for g in train),
                     "n_dropped_zero_adv": dropped,
                     "loss": "" if loss is None else round(loss, 6),
-                    "bundles_rejected": sum(r["rejected"] for r in m.exchange.peers.rows()),
+                    "bundles_rejected": sum(peer["rejected"] for peer in m.exchange.peers.rows()),
                 })
             on_config(arm)
         return rows
