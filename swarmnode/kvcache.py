@@ -1,15 +1,28 @@
-"""A read-only KV cache for training a group's completions after their shared prompt.
+"""KV caches for training a group's completions after their shared prompt.
 
-The training pass of a group's completions attends to one prompt. Its keys and values (one
-row, carrying gradients) are broadcast to every row without copies, and nothing is ever
-stored: the cache is read-only, so a layer can be recomputed under activation
-checkpointing and see exactly the same inputs.
+The training pass of a group's completions attends to one prompt. The prompt pass writes
+its keys and values once (:func:`prompt_cache`); the completion pass broadcasts them (one
+row, carrying gradients) to every row without copies and stores nothing
+(:func:`prefix_cache`). Both passes can therefore be recomputed layer by layer under
+activation checkpointing and see exactly the inputs of their first run.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+
+class _WriteOnceLayer(DynamicLayer):
+    """Stores the first update; a later one is the backward replay of a checkpointed layer,
+    which must attend to exactly what the first run did (its own keys), not to both copies."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.keys, self.values = key_states, value_states
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.is_initialized = True
+        return key_states, value_states
 
 
 class _PrefixLayer(DynamicLayer):
@@ -26,6 +39,11 @@ class _PrefixLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.keys.shape[-2]
+
+
+def prompt_cache() -> Cache:
+    """An empty cache for one prompt pass, safe to replay under activation checkpointing."""
+    return Cache(layer_class_to_replicate=_WriteOnceLayer)
 
 
 def prefix_cache(prompt_cache: Cache) -> Cache:

@@ -21,7 +21,7 @@ import torch.utils.checkpoint
 
 from swarmnode.config import NodeConfig
 from swarmnode.grpo import group_advantages, grpo_loss
-from swarmnode.kvcache import prefix_cache
+from swarmnode.kvcache import prefix_cache, prompt_cache
 from swarmnode.logprob import chosen_logprobs
 from swarmnode.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.model import BaseModel
@@ -32,7 +32,8 @@ from swarmnode.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 log = logging.getLogger(__name__)
 
 DEFAULT_ADAPTER = "default"
-# Completion tokens in one training pass above which layer activations are recomputed.
+# Tokens (prompt plus completions) of one training micro-batch above which layer activations
+# are recomputed.
 CHECKPOINT_ABOVE_TOKENS = 256
 # Padded completion tokens of one micro-batch at most: 8 x 256 tokens peaked 210 MB higher
 # than 4 x 256 (docs/performance.md, change 8).
@@ -162,10 +163,10 @@ class Policy:
         The prompt runs once; its keys and values, broadcast to every completion through a
         read-only :func:`prefix_cache`, carry gradients back into it. Only completion tokens
         get output states, and with a plain output layer only the chosen tokens' log-probs
-        are formed (:func:`chosen_logprobs`). In training, a pass over more than
-        ``CHECKPOINT_ABOVE_TOKENS`` completion tokens keeps only each layer's input and
-        recomputes the rest in the backward pass (activations are ~1.4 MB a token for
-        SmolLM2-135M otherwise).
+        are formed (:func:`chosen_logprobs`). In training, a micro-batch of more than
+        ``CHECKPOINT_ABOVE_TOKENS`` tokens, prompt and completions, keeps only each layer's
+        input and recomputes the rest in the backward pass (activations are ~1.4 MB a token
+        for SmolLM2-135M otherwise).
         """
         b, k, n_prompt, dev = len(completions), max(len(c) for c in completions), len(prompt), self.device
         ids = torch.full((b, k), self._pad, dtype=torch.long)
@@ -178,17 +179,18 @@ class Policy:
         # With a plain head the decoder's hidden states suffice; otherwise the model's logits.
         net = self.model.get_base_model().get_decoder() if head is not None else self.model
         extra = {} if head is not None else {"logits_to_keep": 1}
-        out = net(input_ids=torch.tensor([prompt], device=dev), use_cache=True, **extra)
-        states = [(out.last_hidden_state if head is not None else out.logits)[:, -1:].expand(b, -1, -1)]
-        if k > 1:
-            attn = torch.cat([mask.new_ones((b, n_prompt)), mask[:, :k - 1]], dim=1).long()
-            positions = torch.arange(n_prompt, n_prompt + k - 1, device=dev).expand(b, -1)
-            with self._checkpointing(self.model.training and b * (k - 1) > CHECKPOINT_ABOVE_TOKENS):
-                # The layers read the prefix cache whatever use_cache says; False only tells
-                # transformers nothing is to be stored (else it warns under checkpointing).
+        cache = prompt_cache()
+        # The layers use the given caches whatever use_cache says; False only tells
+        # transformers to create none (else it warns under checkpointing).
+        with self._checkpointing(self.model.training and n_prompt + b * (k - 1) > CHECKPOINT_ABOVE_TOKENS):
+            out = net(input_ids=torch.tensor([prompt], device=dev), past_key_values=cache, use_cache=False, **extra)
+            states = [(out.last_hidden_state if head is not None else out.logits)[:, -1:].expand(b, -1, -1)]
+            if k > 1:
+                attn = torch.cat([mask.new_ones((b, n_prompt)), mask[:, :k - 1]], dim=1).long()
+                positions = torch.arange(n_prompt, n_prompt + k - 1, device=dev).expand(b, -1)
                 out = net(input_ids=ids[:, :k - 1], attention_mask=attn, position_ids=positions,
-                          past_key_values=prefix_cache(out.past_key_values), use_cache=False)
-            states.append(out.last_hidden_state if head is not None else out.logits)
+                          past_key_values=prefix_cache(cache), use_cache=False)
+                states.append(out.last_hidden_state if head is not None else out.logits)
         del out
         states_t = torch.cat(states, dim=1)  # position j predicts completion token j
         if head is None:
@@ -201,8 +203,9 @@ class Policy:
     def _checkpointing(self, on: bool):
         """Activation checkpointing of the decoder layers inside the block, when ``on``.
 
-        The layers may keep the cache under checkpointing because the only cache they see
-        in that pass is the read-only :func:`prefix_cache`.
+        The layers may keep their cache under checkpointing because the caches they see
+        (:func:`prompt_cache`, :func:`prefix_cache`) give a replayed layer the inputs of its
+        first run.
         """
         from transformers.modeling_layers import GradientCheckpointingLayer
 
