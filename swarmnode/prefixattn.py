@@ -50,12 +50,22 @@ class _RowLayer(DynamicLayer):
 
 
 class SharedPrefixCache(Cache):
-    """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing)."""
+    """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing).
 
-    def __init__(self, prompt_cache: Cache, prompt_mask: torch.Tensor, n: int):
-        super().__init__(layers=[_RowLayer(layer.keys, layer.values) for layer in prompt_cache.layers])
+    ``prompt_caches`` are the prefill caches of consecutive slices of the prompts (all
+    padded to one length), in order; ``prompt_mask`` [prompts, P] marks their real tokens.
+    """
+
+    def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
+        layers = []
+        for i in range(len(prompt_caches[0].layers)):
+            parts = [cache.layers[i] for cache in prompt_caches]
+            layers.append(_RowLayer(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts])))
+            for part in parts:  # the slices' copies go as the joined ones come
+                part.keys = part.values = None
+        super().__init__(layers=layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
-        self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=prompt_cache.layers[0].keys.dtype,
+        self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=layers[0].prefix_keys.dtype,
                                        device=prompt_mask.device).masked_fill(prompt_mask == 0, float("-inf"))
         self._set_rows([p for p in range(prompt_mask.shape[0]) for _ in range(n)])
 

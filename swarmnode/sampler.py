@@ -2,8 +2,8 @@
 
 Why not ``model.generate``: a GRPO batch is n copies of each prompt, most completions end
 after a few tokens at ``</answer>`` or EOS, and a few run to the token limit. This loop
-(1) runs the prompt prefill once per distinct prompt and keeps one copy of its keys and
-values for its n rows (:mod:`swarmnode.prefixattn`),
+(1) runs the prompt prefill once per distinct prompt, one prompt at a time, and keeps one
+copy of its keys and values for its n rows (:mod:`swarmnode.prefixattn`),
 (2) removes a row from the batch (and from the KV cache) as soon as it ends, so finished
 rows cost nothing, and (3) detects the stop string with a per-row text tail and a table of
 token texts instead of re-decoding every row each step. The sampling distribution is the
@@ -18,6 +18,11 @@ from typing import Callable, Sequence
 import torch
 
 from swarmnode import prefixattn
+
+
+# Prompts in one prefill forward: a batch of 8 x 251-token prompts held about 260 MB more
+# than one prompt at a time, at the same speed (docs/performance.md, change 9).
+PREFILL_PROMPTS = 1
 
 
 class TokenTexts:
@@ -53,23 +58,31 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
         enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
     finally:
         tokenizer.padding_side = saved_side
-    attn = enc["attention_mask"].to(device)
+    ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
-    out = model(input_ids=enc["input_ids"].to(device), attention_mask=attn, position_ids=positions,
-                use_cache=True, logits_to_keep=1, **extra)
-    cache = out.past_key_values
-    if prefixattn.supported(model.config):
-        cache = prefixattn.SharedPrefixCache(cache, attn, n)
+    shared = prefixattn.supported(model.config)
+    # Only the shared-prefix cache can be assembled from per-prompt prefills.
+    step = PREFILL_PROMPTS if shared else len(prompts)
+    logits, caches = [], []
+    for a in range(0, len(prompts), step):
+        extra = {} if adapter_names is None else {"adapter_names": list(adapter_names[a:a + step])}
+        out = model(input_ids=ids[a:a + step], attention_mask=attn[a:a + step],
+                    position_ids=positions[a:a + step], use_cache=True, logits_to_keep=1, **extra)
+        logits.append(out.logits[:, -1, :])
+        caches.append(out.past_key_values)
+        del out
+    if shared:
+        cache = prefixattn.SharedPrefixCache(caches, attn, n)
         attending = prefixattn.decoding(model, cache)
     else:
+        cache = caches[0]
         cache.batch_repeat_interleave(n)
         attending = contextlib.nullcontext()
-    logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+    del caches
+    logits = torch.cat(logits).repeat_interleave(n, dim=0)
     attn = attn.repeat_interleave(n, dim=0)
     next_pos = positions[:, -1:].repeat_interleave(n, dim=0) + 1
     row_adapters = None if adapter_names is None else [a for a in adapter_names for _ in range(n)]
-    del out
 
     texts = token_texts.texts
     keep_chars = len(stop_string) - 1
