@@ -6,7 +6,7 @@ generate / score / train, generated tokens per second and the process's peak RSS
 Usage, from the repository root::
 
     PYTHONPATH=. python benchmarks/round_profile.py [--rounds 1] [--questions 8] [--completions 8]
-        [--max-new-tokens 256] [--threads 0] [--json]
+        [--max-new-tokens 256] [--threads 0] [--tasks laptop] [--json]
 
 ``--json`` prints one JSON object instead of the table (``benchmarks/ab.py`` reads it). Figures
 are medians over the rounds, except CPU time (the mean per round).
@@ -37,12 +37,14 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 lets torch decide")
     ap.add_argument("--model", default="embedded")
+    ap.add_argument("--tasks", default=None,
+                    help="task file or packaged set (laptop); default: the packaged nine families")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens,
-                       threads=args.threads, model=args.model)
+                       threads=args.threads, model=args.model, tasks=args.tasks)
     t0 = time.perf_counter()
     node = build_solo_node(cfg, seed=args.seed)
     load_s = time.perf_counter() - t0
