@@ -102,4 +102,3 @@ def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
         assert len({tuple(seqs[i][0]) for i in b}) == 1 and len(b) <= 4
         assert len(b) == 1 or len(b) * max(len(seqs[i][1]) for i in b) <= MICRO_BATCH_TOKENS
     assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 200], [300], [600], [2000], [8] * 4, [8]]
-
