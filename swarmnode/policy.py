@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ADAPTER = "default"
 # Tokens (prompt plus completions) of one training micro-batch above which layer activations
 # are recomputed. Stored, they take ~1.4 MB a token (SmolLM2-135M): at 256, a 202-token
-# micro-batch of the laptop set set a round's peak, 230 MB above the checkpointed ones'
+# micro-batch of the laptop set peaked 220 MB above every checkpointed one
 # (docs/performance.md, change 10).
 CHECKPOINT_ABOVE_TOKENS = 64
 # Padded completion tokens of one micro-batch at most: 8 x 256 tokens peaked 210 MB higher
