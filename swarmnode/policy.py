@@ -211,6 +211,9 @@ class Policy:
         """
         from transformers.modeling_layers import GradientCheckpointingLayer
 
+        if on and not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
+            raise RuntimeError("this transformers drops the KV cache of checkpointed layers, which would train "
+                               "on completions without their prompt: pip install -U 'transformers>=5.15'")
         layers = [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)] if on else []
         for layer in layers:
             layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
