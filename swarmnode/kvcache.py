@@ -19,9 +19,8 @@ class _WriteOnceLayer(DynamicLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
             self.keys, self.values = key_states, value_states
-            self.dtype, self.device = key_states.dtype, key_states.device
-            self.is_initialized = True
         return key_states, value_states
 
 
