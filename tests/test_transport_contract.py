@@ -130,6 +130,31 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     assert len(warnings) == 1, warnings
 
 
+def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path):
+    """A node that dialed while the bootstrap peer's p2pd was up but its DHT not yet (a peer
+    mid-start, slow on a loaded machine) has a connection and no DHT route; it must ask again
+    rather than take the connection for a join and never exchange a record."""
+    port = free_port()
+    half = subprocess.Popen([PYTHON, str(ROOT / "tests" / "halfstarted_peer.py"), "--seed", "0",
+                             "--listen", f"/ip4/127.0.0.1/tcp/{port}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        boot_id = json.loads(half.stdout.readline())["peer_id"]
+        late = spawn("hivemind", 1, bootstrap=[f"/ip4/127.0.0.1/tcp/{port}/p2p/{boot_id}"])
+        wait_for(lambda: "answered" in late.stderr_path.read_text(), 30, "a first dial that got no DHT reply")
+        time.sleep(8.0)  # past the join loop's first retries
+        assert late.peers() == []
+        half.stdin.write("dht\n")
+        half.stdin.flush()
+        published = json.loads(half.stdout.readline())
+        wait_for(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 60,
+                 "a bundle from the bootstrap peer once its DHT answers")
+        assert boot_id in late.peers()
+    finally:
+        os.killpg(half.pid, signal.SIGKILL)
+        half.wait()
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

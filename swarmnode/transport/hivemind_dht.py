@@ -199,7 +199,12 @@ async def _poll_heads(_dht: Any, node: DHTNode, *, swarm: str) -> tuple[dict[str
         for subkey, item in found.value.items():
             if isinstance(subkey, str) and type(item.value) is int:
                 heads[subkey] = item.value
-    peers = [str(info.peer_id) for info in await node.p2p.list_peers()]
+    # A peer counts once it is in the DHT's routing table, not when p2pd merely holds a
+    # connection to it: p2pd accepts connections before the DHT on top of it answers (a peer
+    # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
+    # such a connection for a join, a node would never ping again and never exchange a record.
+    routed = node.protocol.routing_table.peer_id_to_uid
+    peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
     return heads, peers
 
 
@@ -322,6 +327,7 @@ class HivemindTransport(Transport):
             return False
 
     def peers(self) -> list[str]:
+        """Connected peers in the DHT's routing table, as of the last poll (see :func:`_poll_heads`)."""
         return list(self._peers)
 
     def addresses(self) -> list[str]:
