@@ -50,6 +50,12 @@ def _stop(procs) -> list[int]:
     return codes
 
 
+def _transport_lines(home) -> list[str]:
+    """The node's last transport log lines: what a failed join leaves to go on."""
+    lines = (home / "logs" / "swarmnode.log").read_text().splitlines()
+    return [line for line in lines if "transport" in line][-5:]
+
+
 def _swarming(home) -> bool:
     return any(r["n_external"] > 0 and r["peers"] >= 2 for r in metric_rows(home))
 
@@ -67,7 +73,8 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
                     "--bootstrap", bootstrap) for h in homes[1:]]
     try:
         joined = _wait(lambda: all(_swarming(h) for h in homes), timeout=300)
-        report = {h.name: [(r["round"], r["peers"], r["n_external"]) for r in metric_rows(h)][-3:] for h in homes}
+        report = {h.name: ([(r["round"], r["peers"], r["n_external"]) for r in metric_rows(h)][-3:],
+                           _transport_lines(h)) for h in homes}
         assert joined, report
     finally:
         codes = _stop(procs)
