@@ -33,12 +33,31 @@ def supported(config) -> bool:
     return types is None or all(t == "full_attention" for t in types)
 
 
+def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the cache holds keys and values of a model computing in ``dtype``.
+
+    An fp32 model's states are kept in bf16, computed with in fp32: they are the peak of a
+    round's memory (46 KB per token per row for SmolLM2-135M in fp32), and halving them
+    costs the sampling distribution a rounding of the states, not of the weights (inference
+    engines sample from bf16 models for fp32-trained policies for the same reason). Training
+    recomputes every log-prob in the model's own dtype.
+    """
+    return torch.bfloat16 if dtype == torch.float32 else dtype
+
+
 class _RowLayer(DynamicLayer):
-    """One layer: the shared prompt states, and each row's generated states (grown by concatenation)."""
+    """One layer: the shared prompt states, and each row's generated states (grown by
+    concatenation), both held in :func:`storage_dtype`."""
 
     def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor):
         super().__init__()
-        self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
+        stored = storage_dtype(prefix_keys.dtype)
+        self.prefix_keys, self.prefix_values = prefix_keys.to(stored), prefix_values.to(stored)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        stored = storage_dtype(key_states.dtype)
+        keys, values = super().update(key_states.to(stored), value_states.to(stored))
+        return keys.to(key_states.dtype), values.to(value_states.dtype)
 
     def get_seq_length(self) -> int:
         own = self.keys.shape[-2] if self.is_initialized and self.keys.numel() else 0
@@ -90,7 +109,8 @@ def _per_prompt(cache: SharedPrefixCache, x: torch.Tensor, prefix: torch.Tensor,
     out = []
     for prompt, a, b in cache.runs:
         xs = x[a:b].transpose(0, 1).reshape(x.shape[1], (b - a) * x.shape[2], x.shape[3])
-        other = prefix[prompt].transpose(-1, -2) if transpose else prefix[prompt]
+        states = prefix[prompt].to(x.dtype)
+        other = states.transpose(-1, -2) if transpose else states
         res = torch.matmul(xs, other)
         out.append(res.reshape(x.shape[1], b - a, x.shape[2], res.shape[-1]).transpose(0, 1))
     return torch.cat(out)

@@ -44,10 +44,12 @@ def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) ->
 
 @pytest.mark.parametrize("shared_prefix", [True, False])
 def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch, shared_prefix):
-    """Both decoding paths: prompt states shared by their rows, and transformers' own cache."""
+    """Both decoding paths: prompt states shared by their rows, and transformers' own cache.
+    States kept in the model's dtype, so any difference is a caching bug, not rounding."""
     calls = []
     real_attention = prefixattn._attention
     monkeypatch.setattr(prefixattn, "supported", lambda config: shared_prefix)
+    monkeypatch.setattr(prefixattn, "storage_dtype", lambda dtype: dtype)
     monkeypatch.setitem(prefixattn.AttentionInterface._global_mapping, prefixattn.NAME,
                         lambda *a, **kw: calls.append(1) or real_attention(*a, **kw))
     prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("Is 2000 a leap year? Answer Yes or No."),
@@ -64,6 +66,44 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     assert rows == [r for r in refs for _ in range(2)]
     assert bool(calls) == shared_prefix
     assert policy.model.config._attn_implementation != prefixattn.NAME
+
+
+class _Recording:
+    """The model, keeping the logits of every forward ``sample`` makes, and the caches it decodes with."""
+
+    def __init__(self, model):
+        self.model, self.logits, self.caches = model, [], []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, **kwargs):
+        out = self.model(**kwargs)
+        self.logits.append(out.logits[:, -1].clone())
+        if kwargs.get("past_key_values") is not None:
+            self.caches.append(kwargs["past_key_values"])
+        return out
+
+
+def test_states_are_held_in_bf16_and_the_logits_stay_close(policy, monkeypatch):
+    prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("x")]
+    runs = {}
+    for name, storage in (("fp32", lambda dtype: dtype), ("bf16", prefixattn.storage_dtype)):
+        monkeypatch.setattr(prefixattn, "storage_dtype", storage)
+        model = _Recording(policy.model)
+        rows = sample(model, policy.tokenizer, prompts, 2, max_new_tokens=8, temperature=1e-4, stop_string=STOP,
+                      eos_id=None, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
+        runs[name] = (rows, model)
+    layer = runs["bf16"][1].caches[-1].layers[0]
+    assert layer.prefix_keys.dtype == layer.keys.dtype == layer.values.dtype == torch.bfloat16
+    assert runs["fp32"][1].caches[-1].layers[0].keys.dtype == torch.float32
+    # Compare the steps up to the first one at which a row's greedy choice differs.
+    (rows32, m32), (rows16, m16) = runs["fp32"], runs["bf16"]
+    same = next((i for i in range(8) if [r[:i + 1] for r in rows32] != [r[:i + 1] for r in rows16]), 8)
+    assert same >= 2, (rows32, rows16)
+    diffs = [(a - b).abs().max() / a.std() for a, b in zip(m32.logits[:same + 1], m16.logits[:same + 1])]
+    assert diffs[0] == 0  # the prefill reads no cache
+    assert 0 < max(diffs) < 0.05, diffs
 
 
 def test_completions_end_at_the_stop_string(policy):
