@@ -52,6 +52,8 @@ def main() -> None:
     print(f"\nmedians over {args.pairs} runs each ({' '.join(argv)}):")
     print(f"{'':20s}" + "".join(f"{n:>12s}" for n in names) + "".join(f"{n + '/' + names[0]:>16s}" for n in names[1:]))
     for k in KEYS:
+        if not any(k in r for runs in results.values() for r in runs):
+            continue
         meds = [median([r[k] for r in results[n] if k in r]) for n in names]
         print(f"{k:20s}" + "".join(f"{m:12.2f}" for m in meds)
               + "".join(f"{m / meds[0] if meds[0] else float('nan'):16.2f}" for m in meds[1:]))

@@ -6,6 +6,7 @@ that work alone (``ru_maxrss`` is a per-process high-water mark that never goes 
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -28,6 +29,16 @@ def current_rss_mb() -> float:
     import psutil
 
     return psutil.Process(os.getpid()).memory_info().rss / 2**20
+
+
+def add_size_args(ap: argparse.ArgumentParser, *, questions: int = 8, completions: int = 8,
+                  max_new_tokens: int = 256, threads: int = 0) -> None:
+    """The round-size flags every round benchmark takes, with that benchmark's defaults."""
+    ap.add_argument("--questions", type=int, default=questions)
+    ap.add_argument("--completions", type=int, default=completions)
+    ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    ap.add_argument("--threads", type=int, default=threads, help="torch threads; 0 lets torch decide")
+    ap.add_argument("--model", default="embedded")
 
 
 def bench_config(**overrides) -> NodeConfig:

@@ -19,7 +19,7 @@ import json
 import resource
 import time
 
-from common import bench_config, build_solo_node, median, peak_rss_mb
+from common import add_size_args, bench_config, build_solo_node, median, peak_rss_mb
 
 
 def _cpu_seconds() -> float:
@@ -32,11 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1, help="rounds to run (the figures are their medians)")
     ap.add_argument("--first-round", type=int, default=0, help="round number of the first round (its questions)")
-    ap.add_argument("--questions", type=int, default=8)
-    ap.add_argument("--completions", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 lets torch decide")
-    ap.add_argument("--model", default="embedded")
+    add_size_args(ap)
     ap.add_argument("--tasks", default=None,
                     help="task file or packaged set (laptop); default: the packaged nine families")
     ap.add_argument("--seed", type=int, default=0)

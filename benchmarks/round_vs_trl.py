@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from common import bench_config, build_solo_node, median, peak_rss_mb
+from common import add_size_args, bench_config, build_solo_node, median, peak_rss_mb
 
 SIDES = ("swarmnode", "trl")
 
@@ -101,11 +101,7 @@ def measure(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=3, help="swarmnode/TRL run pairs, alternated")
-    ap.add_argument("--questions", type=int, default=8)
-    ap.add_argument("--completions", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads on both sides")
-    ap.add_argument("--model", default="embedded")
+    add_size_args(ap, threads=2)  # the same torch threads on both sides
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one measured run, in this process
     args = ap.parse_args()

@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from common import bench_config, build_solo_node, current_rss_mb, peak_rss_mb
+from common import add_size_args, bench_config, build_solo_node, current_rss_mb, peak_rss_mb
 
 BASELINE_ROUND = 20
 TOLERANCE = 0.05
@@ -27,11 +27,7 @@ TOLERANCE = 0.05
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--questions", type=int, default=2)
-    ap.add_argument("--completions", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads; 0 lets torch decide")
-    ap.add_argument("--model", default="embedded")
+    add_size_args(ap, questions=2, completions=4, max_new_tokens=16)
     ap.add_argument("--tasks", default="laptop", help="task file or packaged set (see the config key 'tasks')")
     args = ap.parse_args()
     if args.rounds < BASELINE_ROUND:
