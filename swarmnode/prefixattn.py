@@ -36,7 +36,7 @@ def supported(config) -> bool:
 def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the cache holds keys and values of a model computing in ``dtype``.
 
-    An fp32 model's states are kept in bf16, computed with in fp32: they are the peak of a
+    An fp32 model's states are stored in bf16 and used in fp32: they are the peak of a
     round's memory (46 KB per token per row for SmolLM2-135M in fp32), and halving them
     costs the sampling distribution a rounding of the states, not of the weights (inference
     engines sample from bf16 models for fp32-trained policies for the same reason). Training
