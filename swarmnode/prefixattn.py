@@ -76,6 +76,7 @@ class SharedPrefixCache(Cache):
     """
 
     def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
+        dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
         layers = []
         for i in range(len(prompt_caches[0].layers)):
             parts = [cache.layers[i] for cache in prompt_caches]
@@ -84,7 +85,7 @@ class SharedPrefixCache(Cache):
                 part.keys = part.values = None
         super().__init__(layers=layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
-        self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=layers[0].prefix_keys.dtype,
+        self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
                                        device=prompt_mask.device).masked_fill(prompt_mask == 0, float("-inf"))
         self._set_rows([p for p in range(prompt_mask.shape[0]) for _ in range(n)])
 
