@@ -332,3 +332,52 @@ def test_peer_exchange_answers_are_parsed_defensively():
     assert got["good"] == [good, good]
     assert got["garbage"] == got["not a list"] == got["deep"] == got["too long"] == got["oversized"] == []
     assert got["too many"] == [good] * 64
+
+
+HUNG_DHT_CALL = """
+import asyncio, gc, json, time
+from swarmnode.transport import create_transport, hivemind_dht
+from transport_node import identity_for
+
+hivemind_dht._CALL_TIMEOUT = 2.0
+
+async def hang(_dht, node):
+    # What a hang inside hivemind looks like to the DHT process: a future nothing else holds.
+    await asyncio.get_running_loop().create_future()
+
+async def collect(_dht, node):
+    gc.collect()
+
+async def main():
+    t = create_transport("hivemind", identity_for(7), "hung-call", listen="/ip4/127.0.0.1/tcp/0")
+    await t.start()
+    hung = asyncio.create_task(t._call(hang))
+    await asyncio.sleep(0.5)
+    for _ in range(3):  # later calls: hivemind keeps a reference to the newest task only
+        await t._call(collect)
+    t0 = time.monotonic()
+    try:
+        await hung
+        error = None
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    waited = time.monotonic() - t0
+    await t._call(collect)  # the DHT process still answers
+    await t.stop()
+    print(json.dumps({"error": error, "waited": waited}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
+    """hivemind keeps no reference to the task running a call in the DHT process: once a call
+    hangs on a future nothing else holds, the garbage collector destroys it mid-await and
+    hivemind prints a GeneratorExit traceback (seen in CI when a node restarted). The call must
+    instead end as an ordinary error within the timeout."""
+    result = _run_python(HUNG_DHT_CALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "destroyed" not in result.stderr, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got["error"] is not None and got["error"].startswith("RuntimeError"), got
+    assert "no answer within 2 s" in got["error"], got

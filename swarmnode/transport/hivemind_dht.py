@@ -172,10 +172,20 @@ _WATCHERS: set[asyncio.Task] = set()  # strong references, or the loop may drop 
 
 
 async def _guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> tuple[bool, Any]:
-    """Run ``coro`` in the DHT process, returning (ok, result or error text): hivemind would
-    print the traceback of an exception raised there (a failed store is routine, not a bug)."""
+    """Run ``coro`` in the DHT process, returning (ok, result or error text) within
+    ``_CALL_TIMEOUT``: hivemind would print the traceback of an exception raised there (a
+    failed store is routine, not a bug).
+
+    The timeout also keeps the call alive until then. hivemind holds no reference to the task
+    it runs a call in, so a call stuck inside hivemind on a future nothing else holds (seen
+    when a node restarted while its peers still knew its old process) would be destroyed by
+    the garbage collector mid-await, with a GeneratorExit traceback; the timer's reference
+    turns that into an ordinary failed call.
+    """
     try:
-        return True, await coro(dht, node)
+        return True, await asyncio.wait_for(coro(dht, node), _CALL_TIMEOUT)
+    except asyncio.TimeoutError:
+        return False, f"no answer within {_CALL_TIMEOUT:.0f} s"
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}"
 
@@ -231,8 +241,10 @@ async def _join(_dht: Any, node: DHTNode, *, maddr: str) -> bool:
             return False
     except Exception:
         return False
-    # Learn the rest of the swarm from the new neighbour, as hivemind's own bootstrap does.
-    await asyncio.wait([asyncio.create_task(node.find_nearest_nodes([node.node_id]))], timeout=_DIAL_TIMEOUT)
+    # Learn the rest of the swarm from the new neighbour, as hivemind's own bootstrap does; a
+    # slow search is cancelled rather than left running as a task nothing references.
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(node.find_nearest_nodes([node.node_id]), _DIAL_TIMEOUT)
     return True
 
 
@@ -344,7 +356,8 @@ class HivemindTransport(Transport):
                 return dht.run_coroutine(partial(_guarded, coro=coro), return_future=True)
 
         future = await asyncio.to_thread(send)
-        ok, result = await asyncio.to_thread(future.result, _CALL_TIMEOUT)
+        # A margin over the DHT process's own limit, so that side reports a hang first.
+        ok, result = await asyncio.to_thread(future.result, _CALL_TIMEOUT + 5.0)
         if not ok:
             raise RuntimeError(result)
         return result
