@@ -178,9 +178,9 @@ async def _guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Aw
 
     The timeout also keeps the call alive until then. hivemind holds no reference to the task
     it runs a call in, so a call stuck inside hivemind on a future nothing else holds (seen
-    when a node restarted while its peers still knew its old process) would be destroyed by
-    the garbage collector mid-await, with a GeneratorExit traceback; the timer's reference
-    turns that into an ordinary failed call.
+    in CI right after a node restarted) would be destroyed by the garbage collector
+    mid-await, with a GeneratorExit traceback; the timer's reference turns that into an
+    ordinary failed call.
     """
     try:
         return True, await asyncio.wait_for(coro(dht, node), _CALL_TIMEOUT)
