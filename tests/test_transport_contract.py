@@ -335,7 +335,7 @@ def test_peer_exchange_answers_are_parsed_defensively():
 
 
 HUNG_DHT_CALL = """
-import asyncio, gc, json, time
+import asyncio, gc, json
 from swarmnode.transport import create_transport, hivemind_dht
 from transport_node import identity_for
 
@@ -355,16 +355,14 @@ async def main():
     await asyncio.sleep(0.5)
     for _ in range(3):  # later calls: hivemind keeps a reference to the newest task only
         await t._call(collect)
-    t0 = time.monotonic()
     try:
         await hung
         error = None
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
-    waited = time.monotonic() - t0
     await t._call(collect)  # the DHT process still answers
     await t.stop()
-    print(json.dumps({"error": error, "waited": waited}))
+    print(json.dumps({"error": error}))
 
 asyncio.run(main())
 """
@@ -380,4 +378,4 @@ def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
     assert "Traceback" not in result.stderr and "destroyed" not in result.stderr, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got["error"] is not None and got["error"].startswith("RuntimeError"), got
-    assert "no answer within 2 s" in got["error"], got
+    assert "no answer within 2 s" in got["error"], got  # the DHT side's limit, not the caller's
