@@ -19,7 +19,7 @@ import time
 import torch
 
 from common import add_size_args, bench_config, build_solo_node, peak_rss_mb
-from swarmnode.sampler import TokenTexts, sample
+from swarmnode.sampler import sample
 
 _NEVER = "\x00swarmnode: never generated\x00"
 
@@ -36,11 +36,10 @@ def main() -> None:
     policy = node.policy
     prompts = [policy.prompt(q.question) for q in node.tasks.sample(0, args.questions)]
     policy.model.eval()
-    texts = TokenTexts(policy.tokenizer, policy.model.get_output_embeddings().weight.shape[0])
     torch.manual_seed(0)
     t0 = time.perf_counter()
     rows = sample(policy.model, policy.tokenizer, prompts, args.completions, max_new_tokens=args.max_new_tokens,
-                  temperature=cfg.temperature, stop_string=_NEVER, eos_id=None, token_texts=texts,
+                  temperature=cfg.temperature, stop_string=_NEVER, eos_id=None, token_texts=policy.token_texts,
                   device=policy.device)
     seconds = time.perf_counter() - t0
     tokens = sum(len(r) for r in rows)

@@ -101,6 +101,13 @@ class Policy:
         return self.prompt(question, False), response
 
     # ---- sampling ----------------------------------------------------------------------
+    @property
+    def token_texts(self) -> TokenTexts:
+        """Every vocabulary id's text, decoded on first use, for the sampler's stop-string check."""
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
+        return self._token_texts
+
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
                  should_stop: Callable[[], bool] = lambda: False,
@@ -113,11 +120,9 @@ class Policy:
         """
         self.activate()
         self.model.eval()
-        if self._token_texts is None:
-            self._token_texts = TokenTexts(self.tokenizer, self.model.get_output_embeddings().weight.shape[0])
         rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
                       temperature=temperature, stop_string=ANSWER_CLOSE, eos_id=self._eos,
-                      token_texts=self._token_texts, device=self.device, should_stop=should_stop,
+                      token_texts=self.token_texts, device=self.device, should_stop=should_stop,
                       adapter_names=adapters)
         release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
