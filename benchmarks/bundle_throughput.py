@@ -13,10 +13,10 @@ import random
 import string
 import time
 
-from swarmnode.bundle import BundleVerifier, encode_bundle
-from swarmnode.identity import Identity
-from swarmnode.rollout import Group
-from swarmnode.tasks import Question
+from swarmnode.swarm.bundle import BundleVerifier, encode_bundle
+from swarmnode.swarm.identity import Identity
+from swarmnode.records import Group
+from swarmnode.records import Question
 
 
 def realistic_groups(n_groups: int, n_responses: int, chars: int, rng: random.Random) -> list[Group]:

@@ -2,7 +2,7 @@
 
 A real round's length varies with how many completions close their answer early, so its peak
 RSS does too; this fixed workload (round 0's questions of the packaged tasks, Q x L rows of
-exactly ``--max-new-tokens`` tokens, through ``swarmnode.sampler.sample``) gives the same
+exactly ``--max-new-tokens`` tokens, through ``swarmnode.train.sampler.sample``) gives the same
 tokens on every run and tree, for comparisons of decoding memory and speed::
 
     PYTHONPATH=. python benchmarks/decode_peak.py --max-new-tokens 128
@@ -19,7 +19,7 @@ import time
 import torch
 
 from common import add_size_args, bench_config, build_solo_node, peak_rss_mb
-from swarmnode.sampler import sample
+from swarmnode.train.sampler import sample
 
 _NEVER = "\x00swarmnode: never generated\x00"
 

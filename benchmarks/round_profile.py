@@ -1,6 +1,6 @@
 """One SAPO round on the embedded model, timed phase by phase, with peak RSS.
 
-Runs a real solo :class:`~swarmnode.node.Node` (no swarm, no checkpoint writing) at the
+Runs a real solo :class:`~swarmnode.node.round.Node` (no swarm, no checkpoint writing) at the
 default sizes: 8 questions x 8 completions x 256 max new tokens. Prints seconds for
 generate / score / train, generated tokens per second and the process's peak RSS.
 Usage, from the repository root::

@@ -1,8 +1,8 @@
 """One swarmnode round against one step of TRL's GRPOTrainer doing the same work.
 
 Same machine, model (embedded SmolLM2-135M by default), questions (round 0 of a
-:class:`~swarmnode.tasks.TaskSource` with the packaged task file), prompt (``build_prompt``
-with the prefilled ``<answer>``), reward (the node's :class:`~swarmnode.tasks.Scorer`),
+:class:`~swarmnode.train.tasks.TaskSource` with the packaged task file), prompt (``build_prompt``
+with the prefilled ``<answer>``), reward (the node's :class:`~swarmnode.train.tasks.Scorer`),
 Q questions x L completions x T max new tokens, stop at ``</answer>`` or EOS, temperature 1,
 LoRA r/alpha/targets, AdamW lr, beta 0, asymmetric clip, one update. Each run is its own
 process, so each side's peak RSS is its own; runs alternate swarmnode, TRL, swarmnode, TRL
@@ -47,8 +47,8 @@ def run_trl(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from swarmnode.model import ensure_embedded
-    from swarmnode.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
+    from swarmnode.train.model import ensure_embedded
+    from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -151,6 +151,11 @@ def _base_type(tp: Any) -> tuple[type, bool]:
 _HINTS = typing.get_type_hints(NodeConfig)
 
 
+def field_type(key: str) -> tuple[type, bool]:
+    """The concrete type of config key ``key`` (bool, int, float, str or list) and whether it may be None."""
+    return _base_type(_HINTS[key])
+
+
 def coerce(key: str, value: Any, source: str | None = None, *, from_text: bool = False) -> Any:
     """Check ``value`` for ``key`` and convert it to the field's type.
 
@@ -161,7 +166,7 @@ def coerce(key: str, value: Any, source: str | None = None, *, from_text: bool =
     if key not in fields:
         raise ConfigError(key, "unknown key; `swarmnode config show` lists the valid ones", source)
     f = fields[key]
-    tp, optional = _base_type(_HINTS[key])
+    tp, optional = field_type(key)
     meta = f.metadata
 
     if value is None or (from_text and optional and value == ""):

@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from swarmnode.config import ENV_PREFIX, NodeConfig, _HINTS, _base_type
+from swarmnode.config import ENV_PREFIX, NodeConfig, field_type
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -76,7 +76,7 @@ def key_docs() -> list[KeyDoc]:
     """One :class:`KeyDoc` per config key, in the order of the dataclass."""
     docs = []
     for f in NodeConfig.keys():
-        tp, optional = _base_type(_HINTS[f.name])
+        tp, optional = field_type(f.name)
         meta = f.metadata
         docs.append(KeyDoc(
             name=f.name, section=meta["section"], type=_TYPE_NAMES[tp], optional=optional,

@@ -41,14 +41,6 @@ def default_config_file(home: str | os.PathLike | None) -> Path | None:
     return None
 
 
-HOME_FLAG_HELP = "the node's directory (default: $SWARMNODE_HOME, else the platform's user data directory)"
-
-
-def add_home_flag(parser) -> None:
-    """``--home DIR`` for a command that works on one node's files (read with NodeHome.from_flag)."""
-    parser.add_argument("--home", metavar="DIR", help=HOME_FLAG_HELP)
-
-
 def home_setting(flag: str | None) -> str | None:
     """The home a command was pointed at: its ``--home`` flag, else ``SWARMNODE_HOME``, else None."""
     return flag or os.environ.get("SWARMNODE_HOME") or None

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from swarmnode.paths import NodeHome
-from swarmnode.state import NodeInfo, NodeState
+from swarmnode.node.state import NodeInfo, NodeState
 
 
 class FakeControl:
@@ -48,7 +48,7 @@ def make_state() -> NodeState:
 
 
 def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None) -> dict:
-    """A metrics row shaped like swarmnode.node's."""
+    """A metrics row shaped like swarmnode.node.round's."""
     return {"round": r, "reward_mean": reward, "tokens_generated": 100, "seconds": 2.0,
             "reward_by_task": by_task if by_task is not None else {"basic_arithmetic": reward,
                                                                    "base_conversion": reward / 2}}

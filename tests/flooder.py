@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarmnode.bundle import encode_bundle  # noqa: E402
-from swarmnode.identity import Identity  # noqa: E402
-from swarmnode.rollout import Group  # noqa: E402
-from swarmnode.tasks import Question  # noqa: E402
+from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.records import Group  # noqa: E402
+from swarmnode.records import Question  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
@@ -73,7 +73,7 @@ async def main() -> None:
     args = ap.parse_args()
     logging.getLogger("libp2p").setLevel(logging.ERROR)  # its own subscription overflows: one line a message
 
-    from swarmnode.transport import create_transport
+    from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
     transport = create_transport("libp2p", identity, SWARM, listen=args.listen)

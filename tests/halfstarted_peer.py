@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hivemind.dht.node import DHTNode  # noqa: E402
 from hivemind.p2p import P2P  # noqa: E402
 
-from swarmnode.transport.hivemind_dht import SwarmRecordValidator, _store  # noqa: E402
+from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _store  # noqa: E402
 from transport_node import SWARM, identity_for, make_bundle  # noqa: E402
 
 

@@ -14,8 +14,8 @@ import time
 import aiohttp
 import pytest
 
-from swarmnode import client
-from swarmnode.api import ApiServer, prometheus_text
+from swarmnode.node import client
+from swarmnode.node.api import ApiServer, prometheus_text
 from swarmnode.paths import NodeHome
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state

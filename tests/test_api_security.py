@@ -13,9 +13,9 @@ import aiohttp
 import psutil
 import pytest
 
-from swarmnode.api import MAX_BODY, ApiServer
+from swarmnode.node.api import MAX_BODY, ApiServer
 from swarmnode.paths import NodeHome
-from swarmnode.transport.base import local_ipv4_addresses
+from swarmnode.swarm.transport.base import local_ipv4_addresses
 
 from apifakes import FakeControl, make_state
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.bootstrap import multiaddr_problem, packaged_bootstrap, parse_bootstrap_text, resolve_bootstrap
+from swarmnode.swarm.bootstrap import multiaddr_problem, packaged_bootstrap, parse_bootstrap_text, resolve_bootstrap
 from swarmnode.config import ConfigError, NodeConfig, load_config
 
 PEER = "12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"

@@ -6,7 +6,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarmnode.budget import MIN_TOKENS, RoundBudget, fit_round
+from swarmnode.node.budget import MIN_TOKENS, RoundBudget, fit_round
 from swarmnode.config import NodeConfig
 
 
@@ -50,7 +50,7 @@ def test_budget_shrinks_logs_and_grows_back_gradually(caplog):
     budget = RoundBudget(cfg)
     assert budget.plan() == (8, 256)  # nothing measured yet
     budget.observe(seconds=164, tokens_generated=8 * 8 * 256, completions_generated=64)
-    with caplog.at_level(logging.INFO, logger="swarmnode.budget"):
+    with caplog.at_level(logging.INFO, logger="swarmnode.node.budget"):
         assert budget.plan() == (8, 93)
     assert "shrinking rounds to 8 completions x 93" in caplog.text
     # the machine got much faster: the limit grows back at most twofold a round
@@ -70,13 +70,13 @@ def test_node_rounds_follow_the_budget(tiny_model_dir, tmp_path):
     """A node with a budget measured as hopeless runs its next round at the minimum sizes."""
     import torch
 
-    from swarmnode.model import load_base_model
-    from swarmnode.node import Node
+    from swarmnode.train.model import load_base_model
+    from swarmnode.node.round import Node
     from swarmnode.paths import NodeHome
-    from swarmnode.policy import Policy
-    from swarmnode.state import NodeState
-    from swarmnode.swarm import SoloLink
-    from swarmnode.tasks import Scorer, TaskSource, load_task_file
+    from swarmnode.train.policy import Policy
+    from swarmnode.node.state import NodeState
+    from swarmnode.swarm.link import SoloLink
+    from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
     cfg = replace(NodeConfig(), solo=True, questions=2, completions=4, max_new_tokens=24, round_budget=1.0)
     families = load_task_file(None)

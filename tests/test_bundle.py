@@ -12,11 +12,11 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmnode.bundle import (MAGIC, REASONS, SIGNING_DOMAIN, VERSION, BundleLimits, BundleRejected,
+from swarmnode.swarm.bundle import (MAGIC, REASONS, SIGNING_DOMAIN, VERSION, BundleLimits, BundleRejected,
                               BundleVerifier, canonical_json, encode_bundle, open_envelope)
-from swarmnode.identity import Identity
-from swarmnode.rollout import Group
-from swarmnode.tasks import Question
+from swarmnode.swarm.identity import Identity
+from swarmnode.records import Group
+from swarmnode.records import Question
 
 SWARM = "test-swarm"
 SENDER = Identity.from_seed(b"s" * 32)

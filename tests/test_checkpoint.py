@@ -4,11 +4,11 @@ import os
 import pytest
 import torch
 
-from swarmnode.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, restore, save_checkpoint
+from swarmnode.node.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.config import NodeConfig
-from swarmnode.metrics import MetricsLog
-from swarmnode.model import load_base_model
-from swarmnode.policy import Policy
+from swarmnode.node.metrics import MetricsLog
+from swarmnode.train.model import load_base_model
+from swarmnode.train.policy import Policy
 
 
 @pytest.fixture()

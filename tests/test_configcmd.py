@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from swarmnode import configcmd
+from swarmnode.cli import config as configcmd
 from swarmnode.config import ConfigError, NodeConfig, coerce, load_config, read_toml
 
 

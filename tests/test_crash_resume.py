@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nodeproc import LogTail, metric_rounds, start_argv, write_signal_tasks
-from swarmnode.checkpoint import latest_checkpoint
+from swarmnode.node.checkpoint import latest_checkpoint
 
 KILLS = 20
 # Round-robin: a random delay into the round, and kills aimed at generation, training and

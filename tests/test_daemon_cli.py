@@ -1,5 +1,6 @@
-from swarmnode.cli import build_parser, given_flags
-from swarmnode.daemon import _child_argv
+from swarmnode.cli import build_parser
+from swarmnode.cli.flags import given_flags
+from swarmnode.cli.start import _child_argv
 
 
 def test_start_tui_child_gets_the_same_flags():

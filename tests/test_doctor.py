@@ -10,9 +10,10 @@ from collections import namedtuple
 
 import pytest
 
-from swarmnode import doctor
+from swarmnode.cli import doctor as doctor_cli
+from swarmnode.node import doctor
 from swarmnode.config import NodeConfig
-from swarmnode.doctor import OK, PROBLEM, WARNING
+from swarmnode.node.doctor import OK, PROBLEM, WARNING
 
 
 @pytest.fixture
@@ -184,7 +185,7 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
 
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="swarmnode")
-    doctor.add_parser(parser.add_subparsers())
+    doctor_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(argv)
     return args.func(args)
 

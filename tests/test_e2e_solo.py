@@ -42,7 +42,7 @@ def test_solo_rounds_adapter_and_resume_after_kill(tmp_path):
 
     # The saved adapter loads with plain PEFT in a fresh process.
     adapter = home / "checkpoints" / "round-000001" / "adapter"
-    load = ("import sys; from swarmnode.model import ensure_embedded; "
+    load = ("import sys; from swarmnode.train.model import ensure_embedded; "
             "from transformers import AutoModelForCausalLM; from peft import PeftModel; "
             "m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ensure_embedded()), sys.argv[1]); "
             "print(sum(p.numel() for n, p in m.named_parameters() if 'lora_' in n))")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.experiment import (PROFILES, Arm, Experiment, ExperimentError, Settings, parse_arms, read_rows,
+from swarmnode.experiment.runner import (PROFILES, Arm, Experiment, ExperimentError, Settings, parse_arms, read_rows,
                                   summarize)
-from swarmnode.tasks import Scorer
+from swarmnode.train.tasks import Scorer
 
 
 class _LengthScorer(Scorer):
@@ -106,8 +106,8 @@ def test_mixed_adapter_batch_matches_per_adapter_generation(tiny_model_dir):
     import torch
 
     from swarmnode.config import NodeConfig
-    from swarmnode.model import load_base_model
-    from swarmnode.policy import Policy
+    from swarmnode.train.model import load_base_model
+    from swarmnode.train.policy import Policy
 
     base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
     policies: list[Policy] = []

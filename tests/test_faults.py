@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nodeproc import metric_rounds, start_argv, write_signal_tasks
-from swarmnode.checkpoint import latest_checkpoint, list_checkpoints
-from swarmnode.identity import Identity
+from swarmnode.node.checkpoint import latest_checkpoint, list_checkpoints
+from swarmnode.swarm.identity import Identity
 
 pytestmark = pytest.mark.slow
 
@@ -236,7 +236,7 @@ def test_damaged_checkpoints_and_metrics_warn_fall_back_and_run_on(tmp_path, tra
 def test_a_crash_while_creating_the_identity_leaves_no_half_written_key(tmp_path):
     key = tmp_path / "identity.key"
     # The process dies right after opening the new key file, before writing a byte.
-    crash = ("import os, sys; from pathlib import Path; from swarmnode.identity import Identity; "
+    crash = ("import os, sys; from pathlib import Path; from swarmnode.swarm.identity import Identity; "
              "os.fdopen = lambda *a, **k: os._exit(9); Identity.load_or_create(Path(sys.argv[1]))")
     proc = subprocess.run([sys.executable, "-c", crash, str(key)], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)

@@ -19,15 +19,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from swarmnode.bundle import REASONS, encode_bundle
+from swarmnode.swarm.bundle import REASONS, encode_bundle
 from swarmnode.config import NodeConfig
-from swarmnode.exchange import Exchange
-from swarmnode.guard import GUARD_REASONS, GuardLimits, PeerGuard, claimed_sender
-from swarmnode.identity import Identity
-from swarmnode.pool import UNKNOWN_PEER
-from swarmnode.state import NodeState
-from swarmnode.swarm import NetworkLink
-from swarmnode.tasks import Scorer
+from swarmnode.swarm.exchange import Exchange
+from swarmnode.swarm.guard import GUARD_REASONS, GuardLimits, PeerGuard, claimed_sender
+from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.pool import UNKNOWN_PEER
+from swarmnode.node.state import NodeState
+from swarmnode.swarm.link import NetworkLink
+from swarmnode.train.tasks import Scorer
 
 from flooder import SWARM, flood_mix, hostile_bundle, valid_bundle
 from nodeproc import metric_rows, stop_all
@@ -91,7 +91,7 @@ def test_ban_after_invalid_bundles_expires_and_is_logged_once(caplog):
     guard = PeerGuard(GuardLimits(ban_after_invalid=5, ban_s=60.0), clock=clock,
                       on_ban=lambda peer, seconds, why: bans.append((peer, seconds)))
     data = valid_bundle(FLOODER, 1)
-    with caplog.at_level(logging.WARNING, logger="swarmnode.guard"):
+    with caplog.at_level(logging.WARNING, logger="swarmnode.swarm.guard"):
         for reason in ["replay", "round_window", "stale", "future", "wrong_swarm"] * 3:
             guard.judge(FLOODER.peer_id, reason)  # what a third party or a clock can cause: no strike
         assert guard.banned_until(FLOODER.peer_id) is None

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from swarmnode import cli
-from swarmnode import identity as identity_module
-from swarmnode.identity import (Identity, IdentityError, name_from_peer_id, peer_id_from_public_key,
+from swarmnode.swarm import identity as identity_module
+from swarmnode.swarm.identity import (Identity, IdentityError, name_from_peer_id, peer_id_from_public_key,
                                 public_key_from_peer_id, verify_signature)
 
 SEED = bytes(range(32))

@@ -5,12 +5,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-import swarmnode.logprob as logprob
+import swarmnode.train.logprob as logprob
 from swarmnode.config import NodeConfig
-from swarmnode.logprob import chosen_logprobs
-from swarmnode.model import load_base_model
-import swarmnode.policy as policy_module
-from swarmnode.policy import Policy
+from swarmnode.train.logprob import chosen_logprobs
+from swarmnode.train.model import load_base_model
+import swarmnode.train.policy as policy_module
+from swarmnode.train.policy import Policy
 
 
 def _reference(hidden, weight, targets):

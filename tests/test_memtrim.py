@@ -14,7 +14,7 @@ import pytest
 
 _PROBE = """
 import ctypes, ctypes.util, sys, torch
-from swarmnode.memtrim import large_blocks_mmapped
+from swarmnode.train.memtrim import large_blocks_mmapped
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in

@@ -13,12 +13,13 @@ from collections import Counter
 
 import pytest
 
-from swarmnode.bundle import encode_bundle
+from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.config import NodeConfig
-from swarmnode.exchange import Exchange
-from swarmnode.identity import Identity
-from swarmnode.rollout import Group
-from swarmnode.tasks import Question, Scorer
+from swarmnode.swarm.exchange import Exchange
+from swarmnode.swarm.identity import Identity
+from swarmnode.records import Group
+from swarmnode.records import Question
+from swarmnode.train.tasks import Scorer
 
 SWARM = "poison-test"
 NODE, LIAR, HONEST = (Identity.from_seed(bytes([c]) * 32) for c in b"NLH")

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from swarmnode.identity import name_from_peer_id
-from swarmnode.pool import ExternalPool, PeerTable
-from swarmnode.rollout import Group
-from swarmnode.tasks import Question
+from swarmnode.swarm.identity import name_from_peer_id
+from swarmnode.swarm.pool import ExternalPool, PeerTable
+from swarmnode.records import Group
+from swarmnode.records import Question
 
 
 def group(peer: str, tag: str = "", rewards: list[float] | None = None) -> Group:

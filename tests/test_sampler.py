@@ -5,11 +5,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from swarmnode import prefixattn
+from swarmnode.train import prefixattn
 from swarmnode.config import NodeConfig
-from swarmnode.model import load_base_model
-from swarmnode.policy import Policy
-from swarmnode.sampler import TokenTexts, sample
+from swarmnode.train.model import load_base_model
+from swarmnode.train.policy import Policy
+from swarmnode.train.sampler import TokenTexts, sample
 
 STOP = "</answer>"
 

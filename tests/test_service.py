@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode import service
+from swarmnode.cli import service as service_cli
+from swarmnode.node import service
 from swarmnode.config import ConfigError
 
 
@@ -156,7 +157,7 @@ def test_unsupported_platform(tmp_path):
 
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="swarmnode")
-    service.add_parser(parser.add_subparsers())
+    service_cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,4 +1,5 @@
-from swarmnode.tasks import (ANSWER_OPEN, Question, Scorer, TaskSource, build_prompt, extract_answer,
+from swarmnode.records import Question
+from swarmnode.train.tasks import (ANSWER_OPEN, Scorer, TaskSource, build_prompt, extract_answer,
                              full_response, load_task_file)
 
 PAPER_FAMILIES = {"base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",

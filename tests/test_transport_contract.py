@@ -25,9 +25,9 @@ from nodeproc import free_port
 from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name,
                             wait_for)
 
-from swarmnode.transport import TransportError, create_transport
-from swarmnode.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
-from swarmnode.transport.memory import MemoryHub, MemoryTransport
+from swarmnode.swarm.transport import TransportError, create_transport
+from swarmnode.swarm.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
+from swarmnode.swarm.transport.memory import MemoryHub, MemoryTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -249,7 +249,7 @@ def test_second_stack_in_one_process_is_a_clear_error():
     result = _run_python(
         "import hivemind\n"
         "from transport_node import identity_for\n"
-        "from swarmnode.transport import TransportError, create_transport\n"
+        "from swarmnode.swarm.transport import TransportError, create_transport\n"
         "try:\n"
         "    create_transport('libp2p', identity_for(0), 's')\n"
         "except TransportError as exc:\n"
@@ -263,7 +263,7 @@ import dataclasses, json, random
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer as S
 from transport_node import identity_for, make_bundle
-from swarmnode.transport.hivemind_dht import SwarmRecordValidator, _key_id, heads_key, rounds_key
+from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _key_id, heads_key, rounds_key
 
 alice, mallory = identity_for(1), identity_for(2)
 checker = SwarmRecordValidator("sw")            # any node's view
@@ -309,7 +309,7 @@ def test_hivemind_record_validator():
 
 PEER_ANSWER_CHECKS = """
 import json
-from swarmnode.transport.libp2p_gossip import parse_peer_answer
+from swarmnode.swarm.transport.libp2p_gossip import parse_peer_answer
 good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
 cases = {
     "good": json.dumps([good, 7, None, "/ip4/1.2.3.4/tcp/1", "no-slash/p2p/x", good]).encode(),
@@ -336,7 +336,7 @@ def test_peer_exchange_answers_are_parsed_defensively():
 
 HUNG_DHT_CALL = """
 import asyncio, gc, json
-from swarmnode.transport import create_transport, hivemind_dht
+from swarmnode.swarm.transport import create_transport, hivemind_dht
 from transport_node import identity_for
 
 hivemind_dht._CALL_TIMEOUT = 2.0

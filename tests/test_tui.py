@@ -12,10 +12,10 @@ import time
 import pytest
 from textual.widgets import DataTable, RichLog
 
-from swarmnode.api import ApiServer
-from swarmnode.client import NodeApi
+from swarmnode.node.api import ApiServer
+from swarmnode.node.client import NodeApi
 from swarmnode.paths import NodeHome
-from tui.app import Dashboard, NodeHeader
+from swarmnode.tui.app import Dashboard, NodeHeader
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 

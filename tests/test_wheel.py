@@ -19,7 +19,7 @@ def _build_wheel(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "LICENSE", "README.md"):
         if (ROOT / name).is_file():
             shutil.copy(ROOT / name, src / name)
-    for package in ("swarmnode", "tui"):
+    for package in ("swarmnode",):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
@@ -37,10 +37,10 @@ def test_wheel_contents(tmp_path):
         metadata = zf.read(f"{dist_info}/METADATA").decode()
     assert "swarmnode/data/tasks.toml" in names
     assert "swarmnode/data/bootstrap.txt" in names
-    assert "swarmnode/cli.py" in names and "swarmnode/doctor.py" in names
-    tui_files = {n for n in names if n.startswith("tui/")}
-    assert "tui/__init__.py" in tui_files
-    assert any(n.endswith(".tcss") for n in tui_files), "the dashboard's stylesheet is missing from the wheel"
+    for layer in ("cli", "node", "swarm", "swarm/transport", "train", "experiment", "tui"):
+        assert f"swarmnode/{layer}/__init__.py" in names, f"subpackage swarmnode.{layer} is missing from the wheel"
+    assert "swarmnode/tui/app.tcss" in names, "the dashboard's stylesheet is missing from the wheel"
+    assert not any(n.startswith("tui/") for n in names), "the checkout's thin tui/ entry point must not be installed"
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     assert "swarmnode = swarmnode.cli:main" in entry_points
     assert "Requires-Dist: psutil" in metadata
@@ -58,5 +58,5 @@ def test_dockerfile_settings_are_config_keys_and_its_context_holds_the_package()
             coerce(name[len("SWARMNODE_"):].lower(), value, name, from_text=True)
     assert 'ENTRYPOINT ["swarmnode", "start"]' in dockerfile
     ignore = (ROOT / "packaging" / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
-    for needed in ("pyproject.toml", "swarmnode", "tui"):
+    for needed in ("pyproject.toml", "swarmnode"):
         assert f"!{needed}" in ignore

@@ -41,11 +41,11 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarmnode.bundle import encode_bundle, open_envelope  # noqa: E402
-from swarmnode.identity import Identity  # noqa: E402
-from swarmnode.rollout import Group  # noqa: E402
-from swarmnode.tasks import Question  # noqa: E402
-from swarmnode.transport import Transport, create_transport  # noqa: E402
+from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.records import Group  # noqa: E402
+from swarmnode.records import Question  # noqa: E402
+from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 
 SWARM = "contract-test"
 _RESPONSE_CHARS = 6000  # under BundleLimits.max_response_chars
@@ -227,7 +227,7 @@ class MemNode:
     """A memory-transport node on an event loop running in another thread, with ProcNode's interface."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, hub: Any, seed: int, swarm: str = SWARM):
-        from swarmnode.transport.memory import MemoryTransport
+        from swarmnode.swarm.transport.memory import MemoryTransport
 
         self.loop = loop
         self._messages: list[dict] = []

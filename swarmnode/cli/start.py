@@ -1,0 +1,84 @@
+"""``swarmnode start``: run a node in the foreground, or beside the dashboard with ``--tui``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+
+from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.config import field_type, load_config
+from swarmnode.node.checkpoint import CheckpointError
+from swarmnode.node.daemon import Daemon, StartupError
+from swarmnode.node.logs import setup_logging
+from swarmnode.node.metrics import MetricsError
+from swarmnode.paths import NodeHome
+from swarmnode.train.tasks import TaskConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("start", help="start a node (joins the swarm unless --solo)",
+                       description="Start a node: it trains its model round after round and shares rollouts.")
+    p.add_argument("--tui", action="store_true", help="run the node in the background and show the dashboard; "
+                                                      "quitting the dashboard stops the node")
+    add_config_flags(p)
+    p.set_defaults(func=cmd_start)
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    """``swarmnode start`` with the same flags, minus ``--tui``."""
+    argv = [sys.executable, "-m", "swarmnode", "start"]
+    if args.config:
+        argv += ["--config", args.config]
+    for key, value in given_flags(args).items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(getattr(args, key), list):
+            for item in getattr(args, key):
+                argv += [flag, item]
+        elif field_type(key)[0] is bool:
+            argv.append(flag if value == "true" else "--no-" + flag[2:])
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
+    """The node as a child process (logging to its home), the dashboard in the foreground."""
+    from swarmnode.tui.app import run_dashboard
+
+    child = subprocess.Popen(_child_argv(args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        run_dashboard(home)
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    return child.wait()
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    cfg = load_config(given_flags(args), config_path=args.config).config
+    home = NodeHome.resolve(cfg.home)
+    try:
+        home.create()
+    except OSError as exc:
+        print(f"swarmnode: cannot create the node's home {home.root}: {exc.strerror}; choose another with "
+              "--home DIR", file=sys.stderr)
+        return 1
+    if args.tui:
+        return _start_with_dashboard(args, home)
+    setup_logging(home, cfg.log_level)
+    try:
+        return asyncio.run(Daemon(cfg, home).run())
+    except TaskConfigError as exc:
+        print(f"swarmnode: tasks: {exc}", file=sys.stderr)
+        return 2
+    except (StartupError, CheckpointError, MetricsError) as exc:  # the last two: a round could not be saved
+        print(f"swarmnode: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,170 @@
+"""The node daemon and ``swarmnode start``.
+
+One asyncio event loop owns the schedule (and, once started, networking and the local
+API); model work, which holds the CPU or GPU for seconds, runs in a worker thread so the
+loop stays responsive. The first SIGINT or SIGTERM asks the round in flight to stop at the
+next phase boundary (an abandoned round leaves no trace and runs again on restart); the
+second forces an immediate exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+
+from swarmnode.node.api import ApiServer
+from swarmnode.node.checkpoint import CheckpointError
+from swarmnode.config import NodeConfig
+from swarmnode.swarm.exchange import Exchange
+from swarmnode.swarm.identity import Identity, IdentityError
+from swarmnode.node.metrics import MetricsError
+from swarmnode.train.model import ModelError, load_base_model, pick_device
+from swarmnode.node.round import Node, RoundAbandoned, derive_seed
+from swarmnode.paths import NodeHome
+from swarmnode.train.policy import Policy
+from swarmnode.node.state import NodeInfo, NodeState
+from swarmnode.swarm.link import NetworkLink, SoloLink
+from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
+from swarmnode.swarm.transport import TransportError, transport_for
+
+log = logging.getLogger("swarmnode")
+
+
+class StartupError(RuntimeError):
+    """The node cannot start; ``str()`` is one line for the user."""
+
+
+class Daemon:
+    def __init__(self, cfg: NodeConfig, home: NodeHome):
+        self.cfg = cfg
+        self.home = home
+        self.state = NodeState()
+        self._stop = threading.Event()
+        self._unpaused: asyncio.Event | None = None
+        self._signals = 0
+        self.node: Node | None = None
+        self.link: NetworkLink | None = None
+
+    # ---- control (the local API calls these) --------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+        if self._unpaused is not None:
+            self._unpaused.set()
+
+    def pause(self) -> None:
+        self.state.paused = True
+        if self._unpaused is not None:
+            self._unpaused.clear()
+
+    def resume(self) -> None:
+        self.state.paused = False
+        if self._unpaused is not None:
+            self._unpaused.set()
+
+    def peer_rows(self) -> list[dict]:
+        return self.node.swarm.peer_rows() if self.node else []
+
+    def peer_count(self) -> int:
+        return self.node.swarm.peer_count() if self.node else 0
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: exiting now without saving the round in flight")
+            os._exit(128 + signum)
+        log.info("stopping: the round in flight is abandoned, the last checkpoint stands "
+                 "(signal again to force)")
+        self.request_stop()
+
+    # ---- start-up ------------------------------------------------------------------------
+    def _build_node(self) -> Node:
+        """Identity, model, policy, tasks; runs in the worker thread (seconds to minutes)."""
+        cfg = self.cfg
+        if cfg.threads:
+            import torch
+
+            torch.set_num_threads(cfg.threads)
+        identity = Identity.load_or_create(self.home.identity_file)
+        seed = cfg.seed if cfg.seed is not None else derive_seed(identity.peer_id)
+        device = pick_device(cfg.device)
+        self.state.info = NodeInfo(peer_id=identity.peer_id, name=identity.name, swarm=cfg.swarm,
+                                   transport="solo" if cfg.solo else cfg.transport, model=cfg.model,
+                                   device=str(device), home=str(self.home.root))
+        log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
+        families = load_task_file(cfg.tasks)
+        log.info("loading model %s on %s", cfg.model, device)
+        base = load_base_model(cfg.model, device)
+        policy = Policy(base, cfg)
+        node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), SoloLink(),
+                    self.state, seed)
+        node.resume()
+        self.identity = identity
+        return node
+
+    # ---- the loop ------------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.state.bind_loop(loop)
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.state.emit("phase", phase="loading")
+        api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
+        try:
+            port = await api.start()
+        except OSError as exc:  # ApiServer.start's messages say what failed and what to do
+            raise StartupError(f"local API: {exc}") from None
+        try:
+            try:
+                self.node = await asyncio.to_thread(self._build_node)
+            except (ModelError, CheckpointError, IdentityError, MetricsError) as exc:
+                raise StartupError(str(exc)) from None
+            if not self.cfg.solo:
+                try:
+                    await self._join(self.node)
+                except TransportError as exc:
+                    raise StartupError(str(exc)) from None
+            log.info("running: %s (%s), API on http://127.0.0.1:%d; watch it with `swarmnode tui --home %s`",
+                     self.state.info.name, self.state.info.peer_id, port, self.home.root)
+            if not self._stop.is_set():
+                await self._rounds(self.node)
+        finally:
+            if self.link is not None:
+                await self.link.stop()
+            await api.stop()
+        return 0
+
+    async def _join(self, node: Node) -> None:
+        """Open the transport and switch the node from solo to the network link."""
+        transport = transport_for(self.cfg, self.identity)
+        exchange = Exchange(self.identity, self.cfg, node.scorer, node.policy.model_name, state=self.state,
+                            on_ban=transport.block)
+        self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
+        await self.link.start()
+        node.swarm = self.link
+        log.info("joined swarm '%s' over %s; listening on %s", self.cfg.swarm, self.cfg.transport,
+                 ", ".join(self.link.transport.addresses()) or "(no address yet)")
+
+    async def _rounds(self, node: Node) -> None:
+        done = 0
+        while not self._stop.is_set() and (self.cfg.rounds is None or done < self.cfg.rounds):
+            self.state.emit("phase", phase="idle")
+            await self._unpaused.wait()
+            if self._stop.is_set():
+                break
+            r = node.next_round
+            try:
+                row = await asyncio.to_thread(node.run_round, r, self._stop.is_set)
+            except RoundAbandoned:
+                log.info("round %d abandoned", r)
+                break
+            await asyncio.to_thread(node.finish_round, row)
+            done += 1
+            log.info("round %d: reward %.3f, %d local + %d external groups (%d dropped), loss %s, %d tokens, "
+                     "%.1f s", r, row["reward_mean"], row["n_local"], row["n_external"],
+                     row["n_dropped_zero_adv"], "n/a" if row["loss"] is None else f"{row['loss']:.4f}",
+                     row["tokens_generated"], row["seconds"])

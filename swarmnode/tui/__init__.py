@@ -1,0 +1,1 @@
+"""The terminal dashboard of a swarmnode node (``swarmnode tui``)."""

@@ -1,0 +1,261 @@
+"""The terminal dashboard: watches one node through its local API and pauses or resumes it.
+
+It follows ``/v1/events`` and re-reads status, rounds and peers whenever it (re)connects, so
+a node that restarts (new port, new token in ``api.json``) is picked up again after a short
+back-off; while no node answers it shows "no node running at <home>" and keeps trying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import datetime
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.widgets import DataTable, Footer, RichLog, Static
+from textual_plotext import PlotextPlot
+
+from swarmnode.node.client import (ApiError, NodeApi, NoNodeRunning, format_ago, format_duration, format_reward,
+                              short_peer_id)
+from swarmnode.paths import NodeHome
+
+CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
+PEER_COLUMNS = (("name", "Name"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
+                ("rejected", "Rejected"), ("reward", "Reward"))
+
+
+class NodeHeader(Static):
+    """Who the node is and what it is doing."""
+
+    def show(self, status: dict | None, uptime_s: float = 0.0) -> None:
+        if status is None:
+            self.update("")
+            return
+        text = Text()
+        text.append(status["name"] or "(unnamed)", style="bold")
+        text.append(f"  {status['peer_id']}\n", style="dim")
+        state = "paused" if status["paused"] else status["phase"]
+        for label, value in (("swarm", f"{status['swarm']} ({status['transport']})"),
+                             ("round", str(status["round"])), ("phase", state), ("device", status["device"]),
+                             ("uptime", format_duration(uptime_s)), ("peers", str(status["peers"])),
+                             ("reward", format_reward(status["last_reward"]))):
+            text.append(f"{label} ", style="dim")
+            text.append(value, style="bold reverse" if label == "phase" and status["paused"] else "bold")
+            text.append("   ")
+        self.update(text)
+
+
+class RewardChart(PlotextPlot):
+    """Mean reward per round, and per task family."""
+
+    def show(self, rows: list[dict]) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.title("reward per round")
+        plt.xlabel("round")
+        plt.ylim(0, 1)
+        if rows:
+            rounds = [r["round"] for r in rows]
+            step = max(1, math.ceil((rounds[-1] - rounds[0]) / 6))
+            plt.xticks(list(range(rounds[0], rounds[-1] + 1, step)))
+            families = sorted({f for r in rows for f in r.get("reward_by_task", {})})
+            for family in families:
+                points = [(r["round"], r["reward_by_task"][family]) for r in rows
+                          if family in r.get("reward_by_task", {})]
+                plt.plot([x for x, _ in points], [y for _, y in points], label=family, marker="braille")
+            plt.plot(rounds, [r["reward_mean"] for r in rows], label="mean", marker="braille", color="white")
+        self.refresh()
+
+
+class Dashboard(App):
+    """``swarmnode tui``: one node's rounds, rewards, peers and events."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "swarmnode"
+    BINDINGS = [("q", "quit", "Quit"), ("r", "refresh", "Refresh"), ("p", "toggle_pause", "Pause/resume")]
+
+    online: reactive[bool] = reactive(False)
+
+    def __init__(self, home: NodeHome, *, retry_s: float = 0.5, max_retry_s: float = 5.0):
+        super().__init__()
+        self.home = home
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
+        self.api: NodeApi | None = None
+        self.status: dict | None = None
+        self.status_at = 0.0  # monotonic time of the last status, to advance the uptime locally
+        self.rows: list[dict] = []
+        self.peers: list[dict] = []
+        self._peers_stale = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"no node running at {self.home.root}\n\nwaiting for one to start… (q quits)", id="offline")
+        with Vertical(id="dashboard"):
+            yield NodeHeader(id="header")
+            yield RewardChart(id="rewards")
+            with Horizontal(id="bottom"):
+                yield DataTable(id="peers", cursor_type="row", zebra_stripes=True)
+                yield RichLog(id="events", max_lines=1000, wrap=True, min_width=20)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#peers", DataTable)
+        for key, label in PEER_COLUMNS:
+            table.add_column(label, key=key)
+        self.query_one("#peers").border_title = "peers"
+        self.query_one("#events").border_title = "events"
+        self.watch_online(self.online)
+        self.set_interval(1.0, self._tick)
+        self.follow()
+
+    def watch_online(self, online: bool) -> None:
+        self.query_one("#dashboard").display = online
+        self.query_one("#offline").display = not online
+
+    # -- following the node ------------------------------------------------------------------
+
+    @work(exclusive=True, group="follow")
+    async def follow(self) -> None:
+        """Follow the node's events for as long as the app runs, reconnecting with back-off."""
+        delay = self.retry_s
+        while True:
+            try:
+                async with NodeApi(self.home) as api:
+                    async for event in api.events():
+                        if event is None:  # subscribed: nothing from now on is missed
+                            self.api = api
+                            await self.reload()
+                            self.online = True
+                            delay = self.retry_s
+                        else:
+                            self.on_node_event(event)
+            except (NoNodeRunning, ApiError):
+                pass
+            self.api = None
+            self.online = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.max_retry_s)
+
+    async def reload(self) -> None:
+        """Read status, recent rounds and peers again."""
+        api = self.api
+        if api is None:
+            return
+        self._set_status(await api.status())
+        self.rows = await api.rounds(since=max(0, self.status["round"] - CHART_ROUNDS))
+        self.peers = await api.peers()
+        self._peers_stale = False
+        self.query_one(RewardChart).show(self.rows)
+        self._show_peers()
+
+    def _set_status(self, status: dict) -> None:
+        self.status, self.status_at = status, time.monotonic()
+        self._show_header()
+
+    def _show_header(self) -> None:
+        if self.status is not None:
+            uptime = self.status["uptime_s"] + time.monotonic() - self.status_at
+            self.query_one(NodeHeader).show(self.status, uptime)
+
+    def on_node_event(self, event: dict) -> None:
+        kind = event["type"]
+        if self.status is not None:
+            if kind == "phase":
+                self.status["phase"] = event["phase"]
+            elif kind == "round_started":
+                self.status["round"] = event["round"]
+            elif kind == "paused":
+                self.status["paused"] = event["paused"]
+            elif kind == "round_finished":
+                self.status["last_reward"] = event["metrics"]["reward_mean"]
+            self._show_header()
+        if kind == "round_finished":
+            self.rows = (self.rows + [event["metrics"]])[-CHART_ROUNDS:]
+            self.query_one(RewardChart).show(self.rows)
+        if kind in ("bundle_accepted", "bundle_rejected", "peer_joined", "peer_left"):
+            self._peers_stale = True
+        self.query_one("#events", RichLog).write(self._describe(event))
+
+    def _peer_name(self, peer: str) -> str:
+        for p in self.peers:
+            if peer in (p["peer_id"], p.get("name")):
+                return p.get("name") or short_peer_id(peer)
+        return short_peer_id(str(peer))
+
+    def _describe(self, event: dict) -> Text:
+        kind = event["type"]
+        peer = self._peer_name(event.get("peer", ""))
+        if kind == "round_finished":
+            m = event["metrics"]
+            message = (f"round {m['round']} finished: reward {format_reward(m['reward_mean'])}, "
+                       f"{m.get('tokens_generated', 0)} tokens, {m.get('seconds', 0):.1f} s")
+        else:
+            message = {
+                "round_started": lambda: f"round {event['round']} started",
+                "phase": lambda: f"phase: {event['phase']}",
+                "bundle_accepted": lambda: f"bundle from {peer} accepted (round {event.get('round', '?')})",
+                "bundle_rejected": lambda: f"bundle from {peer} rejected: {event.get('reason', '?')}",
+                "peer_joined": lambda: f"peer {peer} joined",
+                "peer_left": lambda: f"peer {peer} left",
+                "paused": lambda: "paused: no new round starts" if event["paused"] else "resumed",
+            }.get(kind, lambda: kind)()
+        stamp = datetime.fromtimestamp(event.get("time", time.time())).strftime("%H:%M:%S")
+        style = {"bundle_rejected": "red", "round_finished": "bold green", "paused": "yellow"}.get(kind, "")
+        return Text.assemble((stamp + " ", "dim"), (message, style))
+
+    def _show_peers(self) -> None:
+        table = self.query_one("#peers", DataTable)
+        now = time.time()
+        seen = set()
+        for p in self.peers:
+            key = p["peer_id"]
+            seen.add(key)
+            cells = {"name": p.get("name") or short_peer_id(key), "last_seen": format_ago(p.get("last_seen"), now), "accepted": str(p.get("accepted", 0)),
+                     "rejected": str(p.get("rejected", 0)), "reward": format_reward(p.get("reported_mean_reward"))}
+            if key in table.rows:
+                for column, value in cells.items():
+                    table.update_cell(key, column, value)
+            else:
+                table.add_row(*(cells[c] for c, _ in PEER_COLUMNS), key=key)
+        for key in [k for k in table.rows if k.value not in seen]:
+            table.remove_row(key)
+
+    async def _tick(self) -> None:
+        self._show_header()
+        if self._peers_stale and self.api is not None:
+            self._peers_stale = False
+            try:
+                self.peers = await self.api.peers()
+            except (NoNodeRunning, ApiError):
+                return
+        self._show_peers()
+
+    # -- keys --------------------------------------------------------------------------------
+
+    async def action_refresh(self) -> None:
+        try:
+            await self.reload()
+        except (NoNodeRunning, ApiError) as exc:
+            self.notify(str(exc), severity="error")
+
+    async def action_toggle_pause(self) -> None:
+        if self.api is None or self.status is None:
+            self.notify(f"no node running at {self.home.root}", severity="warning")
+            return
+        try:
+            answer = await (self.api.resume() if self.status["paused"] else self.api.pause())
+            self.status["paused"] = answer["paused"]
+            self._set_status(await self.api.status())
+        except (NoNodeRunning, ApiError) as exc:
+            self.notify(str(exc), severity="error")
+
+
+def run_dashboard(home: NodeHome) -> int:
+    """Run the dashboard for the node in ``home`` until the user quits; returns the exit status."""
+    Dashboard(home).run()
+    return 0
