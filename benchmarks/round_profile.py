@@ -48,10 +48,10 @@ def main() -> None:
     rows = [node.run_round(r) for r in range(args.first_round, args.first_round + args.rounds)]
     cpu_per_round = (_cpu_seconds() - cpu0) / args.rounds
     keys = ("seconds", "seconds_generate", "seconds_score", "seconds_train", "tokens_generated")
-    result = {k: median([row[k] for row in rows]) for k in keys}
-    result["tokens_per_second"] = median([row["tokens_generated"] / row["seconds_generate"] for row in rows])
-    result["round_tokens_per_second"] = median([row["tokens_generated"] / row["seconds"] for row in rows])
-    result["reward_mean"] = median([row["reward_mean"] for row in rows])
+    result = {k: median([getattr(row, k) for row in rows]) for k in keys}
+    result["tokens_per_second"] = median([row.tokens_generated / row.seconds_generate for row in rows])
+    result["round_tokens_per_second"] = median([row.tokens_generated / row.seconds for row in rows])
+    result["reward_mean"] = median([row.reward_mean for row in rows])
     result["cpu_seconds"] = cpu_per_round
     result["peak_rss_mb"] = peak_rss_mb()
     result["load_seconds"] = load_s

@@ -36,8 +36,8 @@ def run_swarmnode(args: argparse.Namespace) -> dict:
                        max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
     node = build_solo_node(cfg, seed=args.seed)
     row = node.run_round(0)
-    return {"seconds": row["seconds"], "tokens": row["tokens_generated"],
-            "seconds_generate": row["seconds_generate"], "seconds_train": row["seconds_train"]}
+    return {"seconds": row.seconds, "tokens": row.tokens_generated,
+            "seconds_generate": row.seconds_generate, "seconds_train": row.seconds_train}
 
 
 def run_trl(args: argparse.Namespace) -> dict:

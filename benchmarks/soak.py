@@ -46,7 +46,7 @@ def main() -> int:
             rss = current_rss_mb()
             if r + 1 == BASELINE_ROUND:
                 baseline = rss
-            print(f"{r + 1:6d}{rss:10.1f}{time.perf_counter() - t0:10.1f}{row['reward_mean']:8.3f}", flush=True)
+            print(f"{r + 1:6d}{rss:10.1f}{time.perf_counter() - t0:10.1f}{row.reward_mean:8.3f}", flush=True)
     final = current_rss_mb()
     growth = final / baseline - 1
     verdict = "PASS" if growth <= TOLERANCE else "FAIL"

@@ -100,7 +100,7 @@ class NodeConfig:
 
     # the swarm
     solo: bool = _key(False, "Train alone: open no socket, share nothing.", section="swarm")
-    transport: str = _key("hivemind", "How bundles travel.", choices=("hivemind", "libp2p", "memory"),
+    transport: str = _key("hivemind", "How bundles travel.", choices=("hivemind", "libp2p"),
                           section="swarm")
     swarm: str = _key("swarmnode-demo", "Swarm name: namespaces DHT keys and gossip topics.", section="swarm")
     bootstrap: list[str] = _key((), "Bootstrap peer multiaddrs.", section="swarm")

@@ -7,7 +7,7 @@ project, so the wire format, the trainer and the node all depend on it and not o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 LOCAL = "local"
@@ -48,3 +48,58 @@ class Group:
     def has_signal(self) -> bool:
         """False when every response got the same reward: zero advantage, nothing to learn."""
         return len(self.rewards) > 1 and max(self.rewards) - min(self.rewards) > 1e-6
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What one finished round did: a line of ``metrics.jsonl``, a row of ``/v1/rounds``."""
+
+    round: int
+    started_at: float
+    seconds: float
+    seconds_generate: float
+    seconds_score: float
+    seconds_train: float
+    reward_mean: float
+    # Mean reward per task family over this node's own completions.
+    reward_by_task: Mapping[str, float]
+    n_local: int
+    n_external: int
+    n_dropped_zero_adv: int
+    tokens_generated: int
+    # The round's sizes after the round budget (``budget.py``) fitted them to the hardware.
+    completions: int
+    max_new_tokens: int
+    loss: float | None
+    peers: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> "RoundRecord":
+        """The record of a JSON row; keys it does not know (a newer writer's) are ignored.
+
+        Raises ValueError naming the first missing field or the first value of the wrong kind.
+        """
+        values = {}
+        for f in fields(cls):
+            if f.name not in row:
+                raise ValueError(f"no '{f.name}'")
+            value = row[f.name]
+            if not _fits(value, f.type):
+                raise ValueError(f"'{f.name}' is {value!r}")
+            values[f.name] = value
+        return cls(**values)
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    if value is None:
+        return annotation.endswith("| None")
+    if annotation.startswith("Mapping"):
+        return isinstance(value, Mapping) and all(isinstance(v, (int, float)) for v in value.values())
+    if isinstance(value, bool):
+        return False
+    if annotation.startswith("int"):
+        return isinstance(value, int)
+    return isinstance(value, (int, float))

@@ -8,14 +8,16 @@ import time
 from pathlib import Path
 
 from swarmnode.paths import NodeHome
+from swarmnode.records import RoundRecord
 from swarmnode.node.state import NodeInfo, NodeState
 
 
 class FakeControl:
     """Records what the API asked; serves a settable peer table."""
 
-    def __init__(self, peers: list[dict] | None = None) -> None:
+    def __init__(self, peers: list[dict] | None = None, state: NodeState | None = None) -> None:
         self.calls: list[str] = []
+        self.state = state
         self.peers = [peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25)] if peers is None \
             else peers
 
@@ -24,15 +26,22 @@ class FakeControl:
 
     def pause(self) -> None:
         self.calls.append("pause")
+        if self.state is not None:  # as the daemon does: NodeState.emit is the one writer of paused
+            self.state.emit("paused", paused=True)
 
     def resume(self) -> None:
         self.calls.append("resume")
+        if self.state is not None:
+            self.state.emit("paused", paused=False)
 
     def peer_rows(self) -> list[dict]:
         return self.peers
 
     def peer_count(self) -> int:
         return len(self.peers)
+
+    def transport_stats(self) -> dict[str, int]:
+        return {"published": 3, "delivered": 5}
 
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0) -> dict:
@@ -47,11 +56,14 @@ def make_state() -> NodeState:
                                    transport="solo", model="tiny", device="cpu", home="/tmp/x"))
 
 
-def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None) -> dict:
-    """A metrics row shaped like swarmnode.node.round's."""
-    return {"round": r, "reward_mean": reward, "tokens_generated": 100, "seconds": 2.0,
-            "reward_by_task": by_task if by_task is not None else {"basic_arithmetic": reward,
-                                                                   "base_conversion": reward / 2}}
+def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None) -> RoundRecord:
+    """A finished round's record, as swarmnode.node.round makes them."""
+    return RoundRecord(round=r, started_at=1_750_000_000.0 + 10 * r, seconds=2.0, seconds_generate=1.0, seconds_score=0.5,
+                       seconds_train=0.5, reward_mean=reward,
+                       reward_by_task=by_task if by_task is not None else {"basic_arithmetic": reward,
+                                                                           "base_conversion": reward / 2},
+                       n_local=4, n_external=0, n_dropped_zero_adv=0, tokens_generated=100, completions=2,
+                       max_new_tokens=8, loss=0.125, peers=0)
 
 
 class RealDaemon:

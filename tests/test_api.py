@@ -25,7 +25,8 @@ from nodeproc import free_port
 @pytest.fixture
 async def node(tmp_path):
     home = NodeHome(tmp_path / "home").create()
-    state, control = make_state(), FakeControl()
+    state = make_state()
+    control = FakeControl(state=state)
     server = ApiServer(state, control, home=home, keepalive_s=0.2)
     port = await server.start()
     async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
@@ -37,7 +38,7 @@ async def test_status_reports_the_node(node):
     server, state, control, session = node
     state.emit("round_started", round=3)
     state.emit("phase", phase="generating")
-    state.emit("round_finished", round=3, metrics=finished_row(3, 0.5))
+    state.emit("round_finished", round=3, record=finished_row(3, 0.5))
     async with session.get("/v1/status") as resp:
         assert resp.status == 200
         body = await resp.json()
@@ -50,7 +51,7 @@ async def test_status_reports_the_node(node):
 async def test_rounds_since(node):
     server, state, control, session = node
     for r in range(1, 5):
-        state.emit("round_finished", round=r, metrics=finished_row(r, r / 10))
+        state.emit("round_finished", round=r, record=finished_row(r, r / 10))
     async with session.get("/v1/rounds?since=3") as resp:
         assert [row["round"] for row in (await resp.json())["rounds"]] == [3, 4]
     async with session.get("/v1/rounds") as resp:
@@ -131,7 +132,7 @@ async def test_events_arrive_in_order_over_sse(node):
                 ("bundle_accepted", {"peer": "bob", "round": 1}),
                 ("bundle_rejected", {"peer": "eve", "reason": "bad_signature"}),
                 ("peer_joined", {"peer": "carol"}), ("phase", {"phase": "training"}),
-                ("round_finished", {"round": 1, "metrics": finished_row(1, 0.5)}), ("peer_left", {"peer": "carol"})]
+                ("round_finished", {"round": 1, "record": finished_row(1, 0.5)}), ("peer_left", {"peer": "carol"})]
     async with session.get("/v1/events") as resp:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         assert await resp.content.readline() == b": connected\n"
@@ -150,6 +151,7 @@ async def test_events_arrive_in_order_over_sse(node):
             event = parser.feed(line)
             if event:
                 got.append(event)
+    expected[-2] = ("round_finished", {"round": 1, "metrics": finished_row(1, 0.5).to_json()})  # the record as JSON
     assert [(e["type"], {k: v for k, v in e.items() if k not in ("type", "time")}) for e in got] == expected
     assert names == [t for t, _ in expected]
 
@@ -166,8 +168,8 @@ async def test_sse_sends_keepalives_and_stop_closes_the_stream(node):
 
 async def test_metrics_follow_the_prometheus_text_format(node):
     server, state, control, session = node
-    state.emit("round_finished", round=1, metrics=finished_row(1, 0.25))
-    state.emit("round_finished", round=2, metrics=finished_row(2, 0.75))
+    state.emit("round_finished", round=1, record=finished_row(1, 0.25))
+    state.emit("round_finished", round=2, record=finished_row(2, 0.75))
     state.emit("bundle_accepted", peer="bob", round=2)
     state.emit("bundle_rejected", peer="eve", reason='quote"back\\slash\nnewline')
     async with session.get("/metrics") as resp:
@@ -194,6 +196,8 @@ async def test_metrics_follow_the_prometheus_text_format(node):
     assert values["swarmnode_reward_mean"] == "0.5"
     assert values["swarmnode_tokens_generated_total"] == "200"
     assert values["swarmnode_peers"] == "1"
+    assert values['swarmnode_transport_events_total{event="published"}'] == "3"
+    assert values['swarmnode_transport_events_total{event="delivered"}'] == "5"
     assert values["swarmnode_round_seconds_sum"] == "4.0" and values["swarmnode_round_seconds_count"] == "2"
     assert values['swarmnode_bundles_total{outcome="accepted",reason=""}'] == "1"
     assert values['swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}'] == "1"
@@ -261,7 +265,7 @@ async def test_status_stays_fast_while_the_round_thread_updates_state(node, caps
             r += 1
             state.emit("round_started", round=r)
             state.emit("phase", phase="generating")
-            state.emit("round_finished", round=r, metrics=finished_row(r, 0.5))
+            state.emit("round_finished", round=r, record=finished_row(r, 0.5))
             time.sleep(0.001)
 
     worker = threading.Thread(target=busy_round_thread)
@@ -326,7 +330,7 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
 
     home = NodeHome(tmp_path).create()
     state = make_state()
-    state.emit("round_finished", round=4, metrics=finished_row(4, 0.375))
+    state.emit("round_finished", round=4, record=finished_row(4, 0.375))
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
     thread = threading.Thread(target=loop.run_forever)

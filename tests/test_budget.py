@@ -84,9 +84,9 @@ def test_node_rounds_follow_the_budget(tiny_model_dir, tmp_path):
     node = Node(cfg, NodeHome(tmp_path), policy, TaskSource(families, 1), Scorer(families), SoloLink(),
                 NodeState(), 1)
     row = node.run_round(0)
-    assert (row["completions"], row["max_new_tokens"]) == (4, 24)
+    assert (row.completions, row.max_new_tokens) == (4, 24)
     # as if round 0 had generated 24 tokens a completion at 1 token/s: far over a 1 s budget
     node.budget.observe(seconds=2 * 4 * 24, tokens_generated=2 * 4 * 24, completions_generated=2 * 4)
     row = node.run_round(1)
-    assert (row["completions"], row["max_new_tokens"]) == (2, MIN_TOKENS)
-    assert row["tokens_generated"] <= 2 * 2 * MIN_TOKENS
+    assert (row.completions, row.max_new_tokens) == (2, MIN_TOKENS)
+    assert row.tokens_generated <= 2 * 2 * MIN_TOKENS

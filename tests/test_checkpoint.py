@@ -10,6 +10,8 @@ from swarmnode.node.metrics import MetricsLog
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
 
+from apifakes import finished_row
+
 
 @pytest.fixture()
 def policy(tiny_model_dir):
@@ -79,10 +81,10 @@ def test_unwritable_home_keeps_the_previous_checkpoint(tmp_path, policy):
 def test_metrics_truncate_drops_rounds_past_the_checkpoint_and_torn_lines(tmp_path):
     log = MetricsLog(tmp_path / "metrics.jsonl")
     for r in range(3):
-        log.append({"round": r, "reward_mean": 0.1 * r})
+        log.append(finished_row(r, 0.1 * r))
     with open(log.path, "a") as fh:
         fh.write('{"round": 3, "rew')
     rows = log.truncate_after(1)
-    assert [r["round"] for r in rows] == [0, 1]
+    assert [r.round for r in rows] == [0, 1] and rows[1] == finished_row(1, 0.1)
     assert [json.loads(line)["round"] for line in log.path.read_text().splitlines()] == [0, 1]
     assert log.truncate_after(None) == [] and log.path.read_text() == ""

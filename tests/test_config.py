@@ -62,6 +62,15 @@ def test_cli_exits_2_with_one_line_naming_the_key(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_start_refuses_a_transport_that_is_not_a_network_in_one_line(tmp_path):
+    """The in-process test transport once passed the config and crashed ``start`` with a traceback."""
+    proc = subprocess.run([sys.executable, "-m", "swarmnode", "start", "--home", str(tmp_path), "--transport",
+                           "memory"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("swarmnode: config key 'transport' (from flag:--transport): expected one of "
+                                   "hivemind, libp2p; got 'memory'")
+
+
 def test_invalid_toml_is_a_config_error(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text("questions = [\n")

@@ -23,7 +23,7 @@ def test_every_key_is_documented_with_env_and_flag():
 
 def test_choices_and_limits_are_stated():
     docs = {d.name: d for d in docsgen.key_docs()}
-    assert docs["transport"].limits == "one of `hivemind`, `libp2p`, `memory`"
+    assert docs["transport"].limits == "one of `hivemind`, `libp2p`"
     assert docs["api_port"].limits == ">= 0, <= 65535"
     assert docs["temperature"].limits == ">= 0.01"
     assert docs["model"].limits == ""

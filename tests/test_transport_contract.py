@@ -27,7 +27,7 @@ from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for,
 
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
-from swarmnode.swarm.transport.memory import MemoryHub, MemoryTransport
+from memory_transport import MemoryHub, MemoryTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -40,7 +40,8 @@ def event_lines(app: Dashboard) -> list[str]:
 @pytest.fixture
 async def served(tmp_path):
     home = NodeHome(tmp_path / "home").create()
-    state, control = make_state(), FakeControl()
+    state = make_state()
+    control = FakeControl(state=state)
     server = ApiServer(state, control, home=home)
     await server.start()
     yield home, state, control
@@ -56,7 +57,7 @@ async def test_header_shows_the_round_and_follows_events(served):
         await until(pilot, lambda: app.online)
         assert "alice" in header_text(app) and "12D3KooWSelfAlice" in header_text(app)
         assert "round 3" in header_text(app) and "phase generating" in header_text(app)
-        state.emit("round_finished", round=3, metrics=finished_row(3, 0.625))
+        state.emit("round_finished", round=3, record=finished_row(3, 0.625))
         state.emit("round_started", round=4)
         state.emit("phase", phase="training")
         await until(pilot, lambda: "round 4" in header_text(app) and "phase training" in header_text(app))
@@ -144,7 +145,7 @@ async def test_screenshot_with_realistic_data(tmp_path):
     for r in range(40):
         by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
                    for i, f in enumerate(families)}
-        state.emit("round_finished", round=r, metrics=finished_row(r, sum(by_task.values()) / 3, by_task))
+        state.emit("round_finished", round=r, record=finished_row(r, sum(by_task.values()) / 3, by_task))
     state.emit("round_started", round=40)
     control = FakeControl([
         peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,

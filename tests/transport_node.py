@@ -227,7 +227,7 @@ class MemNode:
     """A memory-transport node on an event loop running in another thread, with ProcNode's interface."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, hub: Any, seed: int, swarm: str = SWARM):
-        from swarmnode.swarm.transport.memory import MemoryTransport
+        from memory_transport import MemoryTransport
 
         self.loop = loop
         self._messages: list[dict] = []

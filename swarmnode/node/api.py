@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import tempfile
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from aiohttp import web
 
@@ -51,6 +51,9 @@ class NodeControl(Protocol):
 
     def peer_count(self) -> int:
         """Peers connected now."""
+
+    def transport_stats(self) -> dict[str, int]:
+        """The transport's counters since start (published, delivered, ...); empty when solo."""
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -185,13 +188,13 @@ class ApiServer:
             since = int(raw)
         except ValueError:
             return _error(400, f"'since' must be a round number (an integer), got {raw!r}")
-        return web.json_response({"rounds": self.state.rounds_since(since)})
+        return web.json_response({"rounds": [r.to_json() for r in self.state.rounds_since(since)]})
 
     async def _peers(self, request: web.Request) -> web.Response:
         return web.json_response({"peers": self.control.peer_rows()})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = prometheus_text(self.state, self.control.peer_count()).encode()
+        body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats()).encode()
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -239,12 +242,10 @@ class ApiServer:
 
     async def _pause(self, request: web.Request) -> web.Response:
         self.control.pause()
-        self.state.emit("paused", paused=True)
         return web.json_response({"paused": True})
 
     async def _resume(self, request: web.Request) -> web.Response:
         self.control.resume()
-        self.state.emit("paused", paused=False)
         return web.json_response({"paused": False})
 
 
@@ -285,7 +286,7 @@ class _Exposition:
         return "\n".join(self.lines) + "\n"
 
 
-def prometheus_text(state: NodeState, peers: int) -> str:
+def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None) -> str:
     """The node's metrics in the Prometheus text format (version 0.0.4)."""
     snap = state.snapshot()
     finished = snap["rounds_finished"]
@@ -306,6 +307,12 @@ def prometheus_text(state: NodeState, peers: int) -> str:
                 for (outcome, reason), count in sorted(bundles.items())]
                or [("swarmnode_bundles_total", {"outcome": "accepted", "reason": ""}, 0)])
     out.family("swarmnode_peers", "gauge", "Peers connected now.", [("swarmnode_peers", {}, peers)])
+    if transport:
+        out.family("swarmnode_transport_events_total", "counter",
+                   "Transport events since start: bundles published, publish errors, messages delivered to the "
+                   "node, duplicates dropped, handler errors, join attempts.",
+                   [("swarmnode_transport_events_total", {"event": name}, count)
+                    for name, count in sorted(transport.items())])
     out.family("swarmnode_paused", "gauge", "1 while the node is paused (starts no new round).",
                [("swarmnode_paused", {}, int(snap["paused"]))])
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",

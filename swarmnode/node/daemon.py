@@ -55,12 +55,12 @@ class Daemon:
             self._unpaused.set()
 
     def pause(self) -> None:
-        self.state.paused = True
+        self.state.emit("paused", paused=True)
         if self._unpaused is not None:
             self._unpaused.clear()
 
     def resume(self) -> None:
-        self.state.paused = False
+        self.state.emit("paused", paused=False)
         if self._unpaused is not None:
             self._unpaused.set()
 
@@ -69,6 +69,9 @@ class Daemon:
 
     def peer_count(self) -> int:
         return self.node.swarm.peer_count() if self.node else 0
+
+    def transport_stats(self) -> dict[str, int]:
+        return self.link.transport_stats() if self.link else {}
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -80,8 +83,8 @@ class Daemon:
         self.request_stop()
 
     # ---- start-up ------------------------------------------------------------------------
-    def _build_node(self) -> Node:
-        """Identity, model, policy, tasks; runs in the worker thread (seconds to minutes)."""
+    def _load(self) -> tuple[Identity, Policy, dict, int]:
+        """Identity, task families, model and policy; runs in the worker thread (seconds to minutes)."""
         cfg = self.cfg
         if cfg.threads:
             import torch
@@ -96,13 +99,36 @@ class Daemon:
         log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
         families = load_task_file(cfg.tasks)
         log.info("loading model %s on %s", cfg.model, device)
-        base = load_base_model(cfg.model, device)
-        policy = Policy(base, cfg)
-        node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), SoloLink(),
-                    self.state, seed)
-        node.resume()
-        self.identity = identity
+        policy = Policy(load_base_model(cfg.model, device), cfg)
+        return identity, policy, families, seed
+
+    async def _build_node(self) -> Node:
+        """The node, its swarm link open (unless solo) and its last checkpoint restored."""
+        try:
+            identity, policy, families, seed = await asyncio.to_thread(self._load)
+        except (ModelError, IdentityError) as exc:
+            raise StartupError(str(exc)) from None
+        scorer = Scorer(families)
+        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
+        node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed)
+        try:
+            await asyncio.to_thread(node.resume)
+        except (CheckpointError, MetricsError) as exc:
+            raise StartupError(str(exc)) from None
         return node
+
+    async def _join(self, identity: Identity, scorer: Scorer, model_name: str) -> NetworkLink:
+        """Open the transport; the node trains alone (and keeps retrying) while no peer answers."""
+        transport = transport_for(self.cfg, identity)
+        exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block)
+        self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
+        try:
+            await self.link.start()
+        except TransportError as exc:
+            raise StartupError(str(exc)) from None
+        log.info("joined swarm '%s' over %s; listening on %s", self.cfg.swarm, self.cfg.transport,
+                 ", ".join(self.link.transport.addresses()) or "(no address yet)")
+        return self.link
 
     # ---- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -119,15 +145,7 @@ class Daemon:
         except OSError as exc:  # ApiServer.start's messages say what failed and what to do
             raise StartupError(f"local API: {exc}") from None
         try:
-            try:
-                self.node = await asyncio.to_thread(self._build_node)
-            except (ModelError, CheckpointError, IdentityError, MetricsError) as exc:
-                raise StartupError(str(exc)) from None
-            if not self.cfg.solo:
-                try:
-                    await self._join(self.node)
-                except TransportError as exc:
-                    raise StartupError(str(exc)) from None
+            self.node = await self._build_node()
             log.info("running: %s (%s), API on http://127.0.0.1:%d; watch it with `swarmnode tui --home %s`",
                      self.state.info.name, self.state.info.peer_id, port, self.home.root)
             if not self._stop.is_set():
@@ -138,17 +156,6 @@ class Daemon:
             await api.stop()
         return 0
 
-    async def _join(self, node: Node) -> None:
-        """Open the transport and switch the node from solo to the network link."""
-        transport = transport_for(self.cfg, self.identity)
-        exchange = Exchange(self.identity, self.cfg, node.scorer, node.policy.model_name, state=self.state,
-                            on_ban=transport.block)
-        self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
-        await self.link.start()
-        node.swarm = self.link
-        log.info("joined swarm '%s' over %s; listening on %s", self.cfg.swarm, self.cfg.transport,
-                 ", ".join(self.link.transport.addresses()) or "(no address yet)")
-
     async def _rounds(self, node: Node) -> None:
         done = 0
         while not self._stop.is_set() and (self.cfg.rounds is None or done < self.cfg.rounds):
@@ -158,13 +165,13 @@ class Daemon:
                 break
             r = node.next_round
             try:
-                row = await asyncio.to_thread(node.run_round, r, self._stop.is_set)
+                record = await asyncio.to_thread(node.run_round, r, self._stop.is_set)
             except RoundAbandoned:
                 log.info("round %d abandoned", r)
                 break
-            await asyncio.to_thread(node.finish_round, row)
+            await asyncio.to_thread(node.finish_round, record)
             done += 1
             log.info("round %d: reward %.3f, %d local + %d external groups (%d dropped), loss %s, %d tokens, "
-                     "%.1f s", r, row["reward_mean"], row["n_local"], row["n_external"],
-                     row["n_dropped_zero_adv"], "n/a" if row["loss"] is None else f"{row['loss']:.4f}",
-                     row["tokens_generated"], row["seconds"])
+                     "%.1f s", r, record.reward_mean, record.n_local, record.n_external,
+                     record.n_dropped_zero_adv, "n/a" if record.loss is None else f"{record.loss:.4f}",
+                     record.tokens_generated, record.seconds)

@@ -11,7 +11,8 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+
+from swarmnode.records import RoundRecord
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ class MetricsLog:
     def __init__(self, path: Path):
         self.path = path
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[RoundRecord]:
         """The complete rows; a torn or hand-mangled line is skipped with a warning."""
         if not self.path.exists():
             return []
@@ -35,28 +36,29 @@ class MetricsLog:
                     continue
                 try:
                     row = json.loads(line)
-                    if not isinstance(row, dict) or not isinstance(row.get("round"), int):
-                        raise ValueError("no integer 'round'")
+                    if not isinstance(row, dict):
+                        raise ValueError("not an object")
+                    record = RoundRecord.from_json(row)
                 except ValueError as exc:
                     log.warning("%s line %d is not a metrics row (%s); ignoring it", self.path, n, exc)
                     continue
-                rows.append(row)
+                rows.append(record)
         return rows
 
-    def truncate_after(self, last_round: int | None) -> list[dict[str, Any]]:
+    def truncate_after(self, last_round: int | None) -> list[RoundRecord]:
         """Keep only rows of rounds <= ``last_round`` (None keeps none), one per round; return them."""
         rows = self.read()
-        kept: dict[int, dict] = {}
+        kept: dict[int, RoundRecord] = {}
         if last_round is not None:
             for row in rows:
-                if row["round"] <= last_round:
-                    kept[row["round"]] = row
+                if row.round <= last_round:
+                    kept[row.round] = row
         result = [kept[r] for r in sorted(kept)]
         if len(result) != len(rows) or not self._ends_cleanly():
             tmp = self.path.with_suffix(".jsonl.tmp")
             try:
                 with open(tmp, "w", encoding="utf-8") as fh:
-                    fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in result)
+                    fh.writelines(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in result)
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
@@ -73,11 +75,11 @@ class MetricsLog:
             fh.seek(-1, os.SEEK_END)
             return fh.read(1) == b"\n"
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, record: RoundRecord) -> None:
         """Add one row; raises MetricsError (a half-written line is dropped on the next resume)."""
         try:
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row, sort_keys=True) + "\n")
+                fh.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:

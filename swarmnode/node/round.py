@@ -1,7 +1,8 @@
 """The SAPO round (Algorithm 1 of the paper) and what makes it durable.
 
-:meth:`Node.run_round` is the whole round on one screen; :meth:`Node.finish_round` writes
-its metrics line and checkpoint; :meth:`Node.resume` puts a restarted node back where it
+:meth:`Node.run_round` is the whole round, :meth:`Node.rollout` (steps 1-3 of the paper's
+Algorithm 1) then :meth:`Node.update` (steps 4-6), on one screen; :meth:`Node.finish_round`
+writes its metrics line and checkpoint; :meth:`Node.resume` puts a restarted node back where it
 was. Everything here runs in the daemon's worker thread, never on the event loop.
 """
 
@@ -13,6 +14,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -23,7 +25,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Generation, Policy
-from swarmnode.records import Group, Question
+from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.node.state import NodeState
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
@@ -65,6 +67,20 @@ def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
     return local
 
 
+@dataclass
+class Rollout:
+    """Steps 1-3 of a round: this node's scored groups, shared, and what producing them took."""
+
+    round: int
+    started_at: float
+    groups: list[Group]
+    tokens: int
+    completions: int
+    max_new_tokens: int
+    seconds_generate: float
+    seconds_score: float
+
+
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
                  swarm: SwarmLink, state: NodeState, seed: int):
@@ -80,13 +96,18 @@ class Node:
         log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
         self.state.emit("phase", phase=phase)
 
-    def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> dict:
-        """One SAPO round; returns its metrics row. Raises RoundAbandoned on a stop request."""
+    def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
+        """One SAPO round. Raises RoundAbandoned on a stop request.
+
+        The experiment harness calls the two halves itself, every node's rollout before any
+        node's update, so that each round's training set can draw from every peer's groups.
+        """
+        return self.update(self.rollout(r, should_stop), should_stop)
+
+    def rollout(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> Rollout:
         cfg, started, t0 = self.cfg, time.time(), time.perf_counter()
-        rng = random.Random(f"{self.seed}:{r}:train")
         torch.manual_seed(derive_seed(f"{self.seed}:{r}:sample"))
         self.state.emit("round_started", round=r)
-
         # 1. Sample a batch of questions from this node's own task stream.
         questions = self.tasks.sample(r, cfg.questions)
         # 2. Generate L completions per question with the local policy.
@@ -103,55 +124,50 @@ class Node:
         # 3. Share this round's rollouts with the swarm (returns at once).
         self._phase("sharing", should_stop)
         self.swarm.share(r, local)
+        return Rollout(r, started, local, gen.tokens, completions, max_new_tokens, t_gen - t0, t_score - t_gen)
+
+    def update(self, rollout: Rollout, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
+        cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
+        rng = random.Random(f"{self.seed}:{r}:train")
         # 4. Training set: I local + J external groups (external ones re-scored on arrival).
         external = self.swarm.draw_external(r, cfg.external, rng)
-        train, dropped = select_training_set(local, external, cfg.local, cfg.external, rng)
+        train, dropped = select_training_set(rollout.groups, external, cfg.local, cfg.external, rng)
         # 6. One GRPO update.
         self._phase("training", should_stop)
         loss = self.policy.train_step(train)
-        t_train = time.perf_counter()
+        seconds_train = time.perf_counter() - t0
 
         by_task: dict[str, list[float]] = defaultdict(list)
-        for g in local:
+        for g in rollout.groups:
             by_task[g.question.family].extend(g.rewards)
-        all_rewards = [x for g in local for x in g.rewards]
-        return {
-            "round": r,
-            "started_at": started,
-            "seconds": round(t_train - t0, 3),
-            "seconds_generate": round(t_gen - t0, 3),
-            "seconds_score": round(t_score - t_gen, 3),
-            "seconds_train": round(t_train - t_score, 3),
-            "reward_mean": statistics.fmean(all_rewards),
-            "reward_by_task": {k: statistics.fmean(v) for k, v in sorted(by_task.items())},
-            "n_local": sum(g.is_local for g in train),
-            "n_external": sum(not g.is_local for g in train),
-            "n_dropped_zero_adv": dropped,
-            "tokens_generated": gen.tokens,
-            "completions": completions,
-            "max_new_tokens": max_new_tokens,
-            "loss": loss,
-            "peers": self.swarm.peer_count(),
-        }
+        return RoundRecord(
+            round=r, started_at=rollout.started_at,
+            seconds=round(rollout.seconds_generate + rollout.seconds_score + seconds_train, 3),
+            seconds_generate=round(rollout.seconds_generate, 3), seconds_score=round(rollout.seconds_score, 3),
+            seconds_train=round(seconds_train, 3),
+            reward_mean=statistics.fmean(x for g in rollout.groups for x in g.rewards),
+            reward_by_task={k: statistics.fmean(v) for k, v in sorted(by_task.items())},
+            n_local=sum(g.is_local for g in train), n_external=sum(not g.is_local for g in train),
+            n_dropped_zero_adv=dropped, tokens_generated=rollout.tokens, completions=rollout.completions,
+            max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count())
 
-    def finish_round(self, row: dict) -> None:
+    def finish_round(self, record: RoundRecord) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see metrics.py)."""
-        log.debug("round %d: saving", row["round"])
-        self.metrics.append(row)
-        self.budget.observe(row["seconds"], row["tokens_generated"], self.cfg.questions * row["completions"])
-        save_checkpoint(self.home.checkpoints, row["round"], self.policy,
+        log.debug("round %d: saving", record.round)
+        self.metrics.append(record)
+        self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
+        save_checkpoint(self.home.checkpoints, record.round, self.policy,
                         {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
-        self.next_round = row["round"] + 1
-        self.state.emit("round_finished", round=row["round"], metrics=row)
+        self.next_round = record.round + 1
+        self.state.emit("round_finished", round=record.round, record=record)
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
         ckpt = latest_checkpoint(self.home.checkpoints)
-        rows = self.metrics.truncate_after(ckpt.round if ckpt else None)
+        records = self.metrics.truncate_after(ckpt.round if ckpt else None)
         if ckpt is not None:
             restore(ckpt, self.policy)
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
-        for row in rows:
-            self.state.rounds.append(row)
+        self.state.restore_rounds(records)
         return self.next_round

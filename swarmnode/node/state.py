@@ -13,11 +13,9 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
-PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle")
-EVENT_TYPES = ("round_started", "round_finished", "bundle_accepted", "bundle_rejected",
-               "peer_joined", "peer_left", "phase", "paused")
+from swarmnode.records import RoundRecord
 
 _MAX_ROUNDS_KEPT = 5000
 _SUBSCRIBER_QUEUE = 1000
@@ -62,19 +60,24 @@ class NodeState:
         self._loop = loop
 
     def emit(self, type: str, **data: Any) -> None:
-        """Record an event and deliver it to subscribers; callable from any thread."""
-        event = {"type": type, "time": time.time(), **data}
+        """Record an event and deliver it to subscribers; callable from any thread.
+
+        The one writer of the fields it changes. ``round_finished`` takes ``record=`` (a
+        :class:`RoundRecord`); subscribers get it as ``metrics``, its JSON form.
+        """
+        event = {"type": type, "time": time.time()}
         with self._lock:
             if type == "phase":
                 self.phase = data["phase"]
             elif type == "round_started":
                 self.round = data["round"]
             elif type == "round_finished":
-                row = data["metrics"]
-                self.rounds.append(row)
-                self.tokens_generated += int(row.get("tokens_generated", 0))
-                self.round_seconds_sum += float(row.get("seconds", 0.0))
-                self.reward_sum += float(row.get("reward_mean", 0.0))
+                record: RoundRecord = data.pop("record")
+                event["metrics"] = record.to_json()
+                self.rounds.append(record)
+                self.tokens_generated += record.tokens_generated
+                self.round_seconds_sum += record.seconds
+                self.reward_sum += record.reward_mean
             elif type == "bundle_accepted":
                 self.bundles[("accepted", "")] += 1
             elif type == "bundle_rejected":
@@ -82,6 +85,7 @@ class NodeState:
             elif type == "paused":
                 self.paused = bool(data["paused"])
             self.counters[type] += 1
+        event.update(data)
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -109,13 +113,14 @@ class NodeState:
     def unsubscribe(self, q: asyncio.Queue) -> None:
         self._subscribers.discard(q)
 
-    def rounds_since(self, since: int) -> list[dict]:
+    def restore_rounds(self, records: Iterable[RoundRecord]) -> None:
+        """The rounds a resumed node finished before (from metrics.jsonl), for ``/v1/rounds``."""
         with self._lock:
-            return [r for r in self.rounds if r["round"] >= since]
+            self.rounds.extend(records)
 
-    def last_reward(self) -> float | None:
+    def rounds_since(self, since: int) -> list[RoundRecord]:
         with self._lock:
-            return self.rounds[-1]["reward_mean"] if self.rounds else None
+            return [r for r in self.rounds if r.round >= since]
 
     def snapshot(self) -> dict[str, Any]:
         """The changing fields, read together under the lock (for the status endpoint)."""
@@ -125,7 +130,7 @@ class NodeState:
                 "phase": self.phase,
                 "paused": self.paused,
                 "uptime_s": round(time.time() - self.started_at, 3),
-                "last_reward": self.rounds[-1]["reward_mean"] if self.rounds else None,
+                "last_reward": self.rounds[-1].reward_mean if self.rounds else None,
                 "rounds_finished": self.counters["round_finished"],
                 "tokens_generated": self.tokens_generated,
                 "round_seconds_sum": self.round_seconds_sum,

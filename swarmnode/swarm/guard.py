@@ -93,7 +93,6 @@ class PeerGuard:
         self._on_ban = on_ban
         self._peers: OrderedDict[str, _Peer] = OrderedDict()
         self._lock = threading.Lock()
-        self.bans = 0
 
     def admit(self, data: bytes) -> tuple[str, str | None]:
         """``(bucket, reason)`` for a message about to be queued: ``reason`` is None to let it
@@ -175,7 +174,6 @@ class PeerGuard:
             return
         peer.banned_until = now + self.limits.ban_s
         peer.invalid = peer.flood = 0.0
-        self.bans += 1
         log.warning("ignoring peer %s (%s) for %.0f s: %s in about %.0f s", name_from_peer_id(peer_id), peer_id,
                     self.limits.ban_s, why, self.limits.strike_window_s)
         if self._on_ban is not None:

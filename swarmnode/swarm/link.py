@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import random
 from typing import Protocol
@@ -123,3 +124,6 @@ class NetworkLink:
 
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()
+
+    def transport_stats(self) -> dict[str, int]:
+        return dataclasses.asdict(self.transport.stats)

@@ -1,4 +1,4 @@
-"""Transports: ``hivemind`` (DHT records, the default), ``libp2p`` (gossipsub) and ``memory``.
+"""Transports: ``hivemind`` (DHT records, the default) and ``libp2p`` (gossipsub).
 
 hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
 protobuf's global pool), so :func:`create_transport` imports only the implementation asked
@@ -17,7 +17,6 @@ from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transpo
 TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
     "libp2p": ("swarmnode.swarm.transport.libp2p_gossip", "Libp2pTransport"),
-    "memory": ("swarmnode.swarm.transport.memory", "MemoryTransport"),
 }
 
 __all__ = ["TRANSPORTS", "MessageHandler", "NodeIdentity", "Transport", "TransportError", "TransportStats",
@@ -28,7 +27,7 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
                      listen: str | None = None, announce: str | None = None, **extra: Any) -> Transport:
     """A new, not yet started transport ``name`` for ``identity`` in ``swarm``.
 
-    ``extra`` goes to the implementation (``hub=`` for ``memory``). Raises TransportError for
+    ``extra`` goes to the implementation. Raises TransportError for
     an unknown name or a stack that cannot be imported.
     """
     if name not in TRANSPORTS:

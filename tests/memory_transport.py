@@ -1,6 +1,7 @@
-"""An in-process transport: every node of one :class:`MemoryHub` and swarm sees the others.
+"""An in-process transport for tests: every node of one :class:`MemoryHub` and swarm sees the others.
 
-For unit tests and the experiment harness, which run many nodes in one process. It keeps
+A test double of the network transports (a node never runs it: ``--transport`` offers only
+the real ones). It keeps
 the network transports' semantics: no self-delivery, delivery on each receiver's own
 asyncio loop, a peer list of the other running nodes, and an idempotent stop. Nothing is
 copied or serialised: receivers get the very bytes object that was published.
