@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.experiment.runner import (PROFILES, Arm, Experiment, ExperimentError, Settings, parse_arms, read_rows,
-                                  summarize)
+from swarmnode.config import NodeConfig
+from swarmnode.experiment.report import read_rows, summarize
+from swarmnode.experiment.runner import Experiment
+from swarmnode.experiment.settings import PROFILES, Arm, ExperimentError, Settings, parse_arms
 from swarmnode.train.tasks import Scorer
 
 
@@ -22,10 +24,9 @@ class _LengthScorer(Scorer):
 
 
 def _settings(out: Path, model: Path, rounds: int, configs: str = "2/0,1/1") -> Settings:
-    return Settings(profile="laptop", nodes=2, configs=configs, rounds=rounds, seeds=1, questions=2,
-                    completions=3, max_new_tokens=4, model=str(model), device="cpu", task_file="laptop",
-                    tasks=None, learning_rate=1e-3, micro_batch=8, temperature=1.0, generation="batched",
-                    checkpoint_every=1, out=str(out))
+    return Settings(profile="laptop", nodes=2, configs=configs, rounds=rounds, seeds=1, checkpoint_every=1,
+                    out=str(out), node=NodeConfig(questions=2, completions=3, max_new_tokens=4, model=str(model),
+                                                  device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8))
 
 
 def _run(settings: Settings) -> Experiment:
@@ -43,6 +44,8 @@ def test_arm_parsing():
     with pytest.raises(ExperimentError):
         parse_arms("4/4,4/4")
     assert PROFILES["paper"]["nodes"] == 8 and PROFILES["paper"]["rounds"] == 2000
+    for profile in PROFILES.values():
+        NodeConfig(**profile["node"])  # every profile's node settings are config keys
 
 
 def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
@@ -83,6 +86,15 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
     keys = [(r["config"], r["seed"], r["node"], r["round"]) for r in again]
     assert len(keys) == len(set(keys)) == 2 * 2 * 4
     assert again[:len(rows)] == rows
+
+
+def test_nodes_draw_as_a_real_node_does_one_peer_gets_at_most_its_share(tmp_path, tiny_model_dir):
+    """Two nodes, J = 2: the node's own draw caps one peer at ceil(max_peer_share * J) = 1 group a
+    round (the old harness drew with no cap and took both)."""
+    _run(_settings(tmp_path / "exp", tiny_model_dir, rounds=3, configs="1/2"))
+    rows = read_rows(tmp_path / "exp" / "rounds.csv")
+    assert {int(r["n_external"]) for r in rows} <= {0, 1}
+    assert any(r["n_external"] == "1" for r in rows)
 
 
 def test_resume_refuses_other_settings(tmp_path, tiny_model_dir):

@@ -15,15 +15,16 @@ def add_home_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", metavar="DIR", help=HOME_FLAG_HELP)
 
 
-def add_config_flags(parser: argparse.ArgumentParser, exclude: typing.Container[str] = ()) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, exclude: typing.Container[str] = (),
+                     config_help: str = "TOML config file (default: <home>/config.toml, else the platform config "
+                                        "directory)") -> None:
     """One flag per config key (``--max-new-tokens`` for ``max_new_tokens``), default unset.
 
     Flags stay strings (or True for switches) so :func:`swarmnode.config.load_config` types
     and checks them in one place and can tell which ones the user gave.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
-    parser.add_argument("--config", metavar="PATH", help="TOML config file (default: <home>/config.toml, "
-                                                          "else the platform config directory)")
+    parser.add_argument("--config", metavar="PATH", help=config_help)
     for f in NodeConfig.keys():
         if f.name in exclude:
             continue

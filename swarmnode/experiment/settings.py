@@ -1,0 +1,114 @@
+"""What defines an experiment run: its I/J configs, its size, and the node settings every node runs with.
+
+The node settings are a :class:`~swarmnode.config.NodeConfig` (the same keys, checks and flags
+as ``swarmnode start``); a profile only changes their defaults. Each config's nodes take that
+config with their own ``local`` / ``external`` / ``external_sampling``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmnode.config import NodeConfig
+
+SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted"}
+# Settings that may change when a run is resumed: they do not change what a round computes.
+RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads")
+
+
+class ExperimentError(Exception):
+    """The experiment cannot run as asked; ``str()`` is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One local/external config of the experiment: I own groups and J external ones a round."""
+
+    local: int
+    external: int
+    sampling: str = "uniform"
+
+    @property
+    def label(self) -> str:
+        return f"{self.local}/{self.external}" + ("" if self.sampling == "uniform" else ":rw")
+
+    @property
+    def slug(self) -> str:
+        return self.label.replace("/", "-").replace(":", "-")
+
+    @classmethod
+    def parse(cls, text: str) -> "Arm":
+        """``"4/4"`` (uniform external sampling) or ``"4/4:rw"`` (reward-weighted)."""
+        body, _, suffix = text.strip().partition(":")
+        try:
+            local, external = (int(x) for x in body.split("/"))
+        except ValueError:
+            raise ExperimentError(f"config '{text}' is not I/J (e.g. 4/4 or 4/4:rw)") from None
+        if suffix not in SAMPLING_SUFFIX:
+            raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (only ':rw', reward-weighted)")
+        if local < 0 or external < 0 or local + external == 0:
+            raise ExperimentError(f"config '{text}': I and J must be >= 0 and not both 0")
+        return cls(local, external, SAMPLING_SUFFIX[suffix])
+
+    def node_config(self, node: NodeConfig) -> NodeConfig:
+        """What a node of this config runs: the experiment's node settings with this I/J."""
+        return dataclasses.replace(node, local=self.local, external=self.external, external_sampling=self.sampling,
+                                   swarm=f"experiment-{self.slug}")
+
+
+def parse_arms(text: str) -> list[Arm]:
+    arms = [Arm.parse(t) for t in text.split(",") if t.strip()]
+    if not arms:
+        raise ExperimentError("--configs lists no config")
+    if len({a.label for a in arms}) != len(arms):
+        raise ExperimentError(f"--configs lists a config twice: {text}")
+    return arms
+
+
+@dataclass
+class Settings:
+    """Everything that defines a run; fields in :data:`RESUMABLE` may differ on resume."""
+
+    profile: str
+    nodes: int
+    configs: str
+    rounds: int
+    seeds: int
+    checkpoint_every: int
+    out: str
+    node: NodeConfig = field(default_factory=NodeConfig)
+    # A subset of the task file's families (comma-separated), or None for all of them.
+    families: str | None = None
+    time_limit_minutes: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("nodes", "rounds", "seeds", "checkpoint_every"):
+            if getattr(self, key) < 1:
+                raise ExperimentError(f"--{key.replace('_', '-')} must be >= 1")
+        if self.nodes < 2 and any(a.external for a in self.arms):
+            raise ExperimentError("configs with J > 0 need --nodes 2 or more")
+
+    @property
+    def arms(self) -> list[Arm]:
+        return parse_arms(self.configs)
+
+    def fingerprint(self) -> dict[str, Any]:
+        flat = {k: v for k, v in dataclasses.asdict(self).items() if k != "node"}
+        flat.update({f"node.{k}": v for k, v in dataclasses.asdict(self.node).items()})
+        return {k: v for k, v in flat.items() if k not in RESUMABLE}
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # The four configs in about 45 minutes on two CPU cores with the embedded model: measured
+    # 91 s a round for 16 nodes x 32 sequences with one torch thread while the other core was
+    # busy (docs/experiments/README.md says what was run end to end).
+    "laptop": dict(nodes=4, configs="8/0,6/2,4/4,2/6", rounds=30, seeds=1, checkpoint_every=1,
+                   node=dict(questions=8, completions=4, max_new_tokens=8, model="embedded", tasks="laptop",
+                             learning_rate=2e-4, micro_batch=32)),
+    # The paper's controlled experiment: 8 nodes, 8 questions, 8 completions, the nine families.
+    "paper": dict(nodes=8, configs="8/0,6/2,4/4,2/6", rounds=2000, seeds=1, checkpoint_every=10,
+                  node=dict(questions=8, completions=8, max_new_tokens=256, model="Qwen/Qwen2.5-0.5B-Instruct",
+                            tasks=None, learning_rate=1e-4, micro_batch=16)),
+}
