@@ -67,7 +67,7 @@ class RoundRecord:
     n_external: int
     n_dropped_zero_adv: int
     tokens_generated: int
-    # The round's sizes after the round budget (``budget.py``) fitted them to the hardware.
+    # The round's sizes after the round budget (:mod:`swarmnode.node.budget`) fitted them to the hardware.
     completions: int
     max_new_tokens: int
     loss: float | None

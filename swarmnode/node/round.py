@@ -152,7 +152,7 @@ class Node:
             max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count())
 
     def finish_round(self, record: RoundRecord) -> None:
-        """Persist a finished round: metrics line first, then the checkpoint (see metrics.py)."""
+        """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""
         log.debug("round %d: saving", record.round)
         self.metrics.append(record)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)

@@ -12,21 +12,31 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.pool import ExternalPool, PeerTable
-from swarmnode.records import Group
-from swarmnode.node.state import NodeState
-from swarmnode.train.tasks import Scorer
+from swarmnode.records import Group, Question
+
+
+class Rescorer(Protocol):
+    """This node's own verifier (the trainer's ``Scorer``): a reward, or None when it cannot verify."""
+
+    def score(self, question: Question, response: str) -> float | None: ...
+
+
+class EventSink(Protocol):
+    """Where the exchange reports bundles accepted and rejected (the node's ``NodeState``)."""
+
+    def emit(self, type: str, **data: Any) -> None: ...
 
 
 class Exchange:
-    def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Scorer, model_name: str, *,
-                 state: NodeState | None = None, limits: BundleLimits = BundleLimits(),
+    def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Rescorer, model_name: str, *,
+                 state: EventSink | None = None, limits: BundleLimits = BundleLimits(),
                  on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
         the transport's ``block``, so a banned flooder is dropped before any check)."""

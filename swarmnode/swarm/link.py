@@ -1,6 +1,6 @@
 """What a round needs from the swarm: somewhere to share its groups and a pool to draw from.
 
-The round (``node.py``) sees only :class:`SwarmLink`. A solo node uses :class:`SoloLink`,
+The round (:mod:`swarmnode.node.round`) sees only :class:`SwarmLink`. A solo node uses :class:`SoloLink`,
 which shares nothing and has no pool, so its training set is filled from local groups; a
 networked node uses :class:`NetworkLink`.
 """
