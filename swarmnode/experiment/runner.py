@@ -35,7 +35,7 @@ from typing import Callable
 from swarmnode.experiment.report import CSV_FIELDS, peak_rss_mb, read_rows, write_reports
 from swarmnode.experiment.settings import Arm, ExperimentError, Settings
 from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
-from swarmnode.node.round import Node
+from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group
@@ -61,10 +61,6 @@ def load_families(settings: Settings) -> dict:
                                   f"{', '.join(families)}; give another with --tasks)")
         families = {t: families[t] for t in wanted}
     return families
-
-
-def _seed_int(*parts: object) -> int:
-    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:4], "little")
 
 
 class InProcessLink:
@@ -160,7 +156,7 @@ class Experiment:
             cfg = arm.node_config(self.s.node)
             exchanges: list[Exchange] = []
             for k in range(self.s.nodes):
-                torch.manual_seed(_seed_int("init", seed, k))
+                torch.manual_seed(derive_seed(f"init:{seed}:{k}"))
                 policy = Policy(self.base, cfg, adapter=f"s{seed}-{arm.slug}-n{k}", shared=self._anchor)
                 self._anchor = self._anchor or policy
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
@@ -168,9 +164,9 @@ class Experiment:
                 exchange = Exchange(identity, cfg, scorer, self.base.name)
                 exchanges.append(exchange)
                 node = Node(cfg, self._node_home(seed, arm, k), policy,
-                            TaskSource(self.families, _seed_int("tasks", k)), scorer,
+                            TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer,
                             InProcessLink(exchange, exchanges, sharing=arm.external > 0), NodeState(),
-                            seed=_seed_int("node", seed, k))
+                            seed=derive_seed(f"node:{seed}:{k}"))
                 members.append(Member(arm, k, node, exchange))
         self.members = members
         self._anchor = members[0].node.policy
