@@ -197,9 +197,10 @@ def keep_rows(cache: Cache, indices: torch.Tensor) -> None:
 def drop_quantizer(model: torch.nn.Module) -> None:
     """Make ``model`` (already de-quantized, e.g. loaded from GGUF) save and train as a plain model.
 
-    Contract (checked on 5.23.0, the embedded GGUF model): ``save_pretrained`` and training
-    consult ``model.hf_quantizer``; with it cleared the saved weights are plain. The saved
-    ``config.json`` still carries a ``quantization_config`` the caller must remove.
+    Contract (checked on 5.15.1, 5.23.0): ``save_pretrained`` refuses a model whose
+    ``hf_quantizer`` cannot serialize (GGUF's), and training refuses a quantized one; with the
+    attribute cleared the model saves its plain weights. The saved ``config.json`` still
+    carries a ``quantization_config`` the caller must remove.
     """
     model.hf_quantizer = None
 
