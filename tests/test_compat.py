@@ -87,7 +87,8 @@ def _defined_private_names(sources: list[Path]) -> set[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                    and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                 names.add(node.attr)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
@@ -96,7 +97,7 @@ def _defined_private_names(sources: list[Path]) -> set[str]:
 
 def test_only_the_doors_touch_library_internals():
     sources = sorted((ROOT / "swarmnode").rglob("*.py"))
-    own = _defined_private_names(sources)
+    own = _defined_private_names([p for p in sources if p.parent != COMPAT])
     found = []
     for path in sources:
         rel = path.relative_to(ROOT).as_posix()
