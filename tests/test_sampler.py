@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from swarmnode.compat.transformers import attention_implementation
 from swarmnode.train import prefixattn
 from swarmnode.config import NodeConfig
 from swarmnode.train.model import load_base_model
@@ -43,15 +44,16 @@ def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) ->
 
 
 @pytest.mark.parametrize("shared_prefix", [True, False])
-def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch, shared_prefix):
+def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch, request, shared_prefix):
     """Both decoding paths: prompt states shared by their rows, and transformers' own cache.
     States kept in the model's dtype, so any difference is a caching bug, not rounding."""
     calls = []
     real_attention = prefixattn._attention
     monkeypatch.setattr(prefixattn, "supported", lambda config: shared_prefix)
     monkeypatch.setattr(prefixattn, "storage_dtype", lambda dtype: dtype)
-    monkeypatch.setitem(prefixattn.AttentionInterface._global_mapping, prefixattn.NAME,
-                        lambda *a, **kw: calls.append(1) or real_attention(*a, **kw))
+    prefixattn.AttentionInterface.register(prefixattn.NAME,
+                                           lambda *a, **kw: calls.append(1) or real_attention(*a, **kw))
+    request.addfinalizer(lambda: prefixattn.AttentionInterface.register(prefixattn.NAME, real_attention))
     prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("Is 2000 a leap year? Answer Yes or No."),
                policy.prompt("x")]
     max_new, stop = 12, "never in this vocabulary"
@@ -65,7 +67,7 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
                   stop_string=stop, eos_id=eos, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
     assert rows == [r for r in refs for _ in range(2)]
     assert bool(calls) == shared_prefix
-    assert policy.model.config._attn_implementation != prefixattn.NAME
+    assert attention_implementation(policy.model.config) != prefixattn.NAME
 
 
 class _Recording:

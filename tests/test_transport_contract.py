@@ -263,7 +263,7 @@ import dataclasses, json, random
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer as S
 from transport_node import identity_for, make_bundle
-from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _key_id, heads_key, rounds_key
+from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, heads_key, record_key_id, rounds_key
 
 alice, mallory = identity_for(1), identity_for(2)
 checker = SwarmRecordValidator("sw")            # any node's view
@@ -271,7 +271,7 @@ signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs h
 bundle = make_bundle(alice, "sw", 7, 2000, random.Random(0))
 
 def rec(key, subkey, value, exp=1e9):
-    return DHTRecord(_key_id(key), S.dumps(subkey), S.dumps(value), exp)
+    return DHTRecord(record_key_id(key), S.dumps(subkey), S.dumps(value), exp)
 
 out = {}
 out["valid bundle"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle))

@@ -10,26 +10,25 @@ activation checkpointing and see exactly the inputs of their first run.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
+
+from swarmnode.compat.transformers import CacheLayer, LayeredCache, growing_cache
 
 
-class _WriteOnceLayer(DynamicLayer):
+class _WriteOnceLayer(CacheLayer):
     """Stores the first update; a later one is the backward replay of a checkpointed layer,
     which must attend to exactly what the first run did (its own keys), not to both copies."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-            self.keys, self.values = key_states, value_states
+        if not self.stored():
+            self.hold(key_states, value_states)
         return key_states, value_states
 
 
-class _PrefixLayer(DynamicLayer):
+class _PrefixLayer(CacheLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
-        self.keys, self.values = keys, values
-        self.dtype, self.device = keys.dtype, keys.device
-        self.is_initialized = True
+        self.hold(keys, values)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         rows = key_states.shape[0]
@@ -42,9 +41,9 @@ class _PrefixLayer(DynamicLayer):
 
 def prompt_cache() -> Cache:
     """An empty cache for one prompt pass, safe to replay under activation checkpointing."""
-    return Cache(layer_class_to_replicate=_WriteOnceLayer)
+    return growing_cache(_WriteOnceLayer)
 
 
 def prefix_cache(prompt_cache: Cache) -> Cache:
     """A read-only cache that puts ``prompt_cache``'s one row in front of every row of a batch."""
-    return Cache(layers=[_PrefixLayer(layer.keys, layer.values) for layer in prompt_cache.layers])
+    return LayeredCache([_PrefixLayer(layer.keys, layer.values) for layer in prompt_cache.layers])

@@ -126,6 +126,8 @@ def ensure_embedded() -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from swarmnode.compat.transformers import drop_quantizer
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp_name:
         tmp = Path(tmp_name)
@@ -151,7 +153,7 @@ def ensure_embedded() -> Path:
         model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_path.name, dtype=torch.float32)
         # The de-quantized weights are plain fp32; dropping the GGUF quantizer and its config
         # entry is what lets the saved copy be trained (see BRIEF.md).
-        model.hf_quantizer = None
+        drop_quantizer(model)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         cfg_path = out / "config.json"

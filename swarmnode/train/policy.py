@@ -9,7 +9,6 @@ full-vocabulary logits ever exists at once.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
-import torch.utils.checkpoint
 
+from swarmnode.compat.transformers import adapter_parameters, checkpointing_with_cache
 from swarmnode.config import NodeConfig
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
@@ -75,7 +74,7 @@ class Policy:
                 self.model.add_adapter(adapter, lora)
         except ValueError as exc:
             raise ValueError(f"lora_target_modules {cfg.lora_target_modules} do not fit this model: {exc}") from None
-        self.params = [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
+        self.params = adapter_parameters(self.model, adapter)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self._pad = self.tokenizer.pad_token_id
         self._eos = self.tokenizer.eos_token_id
@@ -214,21 +213,8 @@ class Policy:
         (:func:`prompt_cache`, :func:`prefix_cache`) give a replayed layer the inputs of its
         first run.
         """
-        from transformers.modeling_layers import GradientCheckpointingLayer
-
-        if on and not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
-            raise RuntimeError("this transformers drops the KV cache of checkpointed layers, which would train "
-                               "on completions without their prompt: pip install -U 'transformers>=5.15'")
-        layers = [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)] if on else []
-        for layer in layers:
-            layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
-                                                                   use_reentrant=False)
-            layer.gradient_checkpointing, layer._can_checkpoint_with_cache = True, True
-        try:
+        with checkpointing_with_cache(self.model) if on else contextlib.nullcontext():
             yield
-        finally:
-            for layer in layers:
-                layer.gradient_checkpointing = False
 
     def _plain_output_layer(self) -> torch.nn.Linear | None:
         """The output layer when logits are exactly ``hidden @ weight.T`` with a frozen weight.

@@ -20,7 +20,10 @@ from typing import Iterator
 
 import torch
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
+
+from swarmnode.compat.transformers import (CacheLayer, LayeredCache, attention_swapped, group_query_heads,
+                                           layer_index, ungroup_query_heads)
 
 NAME = "swarmnode_shared_prefix"
 _ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
@@ -45,7 +48,7 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.float32 else dtype
 
 
-class _RowLayer(DynamicLayer):
+class _RowLayer(CacheLayer):
     """One layer: the shared prompt states, and each row's generated states (grown by
     concatenation), both held in :func:`storage_dtype`."""
 
@@ -60,15 +63,14 @@ class _RowLayer(DynamicLayer):
         return keys.to(key_states.dtype), values.to(value_states.dtype)
 
     def get_seq_length(self) -> int:
-        own = self.keys.shape[-2] if self.is_initialized and self.keys.numel() else 0
-        return self.prefix_keys.shape[-2] + own
+        return self.prefix_keys.shape[-2] + self.stored_tokens()
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized and self.keys.numel():
+    def keep_rows(self, indices: torch.Tensor) -> None:
+        if self.stored_tokens():
             self.keys, self.values = self.keys[indices], self.values[indices]
 
 
-class SharedPrefixCache(Cache):
+class SharedPrefixCache(LayeredCache):
     """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing).
 
     ``prompt_caches`` are the prefill caches of consecutive slices of the prompts (all
@@ -83,7 +85,7 @@ class SharedPrefixCache(Cache):
             layers.append(_RowLayer(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts])))
             for part in parts:  # the slices' copies go as the joined ones come
                 part.keys = part.values = None
-        super().__init__(layers=layers)
+        super().__init__(layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
         self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
                                        device=prompt_mask.device).masked_fill(prompt_mask == 0, float("-inf"))
@@ -99,8 +101,8 @@ class SharedPrefixCache(Cache):
                 start = i
         self.runs = runs
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
+    def keep_rows(self, indices: torch.Tensor) -> None:
+        super().keep_rows(indices)
         self._set_rows([self.rows[i] for i in indices.tolist()])
 
 
@@ -121,18 +123,17 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
                dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """query [R, H, q, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache)."""
     cache = _ACTIVE.get()
-    layer = cache.layers[module.layer_idx]
-    rows, heads, q_len, dim = query.shape
+    layer = cache.layers[layer_index(module)]
+    _, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scaling = dim ** -0.5 if scaling is None else scaling
-    # Query head h reads KV head h // (heads / kv_heads), as transformers' repeat_kv lays them out.
-    q = query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)
+    q = group_query_heads(query, kv_heads)
     prefix_scores = _per_prompt(cache, q, layer.prefix_keys, True) * scaling + cache.row_bias[:, None, None, :]
     own_scores = torch.matmul(q, key.transpose(-1, -2)) * scaling
     probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(query.dtype)
     prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
     out = _per_prompt(cache, prefix_probs, layer.prefix_values, False) + torch.matmul(own_probs, value)
-    return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous(), None
+    return ungroup_query_heads(out, heads).transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(NAME, _attention)
@@ -141,12 +142,9 @@ AttentionInterface.register(NAME, _attention)
 @contextlib.contextmanager
 def decoding(model, cache: SharedPrefixCache) -> Iterator[None]:
     """Within the block, ``model``'s attention reads prompt states from ``cache``."""
-    config = model.config
-    previous = config._attn_implementation
     token = _ACTIVE.set(cache)
-    config._attn_implementation = NAME
     try:
-        yield
+        with attention_swapped(model.config, NAME):
+            yield
     finally:
-        config._attn_implementation = previous
         _ACTIVE.reset(token)

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from swarmnode.compat.transformers import keep_rows, repeat_rows
 from swarmnode.train import prefixattn
 
 
@@ -76,7 +77,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
         attending = prefixattn.decoding(model, cache)
     else:
         cache = caches[0]
-        cache.batch_repeat_interleave(n)
+        repeat_rows(cache, n)
         attending = contextlib.nullcontext()
     del caches
     logits = torch.cat(logits).repeat_interleave(n, dim=0)
@@ -105,7 +106,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
                 break
             if len(keep) < len(rows):
                 index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
+                keep_rows(cache, index)
                 attn, next_pos, tokens = attn[index], next_pos[index], tokens[index]
                 rows = [rows[i] for i in keep]
             if row_adapters is not None:

@@ -37,12 +37,12 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import hivemind
 from hivemind.dht.node import DHTNode
-from hivemind.dht.routing import DHTID
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import PeerID
 from hivemind.utils import MSGPackSerializer, get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
+from swarmnode.compat.hivemind import connect, ping, record_key_id, routed_peers
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
@@ -68,10 +68,6 @@ def heads_key(swarm: str) -> str:
     return f"{swarm}/heads"
 
 
-def _key_id(key: str) -> bytes:
-    return DHTID.generate(source=key).to_bytes()
-
-
 def _write_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -87,7 +83,7 @@ class SwarmRecordValidator(RecordValidatorBase):
 
     def __init__(self, swarm: str, identity: NodeIdentity | None = None):
         self.swarm = swarm
-        self._heads_id = _key_id(heads_key(swarm))
+        self._heads_id = record_key_id(heads_key(swarm))
         self._identity = identity
         self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
 
@@ -115,7 +111,7 @@ class SwarmRecordValidator(RecordValidatorBase):
             return False
         round_no = payload.get("round")
         return (sender == subkey and payload.get("swarm") == self.swarm and type(round_no) is int
-                and record.key == _key_id(rounds_key(self.swarm, round_no)))
+                and record.key == record_key_id(rounds_key(self.swarm, round_no)))
 
     def sign_value(self, record: DHTRecord) -> bytes:
         if self._identity is not None and record.key == self._heads_id and record.subkey == self._own_subkey:
@@ -213,7 +209,7 @@ async def _poll_heads(_dht: Any, node: DHTNode, *, swarm: str) -> tuple[dict[str
     # connection to it: p2pd accepts connections before the DHT on top of it answers (a peer
     # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
     # such a connection for a join, a node would never ping again and never exchange a record.
-    routed = node.protocol.routing_table.peer_id_to_uid
+    routed = routed_peers(node)
     peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
     return heads, peers
 
@@ -235,9 +231,9 @@ async def _join(_dht: Any, node: DHTNode, *, maddr: str) -> bool:
     try:
         address = Multiaddr(maddr)
         peer = PeerID.from_base58(address["p2p"])
-        await asyncio.wait_for(node.p2p._client.connect(peer, [address.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
+        await asyncio.wait_for(connect(node, peer, [address.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
                                _DIAL_TIMEOUT)
-        if await node.protocol.call_ping(peer) is None:
+        if not await ping(node, peer):
             return False
     except Exception:
         return False

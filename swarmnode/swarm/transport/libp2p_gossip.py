@@ -40,8 +40,8 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
 
+from swarmnode.compat.libp2p import allow_redial, run_service, stop_seen_cache
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
                                       peer_id_of, signed_by)
 
@@ -175,7 +175,7 @@ class Libp2pTransport(Transport):
             pubsub.set_topic_validator(self.topic, _relay_check, is_async_validator=False)
             host.set_stream_handler(PEERS_PROTOCOL, partial(_answer_peers, host))
             try:
-                async with host.run([listen]), background_trio_service(pubsub), background_trio_service(gossipsub):
+                async with host.run([listen]), run_service(pubsub), run_service(gossipsub):
                     await pubsub.wait_until_ready()
                     subscription = await pubsub.subscribe(self.topic)
                     self._host, self._pubsub = host, pubsub
@@ -187,7 +187,7 @@ class Libp2pTransport(Transport):
                         nursery.start_soon(self._refresh_peers, host)
                         nursery.start_soon(self._exchange_peers, host)
             finally:
-                pubsub.seen_messages.stop()  # its sweeper thread outlives the host otherwise
+                stop_seen_cache(pubsub)
 
     def _own_addresses(self, host: Any) -> list[str]:
         suffix = f"/p2p/{self.identity.peer_id}"
@@ -231,7 +231,7 @@ class Libp2pTransport(Transport):
             info = info_from_p2p_addr(multiaddr.Multiaddr(maddr))
             # The swarm's negative cache would refuse a peer that failed before for minutes;
             # our own backoff already paces these dials.
-            self._host.get_network().unblock_peer(info.peer_id)
+            allow_redial(self._host, info.peer_id)
             with trio.fail_after(_DIAL_TIMEOUT):
                 await self._host.connect(info)
         except Exception as exc:

@@ -1,0 +1,59 @@
+"""hivemind internals that the hivemind transport relies on, each behind one function.
+
+Only :mod:`swarmnode.swarm.transport.hivemind_dht` may import this module: it imports
+hivemind, which cannot share a process with py-libp2p (see :mod:`swarmnode.compat`). The
+functions taking a ``DHTNode`` run inside hivemind's DHT process (``DHT.run_coroutine``).
+Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
+and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
+"""
+
+from __future__ import annotations
+
+from typing import Container, Sequence
+
+from hivemind.dht.node import DHTNode
+from hivemind.dht.routing import DHTID
+from hivemind.p2p import PeerID
+from hivemind.utils.multiaddr import Multiaddr
+
+# The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
+CHECKED_RANGE = ">=1.1.11,<1.2"
+CHECKED_ON = ("1.1.12",)
+
+
+def record_key_id(key: str) -> bytes:
+    """The bytes a record validator sees as ``DHTRecord.key`` for records stored under ``key``.
+
+    Contract (checked on 1.1.12): ``DHTNode.store(key, ...)`` addresses the record by
+    ``DHTID.generate(source=key)`` and hands validators its ``to_bytes()``.
+    """
+    return DHTID.generate(source=key).to_bytes()
+
+
+async def connect(node: DHTNode, peer: PeerID, addresses: Sequence[Multiaddr]) -> None:
+    """Have ``node``'s p2pd open a connection to ``peer`` at ``addresses`` (without /p2p/), or raise.
+
+    Contract (checked on 1.1.12): ``node.p2p._client`` is the p2pd control client, whose
+    ``connect(peer_id, maddrs)`` dials and raises when no address answers. hivemind's public
+    API connects only to the initial peers given at start-up.
+    """
+    await node.p2p._client.connect(peer, list(addresses))
+
+
+async def ping(node: DHTNode, peer: PeerID) -> bool:
+    """True when ``peer``'s DHT answered a ping; it then joins ``node``'s routing table.
+
+    Contract (checked on 1.1.12): ``node.protocol.call_ping(peer)`` returns the peer's DHTID,
+    or None when it did not answer (errors are logged and swallowed), and schedules adding an
+    answering peer to the routing table as a task of the DHT's loop (done moments later).
+    """
+    return await node.protocol.call_ping(peer) is not None
+
+
+def routed_peers(node: DHTNode) -> Container[PeerID]:
+    """The peers in ``node``'s DHT routing table (``peer in routed_peers(node)``), a live view.
+
+    Contract (checked on 1.1.12): ``node.protocol.routing_table.peer_id_to_uid`` maps every
+    peer in the buckets, replacements included, to its DHTID.
+    """
+    return node.protocol.routing_table.peer_id_to_uid

@@ -1,0 +1,50 @@
+"""py-libp2p internals that the libp2p transport relies on, each behind one function.
+
+Only :mod:`swarmnode.swarm.transport.libp2p_gossip` may import this module: it imports
+py-libp2p, which cannot share a process with hivemind (see :mod:`swarmnode.compat`). The
+functions run in the transport's trio thread. Every contract was checked on the releases in
+:data:`CHECKED_ON` by ``tests/test_compat.py`` and the transport contract tests;
+``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncContextManager
+
+from libp2p.peer.id import ID
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
+
+# The py-libp2p (PyPI: libp2p) releases pyproject.toml admits, and the ones these contracts were run on.
+CHECKED_RANGE = ">=0.8.1,<0.9"
+CHECKED_ON = ("0.8.1",)
+
+
+def run_service(service: Any) -> AsyncContextManager[Any]:
+    """Run a py-libp2p service (``Pubsub``, ``GossipSub``) for the duration of an ``async with`` block.
+
+    Contract (checked on 0.8.1): ``libp2p.tools.anyio_service.background_trio_service``, the
+    runner py-libp2p's own examples and tests use; it lives in a ``tools`` package and is not
+    part of a documented API.
+    """
+    return background_trio_service(service)
+
+
+def stop_seen_cache(pubsub: Pubsub) -> None:
+    """Stop the sweeper thread of ``pubsub``'s cache of seen message ids; call once the pubsub is done.
+
+    Contract (checked on 0.8.1): ``pubsub.seen_messages`` is a ``LastSeenCache`` whose
+    background thread outlives the host unless ``stop()`` is called; stopping the service
+    does not stop it.
+    """
+    pubsub.seen_messages.stop()
+
+
+def allow_redial(host: Any, peer: ID) -> None:
+    """Let ``host`` dial ``peer`` at once even if an earlier dial failed.
+
+    Contract (checked on 0.8.1): the swarm (``host.get_network()``) keeps a negative cache of
+    peers whose dial failed and refuses to dial them for minutes; ``unblock_peer(peer_id)``
+    evicts one. Not part of the host interface.
+    """
+    host.get_network().unblock_peer(peer)

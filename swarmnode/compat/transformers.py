@@ -1,0 +1,217 @@
+"""transformers (and peft) internals that swarmnode relies on, each behind one function or class.
+
+Every contract below was checked on the releases in :data:`CHECKED_ON` by
+``tests/test_compat.py`` and the sampler and log-prob equivalence tests
+(``.ci/transformers-release VERSION`` runs them against any release). ``pyproject.toml``
+admits exactly :data:`CHECKED_RANGE`; a release outside it may rename any of these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Iterator
+
+import torch
+import torch.utils.checkpoint
+from transformers.cache_utils import Cache, DynamicLayer
+
+# The transformers releases pyproject.toml admits, and the ones these contracts were run on.
+CHECKED_RANGE = ">=5.15,<5.24"
+CHECKED_ON = ("5.15.1", "5.23.0")
+# peft's bound in pyproject.toml, and the release :func:`adapter_parameters` was run on.
+PEFT_CHECKED_RANGE = ">=0.17,<0.22"
+PEFT_CHECKED_ON = ("0.21.2",)
+
+
+# ---- activation checkpointing ----------------------------------------------------------
+
+@contextlib.contextmanager
+def checkpointing_with_cache(model: torch.nn.Module) -> Iterator[None]:
+    """Within the block, every decoder layer of ``model`` recomputes its activations in the
+    backward pass (non-reentrant ``torch.utils.checkpoint``) and still uses the KV cache it is
+    given; afterwards checkpointing is off again.
+
+    Contract (checked on 5.15.1, 5.23.0): decoder layers are ``GradientCheckpointingLayer``s;
+    in training, one whose ``gradient_checkpointing`` is true calls its
+    ``_gradient_checkpointing_func`` on its forward, and keeps ``past_key_values`` only when
+    ``_can_checkpoint_with_cache`` is true (the flag exists since 5.15; before it the cache was
+    dropped silently). Raises RuntimeError on a transformers without the flag. The caller must
+    give the layers caches that a replayed layer reads the same way as its first run.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
+        raise RuntimeError("this transformers drops the KV cache of checkpointed layers, which would train "
+                           "on completions without their prompt: pip install -U 'transformers>=5.15'")
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
+                                                               use_reentrant=False)
+        layer.gradient_checkpointing, layer._can_checkpoint_with_cache = True, True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = False
+
+
+# ---- attention -------------------------------------------------------------------------
+
+def attention_implementation(config) -> str:
+    """The name of the attention function ``config``'s model calls (a key of ``AttentionInterface``).
+
+    Contract (checked on 5.15.1, 5.23.0): ``config._attn_implementation``.
+    """
+    return config._attn_implementation
+
+
+@contextlib.contextmanager
+def attention_swapped(config, name: str) -> Iterator[None]:
+    """Within the block, the model of ``config`` calls the attention function registered as
+    ``name`` (``AttentionInterface.register``); the previous one is restored afterwards.
+
+    Contract (checked on 5.15.1, 5.23.0): every attention layer reads
+    ``config._attn_implementation`` at each forward to pick its function. Setting it directly
+    skips ``set_attn_implementation``'s validation and its walk over submodules, which would
+    refuse a custom name for decoding with a model's own mask functions and cost a walk per
+    call.
+    """
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def layer_index(attention_module: torch.nn.Module) -> int:
+    """The decoder layer (0-based) that ``attention_module``, as passed to an attention function, belongs to.
+
+    Contract (checked on 5.15.1, 5.23.0, Llama/Qwen2/SmolLM2 attention): ``module.layer_idx``,
+    which is also the index of its layer in ``Cache.layers``.
+    """
+    return attention_module.layer_idx
+
+
+def group_query_heads(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """``query`` [rows, heads, q, d] as [rows, kv_heads, heads // kv_heads * q, d]: the queries of
+    each key/value head together, so one matmul scores them against that head's keys.
+
+    Contract (checked on 5.15.1, 5.23.0): query head h reads key/value head
+    h // (heads / kv_heads), the layout of ``repeat_kv`` in transformers' attention functions.
+    """
+    rows, heads, q_len, dim = query.shape
+    return query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)
+
+
+def ungroup_query_heads(grouped: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of :func:`group_query_heads`: [rows, kv_heads, heads // kv_heads * q, d] as [rows, heads, q, d]."""
+    rows, kv_heads, grouped_len, dim = grouped.shape
+    return grouped.reshape(rows, heads, grouped_len * kv_heads // heads, dim)
+
+
+# ---- KV caches -------------------------------------------------------------------------
+
+class CacheLayer(DynamicLayer):
+    """transformers' growing per-layer KV cache, the base of swarmnode's own cache layers.
+
+    Contract (checked on 5.15.1, 5.23.0): ``keys``/``values`` are [rows, kv_heads, tokens,
+    head_dim]; ``update(key_states, value_states, *args, **kwargs)`` returns the keys and
+    values the attention reads; the model calls ``get_seq_length`` for positions and masks;
+    ``Cache.batch_select_indices`` calls each layer's ``batch_select_indices``, forwarded here
+    to :meth:`keep_rows`, which subclasses override. ``is_initialized`` and
+    ``lazy_initialization`` (transformers' first-update bookkeeping of dtype and device) are
+    touched only by :meth:`stored` and :meth:`hold`.
+    """
+
+    def stored(self) -> bool:
+        """True once an update or :meth:`hold` stored states (possibly zero tokens of them)."""
+        return self.is_initialized
+
+    def stored_tokens(self) -> int:
+        """Tokens this layer's own ``keys`` hold (0 before anything was stored)."""
+        return self.keys.shape[-2] if self.is_initialized and self.keys.numel() else 0
+
+    def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Make ``keys``/``values`` this layer's states, with the dtype and device bookkeeping of a first update."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+
+    def keep_rows(self, indices: torch.Tensor) -> None:
+        """Keep only the batch rows ``indices`` (transformers' own row selection by default)."""
+        super().batch_select_indices(indices)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.keep_rows(indices)
+
+
+class LayeredCache(Cache):
+    """A cache made of the given per-layer caches, one per decoder layer.
+
+    Contract (checked on 5.15.1, 5.23.0): ``Cache(layers=...)`` builds it; ``cache.layers[i]``
+    serves the decoder layer with ``layer_idx`` i; ``batch_select_indices`` (forwarded to
+    :meth:`keep_rows`, which subclasses override) removes batch rows.
+    """
+
+    def __init__(self, layers: list[DynamicLayer]):
+        super().__init__(layers=layers)
+
+    def keep_rows(self, indices: torch.Tensor) -> None:
+        """Keep only the batch rows ``indices`` in every layer."""
+        super().batch_select_indices(indices)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.keep_rows(indices)
+
+
+def growing_cache(layer_class: type[DynamicLayer]) -> Cache:
+    """An empty cache that creates a ``layer_class()`` for each decoder layer on its first update.
+
+    Contract (checked on 5.15.1, 5.23.0): ``Cache(layer_class_to_replicate=...)``.
+    """
+    return Cache(layer_class_to_replicate=layer_class)
+
+
+def repeat_rows(cache: Cache, n: int) -> None:
+    """Repeat every batch row of ``cache`` ``n`` times in place (row i becomes rows i*n .. i*n+n-1).
+
+    Contract (checked on 5.15.1, 5.23.0): ``Cache.batch_repeat_interleave``, as generation's
+    beam search uses it; undocumented.
+    """
+    cache.batch_repeat_interleave(n)
+
+
+def keep_rows(cache: Cache, indices: torch.Tensor) -> None:
+    """Keep only the batch rows ``indices`` of ``cache``, in place.
+
+    Contract (checked on 5.15.1, 5.23.0): ``Cache.batch_select_indices``, which
+    :class:`LayeredCache` and :class:`CacheLayer` route to their ``keep_rows``; undocumented.
+    """
+    cache.batch_select_indices(indices)
+
+
+# ---- loading and saving ----------------------------------------------------------------
+
+def drop_quantizer(model: torch.nn.Module) -> None:
+    """Make ``model`` (already de-quantized, e.g. loaded from GGUF) save and train as a plain model.
+
+    Contract (checked on 5.15.1, 5.23.0): ``save_pretrained`` refuses a model whose
+    ``hf_quantizer`` cannot serialize (GGUF's), and training refuses a quantized one; with the
+    attribute cleared the model saves its plain weights. The saved ``config.json`` still
+    carries a ``quantization_config`` the caller must remove.
+    """
+    model.hf_quantizer = None
+
+
+# ---- peft ------------------------------------------------------------------------------
+
+def adapter_parameters(model: torch.nn.Module, adapter: str) -> list[torch.nn.Parameter]:
+    """The parameters of the LoRA adapter named ``adapter`` in a peft model.
+
+    Contract (checked on peft 0.21.2): peft names an adapter's parameters
+    ``...lora_A.<adapter>.weight`` / ``...lora_B.<adapter>.weight``; no public call lists one
+    adapter's parameters when several share a model.
+    """
+    return [p for name, p in model.named_parameters() if f".{adapter}." in name]

@@ -1,0 +1,343 @@
+"""swarmnode/compat: the installed libraries lie in each door's checked range, and every door works on them.
+
+transformers' doors run here on the tiny model. hivemind's and py-libp2p's run in a
+subprocess each (the two stacks cannot share a process), on real p2pd / py-libp2p hosts on
+127.0.0.1. ``.ci/transformers-release`` runs this file's transformers tests, with the sampler
+and log-prob equivalence tests, against the newest release the bound admits.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from swarmnode.compat import transformers as tf_compat
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPAT = ROOT / "swarmnode" / "compat"
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def _constant(module: str, name: str):
+    """A literal module constant read from the source: importing hivemind's or libp2p's door here
+    would import that stack into the test process."""
+    tree = ast.parse((COMPAT / f"{module}.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{name} not in compat/{module}.py")
+
+
+def _bound(distribution: str) -> str:
+    deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    return str(next(d.specifier for d in deps if d.name == distribution))
+
+
+RANGES = [("transformers", "transformers", "CHECKED_RANGE", "CHECKED_ON"),
+          ("peft", "transformers", "PEFT_CHECKED_RANGE", "PEFT_CHECKED_ON"),
+          ("hivemind", "hivemind", "CHECKED_RANGE", "CHECKED_ON"),
+          ("libp2p", "libp2p", "CHECKED_RANGE", "CHECKED_ON")]
+
+
+@pytest.mark.parametrize("distribution,module,range_name,on_name", RANGES)
+def test_installed_release_lies_in_the_checked_range_pyproject_declares(distribution, module, range_name, on_name):
+    checked = SpecifierSet(_constant(module, range_name))
+    assert str(checked) == _bound(distribution), "pyproject.toml's bound and the compat module's range differ"
+    assert any(s.operator == "<" for s in checked), "no upper bound"
+    assert all(Version(v) in checked for v in _constant(module, on_name))
+    installed = importlib.metadata.version(distribution)
+    assert Version(installed) in checked, f"{distribution} {installed} is outside the checked range {checked}"
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+# Internals the doors wrap whose names are not private: no module but its door may use them.
+_WRAPPED = {"call_ping", "peer_id_to_uid", "seen_messages", "unblock_peer", "anyio_service", "batch_repeat_interleave",
+            "batch_select_indices", "lazy_initialization", "is_initialized", "hf_quantizer", "layer_idx",
+            "layer_class_to_replicate"}
+
+
+def _defined_private_names(sources: list[Path]) -> set[str]:
+    names = set()
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                    and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def test_only_the_doors_touch_library_internals():
+    sources = sorted((ROOT / "swarmnode").rglob("*.py"))
+    own = _defined_private_names([p for p in sources if p.parent != COMPAT])
+    found = []
+    for path in sources:
+        rel = path.relative_to(ROOT).as_posix()
+        imports = _imports(path)
+        if rel != "swarmnode/swarm/transport/hivemind_dht.py":
+            assert not any(i.startswith("swarmnode.compat.hivemind") for i in imports), rel
+        if rel != "swarmnode/swarm/transport/libp2p_gossip.py":
+            assert not any(i.startswith("swarmnode.compat.libp2p") for i in imports), rel
+        if path.parent == COMPAT:
+            if path.stem != "hivemind":
+                assert not any(i.split(".")[0] == "hivemind" for i in imports), rel
+            if path.stem != "libp2p":
+                assert not any(i.split(".")[0] == "libp2p" for i in imports), rel
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                base = node.value.id if isinstance(node.value, ast.Name) else None
+                private = node.attr.startswith("_") and not node.attr.startswith("__") and node.attr not in own
+                if (private and base not in ("self", "cls") and base not in sys.stdlib_module_names) \
+                        or node.attr in _WRAPPED:
+                    found.append(f"{rel}:{node.lineno} .{node.attr}")
+        found += [f"{rel}: imports {i}" for i in imports if any(p in _WRAPPED for p in i.split("."))]
+    assert not found, "library internals outside swarmnode/compat: " + ", ".join(found)
+
+
+# ---- transformers, on the tiny model ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model.set_attn_implementation("sdpa")
+    return model
+
+
+def _ids(rows: int = 2, length: int = 5) -> torch.Tensor:
+    return torch.arange(rows * length).reshape(rows, length) % 50 + 10
+
+
+def test_checkpointing_keeps_the_cache_and_recomputes_every_layer(tiny, monkeypatch):
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    tiny.train()
+    try:
+        cache = tf_compat.LayeredCache([tf_compat.CacheLayer() for _ in range(tiny.config.num_hidden_layers)])
+        with tf_compat.checkpointing_with_cache(tiny):
+            tiny(input_ids=_ids(), past_key_values=cache, use_cache=False).logits.sum().backward()
+    finally:
+        tiny.eval()
+        tiny.zero_grad(set_to_none=True)
+    assert len(calls) == tiny.config.num_hidden_layers and all(kw.get("use_reentrant") is False for kw in calls)
+    # The first run and the backward replay each appended to the cache: checkpointed layers
+    # kept it (a replay-safe layer is kvcache's job, not the door's).
+    assert cache.get_seq_length() == 2 * 5
+    assert not any(getattr(m, "gradient_checkpointing", False) for m in tiny.modules())
+
+
+def test_attention_swap_layer_index_and_head_grouping(tiny):
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    seen = []
+
+    def spy(module, query, key, value, *args, **kwargs):
+        heads, kv_heads = query.shape[1], key.shape[1]
+        grouped = torch.matmul(tf_compat.group_query_heads(query, kv_heads), key.transpose(-1, -2))
+        reference = torch.matmul(query, repeat_kv(key, heads // kv_heads).transpose(-1, -2))
+        seen.append((tf_compat.layer_index(module), kv_heads < heads,
+                     torch.allclose(tf_compat.ungroup_query_heads(grouped, heads), reference, atol=1e-6)))
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, *args, **kwargs)
+
+    AttentionInterface.register("swarmnode_compat_spy", spy)
+    with torch.no_grad():
+        expected = tiny(input_ids=_ids()).logits
+        with tf_compat.attention_swapped(tiny.config, "swarmnode_compat_spy"):
+            assert tf_compat.attention_implementation(tiny.config) == "swarmnode_compat_spy"
+            got = tiny(input_ids=_ids()).logits
+    assert tf_compat.attention_implementation(tiny.config) == "sdpa"
+    assert seen == [(i, True, True) for i in range(tiny.config.num_hidden_layers)]
+    assert torch.allclose(got, expected)
+
+
+def test_cache_layers_rows_and_growing_cache(tiny):
+    layer = tf_compat.CacheLayer()
+    assert not layer.stored() and layer.stored_tokens() == 0
+    keys = torch.randn(3, 2, 4, 8, dtype=torch.float64)
+    layer.hold(keys, keys + 1)
+    assert layer.stored() and layer.stored_tokens() == 4 == layer.get_seq_length()
+    assert (layer.dtype, layer.device) == (torch.float64, keys.device)
+
+    kept = []
+
+    class Recording(tf_compat.LayeredCache):
+        def keep_rows(self, indices):
+            kept.append(indices.tolist())
+            super().keep_rows(indices)
+
+    cache = Recording([layer])
+    tf_compat.keep_rows(cache, torch.tensor([2, 0]))
+    assert kept == [[2, 0]] and torch.equal(layer.keys, keys[[2, 0]]) and torch.equal(layer.values, keys[[2, 0]] + 1)
+
+    growing = tf_compat.growing_cache(tf_compat.CacheLayer)
+    with torch.no_grad():
+        tiny(input_ids=_ids(2, 5), past_key_values=growing, use_cache=True)
+    assert len(growing.layers) == tiny.config.num_hidden_layers
+    assert all(type(x) is tf_compat.CacheLayer for x in growing.layers)
+    before = growing.layers[0].keys.clone()
+    tf_compat.repeat_rows(growing, 3)
+    assert torch.equal(growing.layers[0].keys, before.repeat_interleave(3, dim=0))
+    tf_compat.keep_rows(growing, torch.tensor([0, 5]))
+    assert torch.equal(growing.layers[0].keys, before)
+
+
+def test_drop_quantizer_lets_a_dequantized_model_save(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    # What a GGUF load leaves behind: a quantizer that cannot serialize.
+    model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method="gguf"))
+    with pytest.raises(ValueError, match="quantized with gguf"):
+        model.save_pretrained(tmp_path / "refused")
+    tf_compat.drop_quantizer(model)
+    model.save_pretrained(tmp_path / "saved")
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "saved").config.num_hidden_layers == 2
+
+
+def test_adapter_parameters_are_exactly_one_adapters_trainable_weights(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora, adapter_name="a")
+    model.add_adapter("b", replace(lora))
+    for name in ("a", "b"):
+        model.set_adapter(name)
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        assert {id(p) for p in tf_compat.adapter_parameters(model, name)} == trainable
+        assert len(trainable) == 4 * model.config.num_hidden_layers  # A and B of two projections
+
+
+# ---- hivemind and py-libp2p, one subprocess each ---------------------------------------
+
+HIVEMIND_CHECK = """
+import asyncio, json
+from hivemind.dht.node import DHTNode
+from hivemind.dht.validation import RecordValidatorBase
+from hivemind.utils import get_dht_time
+from swarmnode.compat.hivemind import connect, ping, record_key_id, routed_peers
+
+class Keys(RecordValidatorBase):
+    def __init__(self):
+        self.seen = []
+    def validate(self, record):
+        self.seen.append(record.key)
+        return True
+
+async def main():
+    keys = Keys()
+    a = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validator=keys)
+    b = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    out = {"routed before": a.peer_id in routed_peers(b)}
+    address = (await a.get_visible_maddrs())[0]
+    await connect(b, a.peer_id, [address.decapsulate(f"/p2p/{a.peer_id}")])
+    out["ping"] = await ping(b, a.peer_id)
+    for _ in range(50):  # ping schedules the routing-table update as a task
+        if a.peer_id in routed_peers(b):
+            break
+        await asyncio.sleep(0.1)
+    out["routed after"] = a.peer_id in routed_peers(b)
+    await a.store("compat/key", b"x", get_dht_time() + 60)
+    out["key id"] = keys.seen[-1] == record_key_id("compat/key")
+    out["other key id"] = keys.seen[-1] == record_key_id("compat/other")
+    for node in (a, b):
+        await node.shutdown()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+LIBP2P_CHECK = """
+import json, socket, threading
+import multiaddr, trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from swarmnode.compat.libp2p import allow_redial, run_service, stop_seen_cache
+
+async def dial(host, info):
+    try:
+        with trio.fail_after(5):
+            await host.connect(info)
+        return True
+    except Exception:
+        return False
+
+async def main():
+    out = {}
+    threads = threading.active_count()
+    a, b = new_host(key_pair=create_new_key_pair(b"a" * 32)), new_host(key_pair=create_new_key_pair(b"b" * 32))
+    gossipsub = GossipSub(protocols=[PROTOCOL_ID], degree=2, degree_low=1, degree_high=3)
+    pubsub = Pubsub(a, gossipsub)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")
+    info = info_from_p2p_addr(multiaddr.Multiaddr(f"{address}/p2p/{b.get_id()}"))
+    async with a.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]), run_service(pubsub), run_service(gossipsub):
+        await pubsub.wait_until_ready()
+        out["service ran"] = True
+        out["dial, nobody listening"] = await dial(a, info)
+        async with b.run([address]):
+            out["dial again, now listening"] = await dial(a, info)
+            allow_redial(a, info.peer_id)
+            out["dial after allow_redial"] = await dial(a, info)
+    out["threads before stop"] = threading.active_count() - threads
+    stop_seen_cache(pubsub)
+    out["threads after stop"] = threading.active_count() - threads
+    print(json.dumps(out))
+
+trio.run(main)
+"""
+
+
+def _run_check(script: str) -> dict:
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_hivemind_doors_on_two_real_dht_nodes():
+    assert _run_check(HIVEMIND_CHECK) == {"routed before": False, "ping": True, "routed after": True,
+                                          "key id": True, "other key id": False}
+
+
+def test_libp2p_doors_on_two_real_hosts():
+    assert _run_check(LIBP2P_CHECK) == {"service ran": True, "dial, nobody listening": False,
+                                        "dial again, now listening": False, "dial after allow_redial": True,
+                                        "threads before stop": 1, "threads after stop": 0}
