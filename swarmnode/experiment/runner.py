@@ -248,7 +248,7 @@ class Experiment:
                 policy = Policy(self.base, cfg, adapter=f"s{seed}-{arm.slug}-n{k}", shared=self._anchor)
                 self._anchor = self._anchor or policy
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
-                pool = ExternalPool(max_total=2 * per_round, max_per_round=per_round, max_per_peer=2 * per_round)
+                pool = ExternalPool(max_total=2 * per_round, max_per_peer=2 * per_round)
                 exchange = Exchange(identity, cfg, self.scorers[k], self.base.name, pool=pool)
                 members.append(Member(arm, k, policy, identity, exchange))
         self.members = members
