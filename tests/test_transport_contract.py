@@ -356,7 +356,7 @@ out["honest holds"] = sorted(k for k, (_, e) in store._held["Hone"].items() for 
 out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(1500), now + 250) for i in range(40))
 out["total within budget"] = store.total <= store.budget
 out["honest kept its newest record"] = list(store._held["Hone"]) == [key(3)]
-out["re-store a second later refused"] = store.store_subkey(key(3), "Hone", value(1500), now + 200.5)
+out["re-store too soon refused"] = store.store_subkey(key(3), "Hone", value(1500), now + 200.1)
 out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(5000), now + 100)
 out["regular (not subkeyed) value"] = store.store(key(10), b"x", now + 100)
 out["readable"] = store.get(key(3)).value.get("Hone").value == value(1500)
@@ -372,11 +372,33 @@ def test_hivemind_bounded_storage():
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
         "honest stores": [True, True, True], "honest over its bound": True, "honest holds": True,
         "crowd stored": 12, "total within budget": True, "honest kept its newest record": True,
-        "re-store a second later refused": False, "one record over a signer's bound": False,
+        "re-store too soon refused": False, "one record over a signer's bound": False,
         "regular (not subkeyed) value": False, "readable": True, "evicted": True,
         "refused": {"refused_not_subkeyed": 1, "refused_storage_full": 28, "refused_too_frequent": 1,
                     "refused_too_large": 1},
     }
+
+
+def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
+    """A stock py-libp2p peer (tests/flooder.py, its own relay check removed) publishes
+    garbage, flipped bytes and a stolen key's bundles: the receiver's topic validator drops
+    each, and reports it under the gossip message's signed origin (issue 15)."""
+    log = tmp_path / "flooder.log"
+    flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",
+                                "--swarm", SWARM, "--seconds", "5", "--start-file", str(tmp_path / "go")],
+                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
+                                       if line.startswith('{"event": "ready"')), None), 60, "the flooder")
+        node = spawn("libp2p", 5, bootstrap=ready["addresses"][:1])
+        (tmp_path / "go").touch()
+        wait_for(lambda: {r["reason"] for r in node.rejected()} >= {"malformed", "bad_signature", "peer_id_mismatch"},
+                 60, "every kind of drop to be reported")
+        assert {r["author"] for r in node.rejected()} == {ready["peer_id"]}
+        assert node.messages() == []  # nothing of it reached the node's handler
+    finally:
+        os.killpg(flooder.pid, signal.SIGKILL)
+        flooder.wait(10)
 
 
 PEER_ANSWER_CHECKS = """

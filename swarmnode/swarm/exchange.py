@@ -60,14 +60,20 @@ class Exchange:
             self.peers.record_rejection(bucket, reason)
         return reason
 
+    def reject(self, peer_id: str | None, reason: str) -> None:
+        """A message rejected for ``reason``, here or by the transport's own check: counted
+        under ``peer_id``, its authenticated sender (None: counted as ``unknown``), and judged."""
+        self.guard.judge(peer_id, reason)
+        self.peers.record_rejection(peer_id, reason)
+        self._emit("bundle_rejected", peer=peer_id, reason=reason)
+
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
         verdict = self.verifier.check(data, now)
-        self.guard.judge(verdict.sender, verdict.reason)
         if not verdict.accepted:
-            self.peers.record_rejection(verdict.sender, verdict.reason)
-            self._emit("bundle_rejected", peer=verdict.sender, reason=verdict.reason)
+            self.reject(verdict.sender, verdict.reason)
             return verdict
+        self.guard.judge(verdict.sender, None)
         bundle = verdict.bundle
         rescored = []
         for g in bundle.groups:

@@ -89,10 +89,14 @@ CACHE_BYTES = 8 * 1024 * 1024  # records peers ask this node to cache
 SIGNER_BYTES = 1024 * 1024  # one signer's records in either (a few large bundles, hundreds of usual ones)
 ENTRY_OVERHEAD = 512  # bytes a stored record costs beyond its value (keys, expiry, Python objects)
 FETCH_HEADS_PER_POLL = 16
+_CATCH_UP = 4  # most rounds of one peer fetched in one poll
 # One poll's fetches: peers whose records arrived before (or connected, in the routing table)
 # each alike; every other head, as one crowd, at most a quarter of them.
 FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
 _DELIVERED_MEMORY = 4096
+# A record is replaced only by one expiring this much later: hivemind keeps a heap entry per
+# store until it expires, so each record's re-stores are held to 1 / _MIN_REFRESH a second.
+_MIN_REFRESH = 0.25
 _VERIFIED_CACHE = 65_536  # records already checked (the heads record is re-read every poll)
 
 # Counters of the process the validator and storage run in (the DHT process), read back by
@@ -219,8 +223,8 @@ class BoundedStorage(DHTLocalStorage):
     would then hold the most; if it has none, the record is refused), so every signer keeps at
     least an equal share of the room whatever a crowd of keys stores. Only subkeyed
     records are stored (the validator admits no other), and a record is replaced only by one
-    expiring at least a second later, so re-storing one record cannot grow hivemind's heaps
-    without bound. Counted in ``_COUNTS``: ``evicted``, ``refused_*``.
+    expiring at least :data:`_MIN_REFRESH` later, so re-storing one record cannot grow
+    hivemind's heaps faster than that. Counted in ``_COUNTS``: ``evicted``, ``refused_*``.
     """
 
     def __init__(self, budget: int, per_signer: int):
@@ -242,7 +246,7 @@ class BoundedStorage(DHTLocalStorage):
             return _refuse("malformed")
         size = len(value) + len(subkey) + ENTRY_OVERHEAD
         old = self._held.get(subkey, {}).get(key)
-        if old is not None and expiration_time < old[1] + 1.0:
+        if old is not None and expiration_time < old[1] + _MIN_REFRESH:
             return _refuse("too_frequent")
         if size > self.per_signer:
             return _refuse("too_large")
@@ -464,7 +468,7 @@ class HivemindTransport(Transport):
         self._heads_tries: dict[tuple[str, int], int] = {}
         self._delivered: OrderedDict[str, None] = OrderedDict()  # peers whose records arrived, newest last
         self._rng = random.Random()
-        self.dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
+        self._dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
         self._polls = 0
         self._poll_failed = False
         self._spool: str | None = None  # private directory: the key for p2pd, bundles for the DHT process
@@ -552,6 +556,10 @@ class HivemindTransport(Transport):
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
+    def refusals(self) -> dict[str, int]:
+        """The DHT process's counters (:func:`_counters`), read every tenth poll."""
+        return dict(self._dht_counters)
+
     async def _call(self, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> Any:
         """Run ``coro(dht, node)`` in the DHT process and return its result."""
         dht = self._dht
@@ -601,7 +609,7 @@ class HivemindTransport(Transport):
         heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
         self._polls += 1
         if self._polls % 10 == 1:
-            self.dht_counters = await self._call(_counters)
+            self._dht_counters = await self._call(_counters)
         # Only heads announced now are remembered: junk keys come and go, memory must not grow.
         self._heads_done = {p: r for p, r in self._heads_done.items() if heads.get(p) is not None}
         fresh = {peer: r for peer, r in heads.items()
@@ -612,6 +620,13 @@ class HivemindTransport(Transport):
         routed = set(self._peers)
         chosen = FETCH_SHARE.pick(FETCH_HEADS_PER_POLL, dict.fromkeys(fresh, 1),
                                   lambda p: p in self._delivered or p in routed, self._rng)
+        # The rounds since the last one fetched (up to _CATCH_UP): a peer may have published
+        # several times since the last poll; of a peer not fetched before, the head and the one before.
+        rounds = set()
+        for peer in chosen:
+            head, done = fresh[peer], self._heads_done.get(peer)
+            first = done + 1 if done is not None and done < head else head - 1
+            rounds.update(range(max(first, head - _CATCH_UP + 1, 0), head + 1))
         for peer in chosen:
             # The try counts before the fetch: a fetch that fails or times out is a try too.
             key = (peer, fresh[peer])
@@ -620,9 +635,7 @@ class HivemindTransport(Transport):
                 self._heads_done[peer] = fresh[peer]  # given up: this head costs nothing more
             else:  # the head may have arrived before its record reached the nodes we asked
                 self._heads_tries[key] = tries
-        # The round before a new head too: a peer may have published twice since the last poll.
-        rounds = sorted({r for peer in chosen for r in (fresh[peer] - 1, fresh[peer])})
-        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=rounds))
+        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=sorted(rounds)))
         for round_no, sender, data in records:
             if sender == self.identity.peer_id:
                 continue
