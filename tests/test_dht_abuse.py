@@ -110,14 +110,17 @@ def exchange_rate(a: ProcNode, b: ProcNode, first_round: int, seconds: float) ->
     tick = time.monotonic()
     end = tick + seconds
     r = first_round
+    slowest = 0.0
     while time.monotonic() < end:
-        a.publish(r, 3000)
-        b.publish(r, 3000)
+        slowest = max(slowest, a.publish(r, 3000)["publish_s"], b.publish(r, 3000)["publish_s"])
         r += 1
         tick += 1.0
         time.sleep(max(0.0, tick - time.monotonic()))
     time.sleep(3.0)  # the last ones in flight
-    return (len(a.messages()) + len(b.messages()) - got) / seconds
+    rate = (len(a.messages()) + len(b.messages()) - got) / seconds
+    print(f"\n{r - first_round} rounds published in {seconds} s (slowest publish {slowest:.1f} s), "
+          f"{rate:.2f} bundles/s received")
+    return rate
 
 
 def test_junk_heads_do_not_choke_the_exchange(nodes, tmp_path):

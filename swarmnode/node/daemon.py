@@ -70,6 +70,9 @@ class Daemon:
     def peer_count(self) -> int:
         return self.node.swarm.peer_count() if self.node else 0
 
+    def refusals(self) -> dict[str, int]:
+        return self.node.swarm.refusals() if self.node else {}
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:

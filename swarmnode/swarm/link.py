@@ -31,6 +31,9 @@ class SwarmLink(Protocol):
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
 
+    def refusals(self) -> dict[str, int]:
+        """The transport's own refusal counters (see :meth:`Transport.refusals`)."""
+
 
 class SoloLink:
     def share(self, round_no: int, groups: list[Group]) -> None:
@@ -44,6 +47,9 @@ class SoloLink:
 
     def peer_rows(self) -> list[dict]:
         return []
+
+    def refusals(self) -> dict[str, int]:
+        return {}
 
 
 class NetworkLink:
@@ -124,3 +130,6 @@ class NetworkLink:
 
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()
+
+    def refusals(self) -> dict[str, int]:
+        return self.transport.refusals()

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import shutil
@@ -133,8 +132,8 @@ class SwarmRecordValidator(RecordValidatorBase):
     ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``unsigned_expiry``, ``malformed``).
 
     ``identity`` (the local node's) signs the local node's heads records; a validator without
-    one only checks. Stateless but for a memory of records already found valid, so the heads
-    record re-read every poll is not re-verified.
+    one only checks. Stateless but for a memory of heads records already found valid (the
+    heads record is re-read every poll; its signatures are not checked again).
     """
 
     def __init__(self, swarm: str, identity: NodeIdentity | None = None):
@@ -142,7 +141,7 @@ class SwarmRecordValidator(RecordValidatorBase):
         self._heads_id = _key_id(heads_key(swarm))
         self._identity = identity
         self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
-        self._verified: OrderedDict[bytes, None] = OrderedDict()
+        self._verified: OrderedDict[tuple[bytes, bytes, float], None] = OrderedDict()
 
     def __getstate__(self) -> dict:  # the memory stays behind when the validator goes to the DHT process
         return {**self.__dict__, "_verified": OrderedDict()}
@@ -160,14 +159,15 @@ class SwarmRecordValidator(RecordValidatorBase):
         # Checked before the cache: what was valid stays valid as time passes, except this.
         if record.expiration_time > get_dht_time() + (HEAD_TTL if heads else BUNDLE_TTL) + MAX_CLOCK_SKEW:
             return _refuse("far_expiry")
-        digest = hashlib.sha256(b"%d\x00" % len(record.key) + record.key + MSGPackSerializer.dumps(
-            [record.subkey, record.value, record.expiration_time])).digest()
-        if digest in self._verified:
-            self._verified.move_to_end(digest)
+        if not heads:
+            return self._check_rounds(record)
+        seen = (record.subkey, record.value, record.expiration_time)  # small: a head is at most 96 bytes
+        if seen in self._verified:
+            self._verified.move_to_end(seen)
             return True
-        ok = self._check_head(record) if heads else self._check_rounds(record)
+        ok = self._check_head(record)
         if ok:
-            self._verified[digest] = None
+            self._verified[seen] = None
             while len(self._verified) > _VERIFIED_CACHE:
                 self._verified.popitem(last=False)
         return ok
@@ -579,6 +579,7 @@ class HivemindTransport(Transport):
 
     async def _poll_loop(self) -> None:
         while True:
+            started = time.monotonic()
             try:
                 await self._poll_once()
                 self._poll_failed = False
@@ -590,7 +591,9 @@ class HivemindTransport(Transport):
                 if not self._poll_failed:  # one line per outage, not one per second
                     log.warning("hivemind transport: reading the swarm's records failed: %r", exc)
                 self._poll_failed = True
-            await asyncio.sleep(self.poll_interval)
+            # A poll that took long (a large heads record) is followed by as long a pause: the
+            # DHT process serves one call at a time, and publishing must not wait behind polls.
+            await asyncio.sleep(max(self.poll_interval, time.monotonic() - started))
 
     async def _relaunch(self, dead: hivemind.DHT) -> None:
         """Replace a DHT process that died; the join loop then finds the swarm again."""
