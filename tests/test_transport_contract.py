@@ -361,6 +361,10 @@ out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", val
 out["regular (not subkeyed) value"] = store.store(key(10), b"x", now + 100)
 out["readable"] = store.get(key(3)).value.get("Hone").value == value(1500)
 out["evicted"] = _COUNTS["evicted"] > 0
+few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
+out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", now + 100) for i in range(4)]
+out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", now + 110)
+out["another key"] = few.store_subkey(key(1), "P3", b"h", now + 100)
 out["refused"] = {k: v for k, v in sorted(_COUNTS.items()) if k.startswith("refused")}
 print(json.dumps(out))
 """
@@ -374,7 +378,8 @@ def test_hivemind_bounded_storage():
         "crowd stored": 12, "total within budget": True, "honest kept its newest record": True,
         "re-store too soon refused": False, "one record over a signer's bound": False,
         "regular (not subkeyed) value": False, "readable": True, "evicted": True,
-        "refused": {"refused_not_subkeyed": 1, "refused_storage_full": 28, "refused_too_frequent": 1,
+        "per key": [True, True, True, False], "a held signer refreshes": True, "another key": True,
+        "refused": {"refused_key_full": 1, "refused_not_subkeyed": 1, "refused_storage_full": 28, "refused_too_frequent": 1,
                     "refused_too_large": 1},
     }
 

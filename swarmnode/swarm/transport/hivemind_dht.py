@@ -86,6 +86,10 @@ MAX_ROUNDS_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
 STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records
 CACHE_BYTES = 8 * 1024 * 1024  # records peers ask this node to cache
 SIGNER_BYTES = 1024 * 1024  # one signer's records in either (a few large bundles, hundreds of usual ones)
+# Signers held under one key (the heads key holds one per peer): every read of a key returns
+# all of them, and every store traverses nodes that return them, so this bounds what a crowd
+# of keys makes each read cost. Signers already held may always refresh their record.
+SUBKEYS_PER_KEY = 1024
 ENTRY_OVERHEAD = 512  # bytes a stored record costs beyond its value (keys, expiry, Python objects)
 FETCH_HEADS_PER_POLL = 16
 _CATCH_UP = 4  # most rounds of one peer fetched in one poll
@@ -224,13 +228,16 @@ class BoundedStorage(DHTLocalStorage):
     least an equal share of the room whatever a crowd of keys stores. Only subkeyed
     records are stored (the validator admits no other), and a record is replaced only by one
     expiring at least :data:`_MIN_REFRESH` later, so re-storing one record cannot grow
-    hivemind's heaps faster than that. Counted in ``_COUNTS``: ``evicted``, ``refused_*``.
+    hivemind's heaps faster than that. At most ``per_key`` signers are held under one key;
+    a new one beyond is refused until some expire. Counted in ``_COUNTS``: ``evicted``,
+    ``refused_*``.
     """
 
-    def __init__(self, budget: int, per_signer: int):
+    def __init__(self, budget: int, per_signer: int, per_key: int = SUBKEYS_PER_KEY):
         super().__init__()
-        self.budget, self.per_signer = budget, per_signer
+        self.budget, self.per_signer, self.per_key = budget, per_signer, per_key
         self.total = 0
+        self._subkeys: Counter[DHTID] = Counter()  # signers held under each key
         self._held: dict[str, dict[DHTID, tuple[int, float]]] = {}  # signer -> key -> (bytes, expiration)
         self._signer_bytes: Counter[str] = Counter()
         self._heap: list[tuple[int, str]] = []  # (-bytes, signer), stale entries skipped on pop
@@ -250,6 +257,8 @@ class BoundedStorage(DHTLocalStorage):
             return _refuse("too_frequent")
         if size > self.per_signer:
             return _refuse("too_large")
+        if old is None and self._subkeys[key] >= self.per_key:
+            return _refuse("key_full")  # the signers already held keep their place
         self._purge_expired()
         old_size = old[0] if old else 0
         while self._signer_bytes[subkey] - old_size + size > self.per_signer:
@@ -270,6 +279,9 @@ class BoundedStorage(DHTLocalStorage):
         """Set (or with ``expiration`` None, drop) what ``signer`` holds under ``key``."""
         held = self._held.setdefault(signer, {})
         old = held.pop(key, None)
+        self._subkeys[key] += (expiration is not None) - (old is not None)
+        if not self._subkeys[key]:
+            del self._subkeys[key]
         delta = (size if expiration is not None else 0) - (old[0] if old else 0)
         if expiration is not None:
             held[key] = (size, expiration)
