@@ -66,12 +66,18 @@ def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
 
 
 def relay_junk(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
-    """``n`` messages a relay check drops, in turn: garbage, a valid bundle with one flipped
-    byte, and a bundle signed by another key (a stolen one) sent under ``identity``."""
+    """``n`` messages a receiver drops, in turn: garbage, a valid bundle with one flipped
+    byte, a bundle signed by another key (a stolen one) sent under ``identity`` (the relay
+    check drops these three), and the same valid bundle again and again (the first copy is
+    delivered, the rest are replays)."""
     stolen = Identity.from_seed(b"S" * 32)
+    replayed = valid_bundle(identity, 10**6)
     out = []
     for i in range(first_round, first_round + n):
-        kind = i % 3
+        kind = i % 4
+        if kind == 3:
+            out.append(replayed)
+            continue
         if kind == 0:
             out.append(b"SNB\x01" + os.urandom(200))
         elif kind == 1:

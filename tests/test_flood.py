@@ -147,6 +147,9 @@ class NullTransport:
     def set_handler(self, handler) -> None:
         self.handler = handler
 
+    def set_reject_handler(self, handler) -> None:
+        self.reject_handler = handler
+
     async def start(self) -> None:
         pass
 

@@ -259,10 +259,16 @@ class Transport(ABC):
 
     # -- shared machinery ------------------------------------------------------------------
 
-    def _deliver(self, data: bytes) -> None:
-        """Hand one received message to the handler; call on the asyncio loop only."""
+    def _deliver(self, data: bytes, author: str | None = None) -> None:
+        """Hand one received message to the handler; call on the asyncio loop only.
+
+        ``author``: the sender the transport authenticated, if it did (gossipsub's signed
+        origin). A pushed repeat of a message already delivered is a replay by its author,
+        reported to the reject handler; without an author (a record read twice) it is not."""
         if not self._remember(data):
             self.stats.duplicates += 1
+            if author is not None and self._reject_handler is not None:
+                self._reject_handler(author, "replay")
             return
         self.stats.delivered += 1
         if self._handler is None:
@@ -273,11 +279,11 @@ class Transport(ABC):
             self.stats.handler_errors += 1
             log.exception("%s transport: the message handler failed", self.name)
 
-    def _deliver_threadsafe(self, data: bytes) -> None:
+    def _deliver_threadsafe(self, data: bytes, author: str | None = None) -> None:
         """:meth:`_deliver` from any thread."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._deliver, data)
+            loop.call_soon_threadsafe(self._deliver, data, author)
 
     def _reject_threadsafe(self, author: str, reason: str) -> None:
         """Report a message dropped inside the transport, from any thread."""

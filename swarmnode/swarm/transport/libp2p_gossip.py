@@ -205,7 +205,7 @@ class Libp2pTransport(Transport):
             message = await subscription.get()
             if message.from_id == own_id:
                 continue
-            self._deliver_threadsafe(bytes(message.data))
+            self._deliver_threadsafe(bytes(message.data), str(ID(message.from_id)))
 
     async def _refresh_peers(self, host: Any) -> None:
         while True:
