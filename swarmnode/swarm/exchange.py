@@ -43,7 +43,9 @@ class Exchange:
         self.limits = limits
         self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
         self.standing = Standing(probation_rounds=cfg.probation_rounds)
-        self.pool = pool if pool is not None else ExternalPool(standing=self.standing, newcomer_share=cfg.newcomer_share)
+        if pool is None:
+            pool = ExternalPool(standing=self.standing, newcomer_share=cfg.newcomer_share)
+        self.pool = pool
         self.peers = PeerTable()
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 

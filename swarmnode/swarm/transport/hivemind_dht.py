@@ -179,7 +179,8 @@ class SwarmRecordValidator(RecordValidatorBase):
     def _check_head(self, record: DHTRecord) -> bool:
         subkey = MSGPackSerializer.loads(record.subkey)
         body, signature = record.value[:-_SIGNATURE], record.value[-_SIGNATURE:]
-        if not isinstance(subkey, str) or len(signature) != _SIGNATURE or type(MSGPackSerializer.loads(body)) is not int:
+        if (not isinstance(subkey, str) or len(signature) != _SIGNATURE
+                or type(MSGPackSerializer.loads(body)) is not int):
             return _refuse("malformed")
         if not verify_signature(public_key_from_peer_id(subkey), self._head_message(record, body), signature):
             return _refuse("bad_signature")
@@ -198,7 +199,8 @@ class SwarmRecordValidator(RecordValidatorBase):
             bundle = parse_payload(payload, "")
         except BundleRejected:
             return _refuse("not_a_bundle")
-        if sender != subkey or bundle.swarm != self.swarm or record.key != _key_id(rounds_key(self.swarm, bundle.round)):
+        if (sender != subkey or bundle.swarm != self.swarm
+                or record.key != _key_id(rounds_key(self.swarm, bundle.round))):
             return _refuse("foreign_key")
         # The record's expiry is not signed; the bundle's creation time is.
         if record.expiration_time > bundle.created + BUNDLE_TTL + PUBLISH_SLACK:
