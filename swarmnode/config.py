@@ -115,6 +115,12 @@ class NodeConfig:
                                   choices=("uniform", "reward-weighted"), section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
                                  minimum=0.0, maximum=1.0, section="swarm")
+    newcomer_share: float = _key(0.25, "Largest share of the external pool, and of the J external groups, "
+                                       "held by peers without a record with this node, all of them together.",
+                                 minimum=0.0, maximum=1.0, section="swarm")
+    probation_rounds: int = _key(3, "Rounds of this node in which a peer's bundles must carry signal (after "
+                                    "re-scoring) before the peer is established and gets a full share.",
+                                 minimum=1, section="swarm")
 
     # the local API
     api_port: int = _key(0, "Port of the local HTTP API on 127.0.0.1; 0 picks a free one.",

@@ -43,6 +43,10 @@ class FakeControl:
     def transport_stats(self) -> dict[str, int]:
         return {"published": 3, "delivered": 5}
 
+    def refusals(self) -> dict[str, int]:
+        return {"refused_far_expiry": 3, "refused_not_a_bundle": 1, "evicted": 2, "stored_bytes": 4096,
+                "cached_bytes": 0}
+
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0) -> dict:
     return {"peer_id": peer_id, "name": name, "first_seen": time.time() - 600, "last_seen": time.time() - seen_ago,

@@ -7,7 +7,7 @@ and garbage, one publish after the other with no pause (about 400 a second on on
 tighter loop inside py-libp2p's trio thread starved the host's own stream writers and
 delivered nothing)::
 
-    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA]
+    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...]}`` once it listens, waits
 for ``--start-file`` to exist (if given) and for a peer to subscribe to the topic, prints
@@ -65,18 +65,45 @@ def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
     return out
 
 
+def relay_junk(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
+    """``n`` messages a receiver drops, in turn: garbage, a valid bundle with one flipped
+    byte, a bundle signed by another key (a stolen one) sent under ``identity`` (the relay
+    check drops these three), and the same valid bundle again and again (the first copy is
+    delivered, the rest are replays)."""
+    stolen = Identity.from_seed(b"S" * 32)
+    replayed = valid_bundle(identity, 10**6)
+    out = []
+    for i in range(first_round, first_round + n):
+        kind = i % 4
+        if kind == 3:
+            out.append(replayed)
+            continue
+        if kind == 0:
+            out.append(b"SNB\x01" + os.urandom(200))
+        elif kind == 1:
+            data = bytearray(valid_bundle(identity, i))
+            data[50] ^= 1  # inside the signature
+            out.append(bytes(data))
+        else:
+            out.append(valid_bundle(stolen, i))
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--start-file")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
+    ap.add_argument("--swarm", default=SWARM, help="the swarm whose topic to flood")
+    ap.add_argument("--mix", choices=("flood", "relay"), default="flood",
+                    help="flood: flood_mix (valid, hostile, garbage); relay: relay_junk")
     args = ap.parse_args()
     logging.getLogger("libp2p").setLevel(logging.ERROR)  # its own subscription overflows: one line a message
 
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
-    transport = create_transport("libp2p", identity, SWARM, listen=args.listen)
+    transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     await transport.start()
     print(json.dumps({"event": "ready", "peer_id": identity.peer_id, "addresses": transport.addresses()}), flush=True)
     while args.start_file and not os.path.exists(args.start_file):
@@ -97,7 +124,7 @@ async def main() -> None:
     published, started = 0, time.monotonic()
     while time.monotonic() - started < args.seconds:
         # Distinct bytes throughout: receivers drop repeats of a message before any check.
-        for data in flood_mix(identity, 100, published):
+        for data in (flood_mix if args.mix == "flood" else relay_junk)(identity, 100, published):
             await transport.publish(published, data)
             published += 1
     seconds = time.monotonic() - started

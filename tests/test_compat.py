@@ -248,7 +248,16 @@ import asyncio, json
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import RecordValidatorBase
 from hivemind.utils import get_dht_time
-from swarmnode.compat.hivemind import connect, ping, record_key_id, routed_peers
+from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValue, connect, local_storage,
+                                       ping, record_key_id, replace_storage, routed_peers)
+
+class Seen(DHTLocalStorage):
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+    def store_subkey(self, key, subkey, value, expiration_time):
+        self.writes.append(subkey)
+        return super().store_subkey(key, subkey, value, expiration_time)
 
 class Keys(RecordValidatorBase):
     def __init__(self):
@@ -273,6 +282,15 @@ async def main():
     await a.store("compat/key", b"x", get_dht_time() + 60)
     out["key id"] = keys.seen[-1] == record_key_id("compat/key")
     out["other key id"] = keys.seen[-1] == record_key_id("compat/other")
+    storage = Seen()
+    replace_storage(a, storage, Seen())
+    await b.store("compat/signed", b"v", get_dht_time() + 60, subkey="signer")
+    out["storage sees subkeyed writes"] = storage.writes == ["signer"] and local_storage(a)[0] is storage
+    found = storage.get(DHTID.generate(source="compat/signed"))
+    del found.value["signer"]
+    after = storage.get(DHTID.generate(source="compat/signed"))
+    out["deleting the subkey drops the record"] = (isinstance(found.value, DictionaryDHTValue)
+                                                   and (after is None or "signer" not in after.value))
     for node in (a, b):
         await node.shutdown()
     print(json.dumps(out))
@@ -334,7 +352,9 @@ def _run_check(script: str) -> dict:
 
 def test_hivemind_doors_on_two_real_dht_nodes():
     assert _run_check(HIVEMIND_CHECK) == {"routed before": False, "ping": True, "routed after": True,
-                                          "key id": True, "other key id": False}
+                                          "key id": True, "other key id": False,
+                                          "storage sees subkeyed writes": True,
+                                          "deleting the subkey drops the record": True}
 
 
 def test_libp2p_doors_on_two_real_hosts():

@@ -147,6 +147,9 @@ class NullTransport:
     def set_handler(self, handler) -> None:
         self.handler = handler
 
+    def set_reject_handler(self, handler) -> None:
+        self.reject_handler = handler
+
     async def start(self) -> None:
         pass
 
@@ -293,6 +296,8 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
     # Once banned, libp2p itself drops the flooder (Transport.block), so few or no messages
     # reach the guard to be counted as "banned"; what got through before is counted.
     assert reasons.get("too_many_groups", 0) > 0 and reasons.get("rate_limited", 0) > 0
+    # Garbage never gets past the libp2p topic validator, which counts it under the signed origin.
+    assert reasons.get("malformed", 0) > 0
     assert "swarmnode_rounds_total" in metrics
     text = nlog.read_text()
     assert text.count("ignoring peer") == 1, text[-3000:]

@@ -34,7 +34,8 @@ def bundle(identity: Identity, round_no: int, groups: list[Group]) -> bytes:
 
 
 def exchange(max_peer_share: float = 0.5) -> Exchange:
-    cfg = NodeConfig(swarm=SWARM, solo=False, max_peer_share=max_peer_share)
+    """Every peer competes alike here (no newcomer limit): that limit has its own tests in test_sybil.py."""
+    cfg = NodeConfig(swarm=SWARM, solo=False, max_peer_share=max_peer_share, newcomer_share=1.0)
     return Exchange(NODE, cfg, Scorer(), "m")
 
 
@@ -61,7 +62,7 @@ def test_fabricated_rewards_are_replaced_and_never_drawn():
     ex = exchange()
     verdict = ex.receive(bundle(LIAR, 1, liar_groups(8)))
     assert verdict.accepted
-    pooled = [e.group for e in ex.pool._entries]
+    pooled = ex.pool.groups()
     assert len(pooled) == 8 and all(g.source == LIAR.peer_id for g in pooled)
     assert all(g.rewards == [0.0, 0.0, 0.0, 0.0] for g in pooled)  # the receiver's scores, not the claim
     assert not any(g.has_signal() for g in pooled)
@@ -78,7 +79,7 @@ def test_a_liar_gains_nothing_next_to_an_honest_peer():
     ex.receive(bundle(HONEST, 1, honest_groups(4, first=100)))
     drawn = Counter(g.source for seed in range(50) for g in ex.draw(2, 4, random.Random(seed)))
     assert drawn[LIAR.peer_id] == 0 and drawn[HONEST.peer_id] == 50 * 4
-    for g in (e.group for e in ex.pool._entries if e.group.source == HONEST.peer_id):
+    for g in (g for g in ex.pool.groups() if g.source == HONEST.peer_id):
         assert g.rewards == [1.0, 0.0, 0.0, 0.0]
 
 
@@ -88,7 +89,7 @@ def test_a_wrong_claim_of_zero_cannot_hide_a_right_answer():
     ex = exchange()
     g = Group(question(3), ["<answer>5</answer>", "<answer>1</answer>"], [0.0, 1.0])
     ex.receive(bundle(LIAR, 1, [g]))
-    assert ex.pool._entries[0].group.rewards == [1.0, 0.0]
+    assert ex.pool.groups()[0].rewards == [1.0, 0.0]
 
 
 @pytest.mark.parametrize("share, j", [(0.5, 4), (0.25, 8), (0.5, 8)])
@@ -98,7 +99,7 @@ def test_a_peer_sharing_only_wrong_answers_is_held_to_its_share(share, j):
     ex = exchange(max_peer_share=share)
     spam = near_misses()
     ex.receive(bundle(LIAR, 1, spam))
-    pooled_liar = [e.group for e in ex.pool._entries if e.group.source == LIAR.peer_id]
+    pooled_liar = [g for g in ex.pool.groups() if g.source == LIAR.peer_id]
     assert [g.rewards for g in pooled_liar] == [[0.5, 0.0]] * 8  # wrong, yet with signal
 
     ex.receive(bundle(HONEST, 1, honest_groups(j, first=100)))

@@ -40,14 +40,17 @@ def test_per_peer_cap_drops_that_peers_oldest():
     assert "q-A-old" not in questions
 
 
-def test_per_round_cap_and_total_cap_drop_oldest_rounds_first():
-    pool = ExternalPool(max_per_round=4, max_total=6, max_per_peer=100)
+def test_total_cap_ages_by_arrival_not_by_declared_round():
+    pool = ExternalPool(max_total=6, max_per_peer=100)
     pool.add(1, groups("A", 3))
     pool.add(2, groups("B", 3))
-    assert pool.add(3, groups("C", 5)) == 4  # per-round cap: C's first group left again
-    assert len(pool) == 6
-    assert pool.stats()["by_round"] == {2: 2, 3: 4}
-    assert pool.add(1, [group("D")]) == 0  # older than everything in a full pool: not kept
+    # A huge round number buys nothing: each time the largest holder's oldest group leaves
+    # (A, then B, then C itself), so every peer keeps an equal share.
+    assert pool.add(10**9, groups("C", 3)) == 2
+    assert pool.stats()["by_peer"] == {"A": 2, "B": 2, "C": 2}
+    assert pool.add(0, [group("D")]) == 1  # a small one costs nothing: A, oldest of the equals, gives way
+    assert pool.stats()["by_peer"] == {"A": 1, "B": 2, "C": 2, "D": 1}
+    assert pool.groups()[-1].source == "D"
 
 
 def test_sample_never_returns_own_groups():

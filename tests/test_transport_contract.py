@@ -290,6 +290,26 @@ out["head moved to another subkey"] = checker.validate(dataclasses.replace(signe
 forged = rec(heads_key("sw"), mallory.peer_id, 7)
 out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
 out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
+
+# Bounds (issue 15): expiry, size, payload, the unsigned expiry of a rounds record.
+import time, zstandard
+from hivemind.utils import get_dht_time
+from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_json, encode_bundle
+from swarmnode.swarm.transport.hivemind_dht import BUNDLE_TTL, _COUNTS
+now = get_dht_time()
+three_years = now + 3 * 365 * 86400
+out["bundle, expiry in TTL"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle, exp=now + BUNDLE_TTL))
+out["bundle, expiry 3 years ahead"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle, exp=three_years))
+old = encode_bundle(alice, swarm="sw", round_no=7, model="m", groups=[], created=time.time() - 600)
+out["old bundle re-stored with a fresh expiry"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, old, exp=now + 200))
+out["old bundle with its own expiry"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, old, exp=now - 300 + 30))
+body = canonical_json({"sender": alice.peer_id, "swarm": "sw", "round": 7, "junk": "x" * 1000})
+not_a_bundle = MAGIC + bytes([VERSION]) + alice.public_key + alice.sign(SIGNING_DOMAIN + body) + zstandard.ZstdCompressor().compress(body)
+out["signed envelope, not a bundle"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, not_a_bundle, exp=now + 100))
+out["oversized record"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, b"x" * 400_000, exp=now + 100))
+far_head = rec(heads_key("sw"), alice.peer_id, 7, exp=three_years)
+out["head expiring in 3 years"] = checker.validate(dataclasses.replace(far_head, value=signer.sign_value(far_head)))
+out["counted"] = {k: v for k, v in sorted(_COUNTS.items())}
 print(json.dumps(out))
 """
 
@@ -304,7 +324,87 @@ def test_hivemind_record_validator():
         "signed head": True, "unsigned head": False, "head with a later expiration": False,
         "head moved to another subkey": False, "others' heads are not signed": True,
         "strip restores the value": True,
+        "bundle, expiry in TTL": True, "bundle, expiry 3 years ahead": False,
+        "old bundle re-stored with a fresh expiry": False, "old bundle with its own expiry": True,
+        "signed envelope, not a bundle": False, "oversized record": False, "head expiring in 3 years": False,
+        # malformed: not bytes, no subkey, the unsigned head; bad_signature: the head's later
+        # expiry, the head moved; foreign_key: another's subkey, round, swarm.
+        "counted": {"refused_bad_envelope": 1, "refused_bad_signature": 2, "refused_far_expiry": 2,
+                    "refused_foreign_key": 3, "refused_malformed": 3, "refused_not_a_bundle": 1,
+                    "refused_too_large": 1, "refused_unsigned_expiry": 1},
     }
+
+
+BOUNDED_STORAGE_CHECKS = """
+import json
+from hivemind.dht.routing import DHTID
+from hivemind.utils import get_dht_time
+from swarmnode.swarm.transport.hivemind_dht import ENTRY_OVERHEAD, BoundedStorage, _COUNTS
+
+now = get_dht_time()
+store = BoundedStorage(budget=20 * 1000, per_signer=4 * 1000)
+key = lambda i: DHTID.generate(source=f"k{i}")
+value = lambda n: b"v" * (n - ENTRY_OVERHEAD - 4)   # a record of n bytes as counted, subkey "H..." 4 chars
+out = {}
+out["honest stores"] = [store.store_subkey(key(i), "Hone", value(900), now + 100 + i) for i in range(3)]
+# one signer over its own bound: its record expiring first leaves
+out["honest over its bound"] = store.store_subkey(key(3), "Hone", value(1500), now + 200)
+out["honest holds"] = sorted(k for k, (_, e) in store._held["Hone"].items() for _ in [0]) == sorted([key(1), key(2), key(3)])
+# a crowd of 40 signers, 1500 bytes each: the budget holds, the largest holder (honest)
+# gives up its records expiring first until it holds no more than a crowd member, then a
+# crowd member that would hold the most is refused
+out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(1500), now + 250) for i in range(40))
+out["total within budget"] = store.total <= store.budget
+out["honest kept its newest record"] = list(store._held["Hone"]) == [key(3)]
+out["re-store too soon refused"] = store.store_subkey(key(3), "Hone", value(1500), now + 200.1)
+out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(5000), now + 100)
+out["regular (not subkeyed) value"] = store.store(key(10), b"x", now + 100)
+out["readable"] = store.get(key(3)).value.get("Hone").value == value(1500)
+out["evicted"] = _COUNTS["evicted"] > 0
+few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
+out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", now + 100) for i in range(4)]
+out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", now + 110)
+out["another key"] = few.store_subkey(key(1), "P3", b"h", now + 100)
+out["refused"] = {k: v for k, v in sorted(_COUNTS.items()) if k.startswith("refused")}
+print(json.dumps(out))
+"""
+
+
+def test_hivemind_bounded_storage():
+    result = _run_python(BOUNDED_STORAGE_CHECKS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "honest stores": [True, True, True], "honest over its bound": True, "honest holds": True,
+        "crowd stored": 12, "total within budget": True, "honest kept its newest record": True,
+        "re-store too soon refused": False, "one record over a signer's bound": False,
+        "regular (not subkeyed) value": False, "readable": True, "evicted": True,
+        "per key": [True, True, True, False], "a held signer refreshes": True, "another key": True,
+        "refused": {"refused_key_full": 1, "refused_not_subkeyed": 1, "refused_storage_full": 28, "refused_too_frequent": 1,
+                    "refused_too_large": 1},
+    }
+
+
+def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
+    """A stock py-libp2p peer (tests/flooder.py, its own relay check removed) publishes
+    garbage, flipped bytes, a stolen key's bundles and replays: the receiver's topic
+    validator (or its repeat check) drops each, and reports it under the gossip message's
+    signed origin (issue 15)."""
+    log = tmp_path / "flooder.log"
+    flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",
+                                "--swarm", SWARM, "--seconds", "5", "--start-file", str(tmp_path / "go")],
+                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
+                                       if line.startswith('{"event": "ready"')), None), 60, "the flooder")
+        node = spawn("libp2p", 5, bootstrap=ready["addresses"][:1])
+        (tmp_path / "go").touch()
+        wait_for(lambda: {r["reason"] for r in node.rejected()}
+                 >= {"malformed", "bad_signature", "peer_id_mismatch", "replay"}, 60, "every kind of drop to be reported")
+        assert {r["author"] for r in node.rejected()} == {ready["peer_id"]}
+        assert len(node.messages()) == 1  # the replayed bundle's first copy, and nothing else
+    finally:
+        os.killpg(flooder.pid, signal.SIGKILL)
+        flooder.wait(10)
 
 
 PEER_ANSWER_CHECKS = """

@@ -9,11 +9,13 @@ process::
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
-gets, and answers these commands (one JSON object a line on stdin):
+gets, ``{"event": "rejected", "author": ..., "reason": ...}`` for every message the
+transport drops itself, and answers these commands (one JSON object a line on stdin):
 
 * ``{"cmd": "publish", "round": R, "size": BYTES}``: publish a signed bundle of about BYTES
   wire bytes (random text, so compression cannot shrink it); answers ``published``.
 * ``{"cmd": "peers"}``: answers ``{"event": "peers", "peers": [...]}``.
+* ``{"cmd": "refusals"}``: answers ``{"event": "refusals", "refusals": {...}}`` (Transport.refusals).
 * ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
   ``stopped`` with the threads and child processes still alive, and exits.
 
@@ -108,6 +110,8 @@ class NodeDriver:
         self.emit = emit
         self.rng = random.Random(transport.identity.peer_id)
         transport.set_handler(self._on_message)
+        transport.set_reject_handler(lambda author, reason: emit({"event": "rejected", "author": author,
+                                                                   "reason": reason}))
 
     def _on_message(self, data: bytes) -> None:
         now = time.time()
@@ -204,9 +208,17 @@ class ProcNode:
         self.send(cmd="peers")
         return self.wait_event("peers", 30)["peers"]
 
+    def refusals(self) -> dict[str, int]:
+        self.send(cmd="refusals")
+        return self.wait_event("refusals", 30)["refusals"]
+
     def messages(self) -> list[dict]:
         with self._lock:
             return [e for e in self.events if e["event"] == "message"]
+
+    def rejected(self) -> list[dict]:
+        with self._lock:
+            return [e for e in self.events if e["event"] == "rejected"]
 
     def stop(self) -> dict:
         self.send(cmd="stop")
@@ -295,6 +307,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
             emit(await driver.publish(command["round"], command["size"]))
         elif command["cmd"] == "peers":
             emit({"event": "peers", "peers": transport.peers()})
+        elif command["cmd"] == "refusals":
+            emit({"event": "refusals", "refusals": transport.refusals()})
         elif command["cmd"] == "stop":
             break
     before = descendants(os.getpid())

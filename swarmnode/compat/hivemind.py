@@ -9,10 +9,11 @@ and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECK
 
 from __future__ import annotations
 
-from typing import Container, Sequence
+from typing import Any, Container, Sequence
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
@@ -57,3 +58,23 @@ def routed_peers(node: DHTNode) -> Container[PeerID]:
     peer in the buckets, replacements included, to its DHTID.
     """
     return node.protocol.routing_table.peer_id_to_uid
+
+
+def replace_storage(node: DHTNode, storage: DHTLocalStorage, cache: DHTLocalStorage) -> None:
+    """Have ``node`` keep the records it stores in ``storage`` and those it caches in ``cache``.
+
+    hivemind offers no option for bounding them. Contract (checked on 1.1.12):
+    ``node.protocol.storage`` and ``node.protocol.cache`` are plain attributes that
+    ``DHTProtocol`` reads on every store and find; a ``DHTLocalStorage`` subclass receives
+    every write through ``store`` / ``store_subkey(key, subkey, value, expiration_time)``,
+    its ``get(key)`` returns a ``ValueWithExpiration`` whose ``value`` is a
+    ``DictionaryDHTValue`` for subkeyed records, and deleting a subkey from that value
+    removes the record.
+    """
+    node.protocol.storage = storage
+    node.protocol.cache = cache
+
+
+def local_storage(node: DHTNode) -> tuple[Any, Any]:
+    """``node``'s (storage, cache), as :func:`replace_storage` set them."""
+    return node.protocol.storage, node.protocol.cache

@@ -54,6 +54,9 @@ class NodeControl(Protocol):
 
     def transport_stats(self) -> dict[str, int]:
         """The transport's counters since start (published, delivered, ...); empty when solo."""
+    def refusals(self) -> dict[str, int]:
+        """The transport's own counters: ``refused_<reason>``, ``evicted``, ``stored_bytes``,
+        ``cached_bytes`` (hivemind's DHT; empty for other transports)."""
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -194,7 +197,8 @@ class ApiServer:
         return web.json_response({"peers": self.control.peer_rows()})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats()).encode()
+        body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats(),
+                               self.control.refusals()).encode()
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -286,8 +290,11 @@ class _Exposition:
         return "\n".join(self.lines) + "\n"
 
 
-def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None) -> str:
-    """The node's metrics in the Prometheus text format (version 0.0.4)."""
+def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None,
+                    refusals: Mapping[str, int] | None = None) -> str:
+    """The node's metrics in the Prometheus text format (version 0.0.4): ``transport`` and
+    ``refusals`` as :meth:`NodeControl.transport_stats` and :meth:`NodeControl.refusals` give
+    them (their families only when there are some)."""
     snap = state.snapshot()
     finished = snap["rounds_finished"]
     out = _Exposition()
@@ -318,4 +325,16 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])
+    if refusals:
+        refused = sorted((k.removeprefix("refused_"), n) for k, n in refusals.items() if k.startswith("refused_"))
+        out.family("swarmnode_transport_refused_total", "counter",
+                   "Records the transport itself refused (hivemind: its DHT's validator and storage budget), "
+                   "by reason.", [("swarmnode_transport_refused_total", {"reason": r}, n) for r, n in refused]
+                   or [("swarmnode_transport_refused_total", {"reason": ""}, 0)])
+        out.family("swarmnode_transport_evicted_total", "counter",
+                   "Records the transport's storage evicted to stay within its byte budget.",
+                   [("swarmnode_transport_evicted_total", {}, refusals.get("evicted", 0))])
+        out.family("swarmnode_transport_stored_bytes", "gauge", "Bytes of peers' records the transport holds now.",
+                   [("swarmnode_transport_stored_bytes", {"store": store}, refusals.get(f"{store}_bytes", 0))
+                    for store in ("stored", "cached")])
     return out.text()

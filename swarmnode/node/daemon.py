@@ -73,6 +73,9 @@ class Daemon:
     def transport_stats(self) -> dict[str, int]:
         return self.link.transport_stats() if self.link else {}
 
+    def refusals(self) -> dict[str, int]:
+        return self.link.refusals() if self.link else {}
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:

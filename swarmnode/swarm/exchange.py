@@ -4,7 +4,9 @@ Outgoing: this round's groups as a signed bundle. Incoming: a peer's bytes are v
 (:class:`~swarmnode.swarm.bundle.BundleVerifier`), every response is re-scored with this node's own
 verifier (a group it cannot verify is dropped; the sender's rewards are never used for
 training), and the groups go into the bounded :class:`~swarmnode.swarm.pool.ExternalPool`, from
-which the round draws its J external groups. The daemon and the experiment harness both
+which the round draws its J external groups. A bundle whose re-scored groups carry signal
+counts towards its sender's record (:class:`~swarmnode.swarm.standing.Standing`): until a
+peer has one, it shares the newcomers' minority of the pool and of the draws. The daemon and the experiment harness both
 use this class, so what the experiment measures is what a real node does.
 """
 
@@ -20,6 +22,7 @@ from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.pool import ExternalPool, PeerTable
 from swarmnode.records import Group, Question
+from swarmnode.swarm.standing import Standing
 
 
 class Rescorer(Protocol):
@@ -39,7 +42,9 @@ class Exchange:
                  state: EventSink | None = None, limits: BundleLimits = BundleLimits(),
                  on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
-        the transport's ``block``, so a banned flooder is dropped before any check)."""
+        the transport's ``block``, so a banned flooder is dropped before any check). Without
+        ``pool``, the exchange keeps a default-sized one that holds newcomers to
+        ``cfg.newcomer_share``."""
         self.identity = identity
         self.cfg = cfg
         self.scorer = scorer
@@ -47,7 +52,10 @@ class Exchange:
         self.state = state
         self.limits = limits
         self.verifier = BundleVerifier(swarm=cfg.swarm, own_peer_id=identity.peer_id, limits=limits)
-        self.pool = pool or ExternalPool()
+        self.standing = Standing(probation_rounds=cfg.probation_rounds)
+        if pool is None:
+            pool = ExternalPool(standing=self.standing, newcomer_share=cfg.newcomer_share)
+        self.pool = pool
         self.peers = PeerTable()
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 
@@ -64,20 +72,27 @@ class Exchange:
             self.peers.record_rejection(bucket, reason)
         return reason
 
+    def reject(self, peer_id: str | None, reason: str) -> None:
+        """A message rejected for ``reason``, here or by the transport's own check: counted
+        under ``peer_id``, its authenticated sender (None: counted as ``unknown``), and judged."""
+        self.guard.judge(peer_id, reason)
+        self.peers.record_rejection(peer_id, reason)
+        self._emit("bundle_rejected", peer=peer_id, reason=reason)
+
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
         verdict = self.verifier.check(data, now)
-        self.guard.judge(verdict.sender, verdict.reason)
         if not verdict.accepted:
-            self.peers.record_rejection(verdict.sender, verdict.reason)
-            self._emit("bundle_rejected", peer=verdict.sender, reason=verdict.reason)
+            self.reject(verdict.sender, verdict.reason)
             return verdict
+        self.guard.judge(verdict.sender, None)
         bundle = verdict.bundle
         rescored = []
         for g in bundle.groups:
             rewards = [self.scorer.score(g.question, r) for r in g.responses]
             if all(x is not None for x in rewards):
                 rescored.append(Group(g.question, g.responses, rewards, source=bundle.sender))
+        self.standing.note(bundle.sender, useful=any(g.has_signal() for g in rescored))
         self.pool.add(bundle.round, rescored)
         claimed = [x for g in bundle.groups for x in g.rewards]
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
@@ -86,16 +101,19 @@ class Exchange:
         return verdict
 
     def draw(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
-        """Up to ``n`` external groups for the round's training set (see ExternalPool.sample)."""
+        """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).
+        ``round_no`` is this node's round: it is the clock of peers' probation."""
+        self.standing.advance(round_no)
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
                                 max_peer_share=self.cfg.max_peer_share)
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and
-        ``pooled`` (its groups in the pool now)."""
+        ``pooled`` (its groups in the pool now) and ``established`` (it has a record here)."""
         pooled = self.pool.stats()["by_peer"]
         return [{**row, "banned_until": self.guard.banned_until(row["peer_id"]),
-                 "pooled": pooled.get(row["peer_id"], 0)} for row in self.peers.rows()]
+                 "pooled": pooled.get(row["peer_id"], 0),
+                 "established": self.standing.is_established(row["peer_id"])} for row in self.peers.rows()]
 
     def _emit(self, type: str, **data) -> None:
         if self.state is not None:

@@ -32,6 +32,9 @@ class SwarmLink(Protocol):
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
 
+    def refusals(self) -> dict[str, int]:
+        """The transport's own refusal counters (see :meth:`Transport.refusals`)."""
+
 
 class SoloLink:
     def share(self, round_no: int, groups: list[Group]) -> None:
@@ -45,6 +48,9 @@ class SoloLink:
 
     def peer_rows(self) -> list[dict]:
         return []
+
+    def refusals(self) -> dict[str, int]:
+        return {}
 
 
 class NetworkLink:
@@ -73,6 +79,7 @@ class NetworkLink:
 
     async def start(self) -> None:
         self.transport.set_handler(self._on_message)
+        self.transport.set_reject_handler(self.exchange.reject)
         await self.transport.start()
         self._watch = asyncio.create_task(self._watch_peers(), name="peer-watch")
 
@@ -127,3 +134,6 @@ class NetworkLink:
 
     def transport_stats(self) -> dict[str, int]:
         return dataclasses.asdict(self.transport.stats)
+
+    def refusals(self) -> dict[str, int]:
+        return self.transport.refusals()

@@ -1,9 +1,19 @@
 """Where peers' groups wait to be trained on, and what the node knows about each peer.
 
 :class:`ExternalPool` holds external groups that already carry this node's own rewards (the
-daemon re-scores every group on arrival), bounded per round, per peer and in total. The J
-external groups of a round are drawn from it: ``uniform`` (the SAPO paper) or
-``reward-weighted`` (the paper's suggested improvement), with a cap on any one peer's share.
+daemon re-scores every group on arrival), bounded per peer and in total. Age is arrival
+order at this node, never the round a sender declares: rounds are per-node counters that
+order one sender's bundles, never one sender's against another's, so a sender claiming
+round 10^9 is no newer than anyone else. When the pool is full, the peer holding the most
+(in the over-full class, see below) loses its oldest group: every peer keeps at least an
+equal share of the room it competes for.
+
+Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerShare`: with a
+:class:`~swarmnode.swarm.standing.Standing`, peers without a record (newcomers) hold at most
+``newcomer_share`` of the pool and get at most that share of a round's draws, together. The
+J external groups of a round are drawn peer first (each eligible peer equally likely, or in
+``reward-weighted`` mode weighted by the mean reward of its eligible groups), then one group
+of that peer (uniform, or reward-weighted), with a cap on any one peer's share.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
 reason, last round and the sender-reported mean reward (never used for training).
@@ -13,16 +23,15 @@ Both are thread-safe: transports deliver from their own threads.
 
 from __future__ import annotations
 
-import bisect
-import math
 import random
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
 from swarmnode.swarm.identity import name_from_peer_id
+from swarmnode.swarm.standing import PeerShare, Standing
 from swarmnode.records import Group
 
 SAMPLING_MODES = ("uniform", "reward-weighted")
@@ -32,33 +41,40 @@ REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
 
 
-@dataclass(order=True)
+@dataclass
 class _Entry:
-    round_no: int
-    seq: int
-    group: Group = field(compare=False)
-
-    @property
-    def peer(self) -> str:
-        return self.group.source
+    round_no: int  # as the sender declared it: for display and ``min_round`` only, never for age
+    seq: int  # arrival order at this node
+    group: Group
 
 
 class ExternalPool:
-    """Bounded store of peers' groups; when a cap is hit the oldest (lowest round, then first
-    arrived) group under that cap leaves first."""
+    """Bounded store of peers' groups (see the module doc for who leaves first).
 
-    def __init__(self, *, max_total: int = 2048, max_per_round: int = 512, max_per_peer: int = 128):
-        if min(max_total, max_per_round, max_per_peer) < 1:
+    ``standing`` None treats every peer as established (no newcomer limit): the experiment
+    harness, whose members are all known; a node passes its exchange's standing.
+    """
+
+    def __init__(self, *, max_total: int = 2048, max_per_peer: int = 128, standing: Standing | None = None,
+                 newcomer_share: float = 0.25):
+        if min(max_total, max_per_peer) < 1:
             raise ValueError("pool caps must be >= 1")
-        self.max_total, self.max_per_round, self.max_per_peer = max_total, max_per_round, max_per_peer
-        self._entries: list[_Entry] = []  # sorted by (round, arrival): oldest first
-        self._by_peer: Counter[str] = Counter()
+        if not 0.0 <= newcomer_share <= 1.0:
+            raise ValueError("newcomer_share must be within [0, 1]")
+        self.max_total, self.max_per_peer = max_total, max_per_peer
+        self.standing = standing
+        self.newcomer_share = 1.0 if standing is None else newcomer_share
+        self._by_peer: dict[str, deque[_Entry]] = {}  # each peer's groups, oldest first
         self._by_round: Counter[int] = Counter()
+        self._total = 0
         self._seq = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._total
+
+    def _established(self, peer: str) -> bool:
+        return self.standing is None or self.standing.is_established(peer)
 
     def add(self, round_no: int, groups: list[Group]) -> int:
         """Store ``groups`` of ``round_no`` (``.source`` = sender PeerID); returns how many stayed."""
@@ -67,71 +83,85 @@ class ExternalPool:
             for g in groups:
                 entry = _Entry(round_no, self._seq, g)
                 self._seq += 1
-                bisect.insort(self._entries, entry)
-                self._by_peer[entry.peer] += 1
+                self._by_peer.setdefault(g.source, deque()).append(entry)
                 self._by_round[round_no] += 1
+                self._total += 1
                 added.append(entry)
-                self._evict(entry)
-            kept = {id(e) for e in self._entries}
+                self._evict(g.source)
+            kept = {id(e) for q in self._by_peer.values() for e in q}
             return sum(id(e) in kept for e in added)
 
-    def _evict(self, entry: _Entry) -> None:
-        if self._by_peer[entry.peer] > self.max_per_peer:
-            self._remove_first(lambda e: e.peer == entry.peer)
-        if self._by_round[entry.round_no] > self.max_per_round:
-            self._remove_first(lambda e: e.round_no == entry.round_no)
-        if len(self._entries) > self.max_total:
-            self._remove_first(lambda e: True)
+    def _evict(self, peer: str) -> None:
+        """Bring the pool back within its caps after ``peer`` added one group."""
+        if len(self._by_peer[peer]) > self.max_per_peer:
+            self._remove_oldest(peer)
+        newcomer_room = PeerShare(newcomer_share=self.newcomer_share).newcomers(self.max_total)
+        newcomers = [p for p in self._by_peer if not self._established(p)]
+        if newcomers and sum(len(self._by_peer[p]) for p in newcomers) > newcomer_room:
+            self._remove_oldest(self._largest(newcomers))
+        if self._total > self.max_total:
+            established = [p for p in self._by_peer if self._established(p)]
+            self._remove_oldest(self._largest(established or newcomers))
 
-    def _remove_first(self, match: Callable[[_Entry], bool]) -> None:
-        for i, e in enumerate(self._entries):
-            if match(e):
-                del self._entries[i]
-                self._by_peer[e.peer] -= 1
-                self._by_round[e.round_no] -= 1
-                if not self._by_peer[e.peer]:
-                    del self._by_peer[e.peer]
-                if not self._by_round[e.round_no]:
-                    del self._by_round[e.round_no]
-                return
+    def _largest(self, peers: list[str]) -> str:
+        """The peer holding the most groups; of equals, the one with the oldest group."""
+        return max(peers, key=lambda p: (len(self._by_peer[p]), -self._by_peer[p][0].seq))
+
+    def _remove_oldest(self, peer: str) -> None:
+        queue = self._by_peer[peer]
+        entry = queue.popleft()
+        if not queue:
+            del self._by_peer[peer]
+        self._total -= 1
+        self._by_round[entry.round_no] -= 1
+        if not self._by_round[entry.round_no]:
+            del self._by_round[entry.round_no]
 
     def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: str = "uniform",
                max_peer_share: float = 0.5, min_round: int | None = None) -> list[Group]:
-        """Up to ``n`` distinct groups with signal, never from ``exclude``, at most
-        ``max(1, ceil(max_peer_share * n))`` from one peer; deterministic given ``rng``.
+        """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
+        :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
+        newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
 
-        ``uniform`` draws each eligible group with equal chance; ``reward-weighted`` with
-        chance proportional to its mean (receiver) reward plus :data:`REWARD_FLOOR`.
+        ``uniform`` draws each eligible peer with equal chance, then one of its eligible groups
+        with equal chance; ``reward-weighted`` weights a group by its mean (receiver) reward
+        plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
+        sending more groups never raises a peer's chance).
         """
         if mode not in SAMPLING_MODES:
             raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
         with self._lock:
-            candidates = [e.group for e in self._entries
-                          if e.peer != exclude and (min_round is None or e.round_no >= min_round)
-                          and e.group.has_signal()]
-        per_peer_cap = max(1, math.ceil(max_peer_share * n))
-        if mode == "uniform":
-            weights = [1.0] * len(candidates)
-        else:
-            weights = [max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR for g in candidates]
-        taken: Counter[str] = Counter()
+            candidates: dict[str, list[Group]] = {}
+            for peer, queue in self._by_peer.items():
+                if peer == exclude:
+                    continue
+                eligible = [e.group for e in queue
+                            if (min_round is None or e.round_no >= min_round) and e.group.has_signal()]
+                if eligible:
+                    candidates[peer] = eligible
+            established = {p: self._established(p) for p in candidates}
+        weights = {p: [1.0 if mode == "uniform" else max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR
+                       for g in gs] for p, gs in candidates.items()}
+        share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
+        peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
+                           None if mode == "uniform" else {p: sum(w) / len(w) for p, w in weights.items()})
         out: list[Group] = []
-        while len(out) < n and candidates:
-            i = rng.choices(range(len(candidates)), weights)[0]
-            g = candidates.pop(i)
-            weights.pop(i)
-            out.append(g)
-            taken[g.source] += 1
-            if taken[g.source] >= per_peer_cap:
-                keep = [j for j, c in enumerate(candidates) if c.source != g.source]
-                candidates = [candidates[j] for j in keep]
-                weights = [weights[j] for j in keep]
+        for peer in peers:
+            i = rng.choices(range(len(candidates[peer])), weights[peer])[0]
+            out.append(candidates[peer].pop(i))
+            weights[peer].pop(i)
         return out
 
-    def stats(self) -> dict:
-        """``{"total": n, "by_peer": {peer: n}, "by_round": {round: n}}``."""
+    def groups(self) -> list[Group]:
+        """Every pooled group, in arrival order."""
         with self._lock:
-            return {"total": len(self._entries), "by_peer": dict(self._by_peer),
+            entries = [e for q in self._by_peer.values() for e in q]
+        return [e.group for e in sorted(entries, key=lambda e: e.seq)]
+
+    def stats(self) -> dict:
+        """``{"total": n, "by_peer": {peer: n}, "by_round": {declared round: n}}``."""
+        with self._lock:
+            return {"total": self._total, "by_peer": {p: len(q) for p, q in self._by_peer.items()},
                     "by_round": dict(sorted(self._by_round.items()))}
 
 

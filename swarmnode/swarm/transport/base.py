@@ -33,6 +33,8 @@ from swarmnode.swarm.bundle import BundleRejected, open_envelope
 log = logging.getLogger("swarmnode.swarm.transport")
 
 MessageHandler = Callable[[bytes], None]
+# (authenticated author PeerID, reason code): a message the transport itself dropped.
+RejectHandler = Callable[[str, str], None]
 
 DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
 # Enough for BundleLimits.max_bytes (256 KiB) plus framing.
@@ -92,19 +94,25 @@ def peer_id_of(maddr: str) -> str | None:
     return None
 
 
-def signed_by(author: str, data: bytes) -> bool:
-    """True when ``data`` is a well-formed bundle envelope signed by PeerID ``author``.
+def relay_rejection(author: str, data: bytes) -> str | None:
+    """Why a relay must not pass ``data`` on from PeerID ``author`` (a bundle reason code:
+    ``too_large``, the envelope's reasons, ``peer_id_mismatch`` for a bundle signed by
+    another key), or None when it is a well-formed bundle envelope signed by ``author``.
 
-    The check a relay makes before passing a message on: cheap (no payload parsing) and it
-    never raises.
+    Cheap (no payload parsing) and it never raises.
     """
     if len(data) > MAX_MESSAGE_BYTES:
-        return False
+        return "too_large"
     try:
         sender, _ = open_envelope(data)
-    except BundleRejected:
-        return False
-    return sender == author
+    except BundleRejected as exc:
+        return exc.reason
+    return None if sender == author else "peer_id_mismatch"
+
+
+def signed_by(author: str, data: bytes) -> bool:
+    """True when ``data`` is a well-formed bundle envelope signed by PeerID ``author``."""
+    return relay_rejection(author, data) is None
 
 
 def local_ipv4_addresses() -> list[str]:
@@ -154,6 +162,7 @@ class Transport(ABC):
         self.announce = announce
         self.stats = TransportStats()
         self._handler: MessageHandler | None = None
+        self._reject_handler: RejectHandler | None = None
         self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_task: asyncio.Task | None = None
@@ -165,6 +174,12 @@ class Transport(ABC):
     def set_handler(self, handler: MessageHandler) -> None:
         """Call ``handler(data)`` on the asyncio loop for each new message from another peer."""
         self._handler = handler
+
+    def set_reject_handler(self, handler: RejectHandler) -> None:
+        """Call ``handler(author, reason)`` on the asyncio loop for each message the transport
+        drops itself (a relay check) whose author it authenticated, so it is counted like the
+        bundles the node rejects."""
+        self._reject_handler = handler
 
     async def start(self) -> None:
         """Open the transport; returns once it listens, whether or not any peer answers.
@@ -194,6 +209,11 @@ class Transport(ABC):
         """Drop everything from ``peer_id`` for ``seconds`` inside the transport, where it can, so
         a banned flooder costs no signature checks; thread-safe. Pull-based transports, where a
         peer cannot push, need nothing here."""
+
+    def refusals(self) -> dict[str, int]:
+        """What the transport refused or evicted below the bundle checks, by reason, as of
+        now (``hivemind``: its DHT's record validator and storage budget; for ``/metrics``)."""
+        return {}
 
     async def publish(self, round_no: int, data: bytes) -> None:
         """Offer ``data`` (this node's bundle for ``round_no``) to the swarm; never raises."""
@@ -239,10 +259,16 @@ class Transport(ABC):
 
     # -- shared machinery ------------------------------------------------------------------
 
-    def _deliver(self, data: bytes) -> None:
-        """Hand one received message to the handler; call on the asyncio loop only."""
+    def _deliver(self, data: bytes, author: str | None = None) -> None:
+        """Hand one received message to the handler; call on the asyncio loop only.
+
+        ``author``: the sender the transport authenticated, if it did (gossipsub's signed
+        origin). A pushed repeat of a message already delivered is a replay by its author,
+        reported to the reject handler; without an author (a record read twice) it is not."""
         if not self._remember(data):
             self.stats.duplicates += 1
+            if author is not None and self._reject_handler is not None:
+                self._reject_handler(author, "replay")
             return
         self.stats.delivered += 1
         if self._handler is None:
@@ -253,11 +279,17 @@ class Transport(ABC):
             self.stats.handler_errors += 1
             log.exception("%s transport: the message handler failed", self.name)
 
-    def _deliver_threadsafe(self, data: bytes) -> None:
+    def _deliver_threadsafe(self, data: bytes, author: str | None = None) -> None:
         """:meth:`_deliver` from any thread."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._deliver, data)
+            loop.call_soon_threadsafe(self._deliver, data, author)
+
+    def _reject_threadsafe(self, author: str, reason: str) -> None:
+        """Report a message dropped inside the transport, from any thread."""
+        loop, handler = self._loop, self._reject_handler
+        if handler is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(handler, author, reason)
 
     def _remember(self, data: bytes) -> bool:
         """Record ``data`` as seen; False if it was seen recently."""

@@ -10,9 +10,21 @@ Keys, as RL Swarm's GenRL backend does it, one subkey per peer:
   reader cannot guess them from its own.
 
 :class:`SwarmRecordValidator` runs in every node's DHT and refuses any record a peer could
-forge: a rounds record must be a bundle (checked with :func:`swarmnode.swarm.bundle.open_envelope`)
-signed by the subkey's PeerID, for this swarm and this key's round; a heads record must carry
-the subkey owner's signature. Nothing else is stored: this DHT exists for swarmnode only.
+forge or that this swarm's protocol does not need: a rounds record must be a valid bundle
+(:func:`~swarmnode.swarm.bundle.open_envelope`, then
+:func:`~swarmnode.swarm.bundle.parse_payload`) signed by the subkey's PeerID, for this swarm
+and this key's round, expiring no later than its signed ``created`` + :data:`BUNDLE_TTL` (+
+:data:`PUBLISH_SLACK`); a heads record must carry the subkey owner's signature, which covers
+its expiry; no record may expire later than its kind's TTL (+ :data:`MAX_CLOCK_SKEW`) from now,
+or exceed its kind's size. hivemind runs the validator on what it stores *and* on what it
+reads, so it holds no per-signer state; :class:`BoundedStorage` (installed in the DHT process
+in place of hivemind's unbounded storage and cache) bounds bytes per signer and in total.
+Refusals are counted in the DHT process and read back with :func:`_counters`.
+
+Heads that lead nowhere cost a bounded number of fetches (:data:`_MISSING_RECORD_TRIES`, a
+failed fetch included), and one poll fetches the rounds of at most :data:`FETCH_HEADS_PER_POLL`
+peers, split by :class:`~swarmnode.swarm.standing.PeerShare` between peers whose records
+arrived before and the rest as one crowd.
 
 hivemind's DHT runs in a forked process and talks over a pipe. Every call goes through
 :meth:`HivemindTransport._call`, which sends from a worker thread (never blocking the event
@@ -29,9 +41,13 @@ import contextlib
 import logging
 import os
 import shutil
+import heapq
+import random
 import struct
 import tempfile
 import threading
+import time
+from collections import Counter, OrderedDict
 from functools import partial
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -42,9 +58,11 @@ from hivemind.p2p import PeerID
 from hivemind.utils import MSGPackSerializer, get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import connect, ping, record_key_id, routed_peers
-from swarmnode.swarm.bundle import BundleRejected, open_envelope
+from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValue, connect, local_storage, ping,
+                                       record_key_id, replace_storage, routed_peers)
+from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
+from swarmnode.swarm.standing import PeerShare
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
 
 log = logging.getLogger("swarmnode.swarm.transport")
@@ -58,6 +76,40 @@ _SIGNATURE = 64
 _CALL_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0
 _MISSING_RECORD_TRIES = 5
+# How far a writer's clock may run ahead of this node's, for record expirations.
+MAX_CLOCK_SKEW = 30.0
+# Peers before the signed-expiry rule set a bundle record's expiry to "now + TTL" when they
+# store it, a moment after the bundle was created; this much later than created + TTL is allowed.
+PUBLISH_SLACK = 60.0
+MAX_HEAD_BYTES = 96  # a msgpack int (at most 9 bytes) and the 64-byte signature, with room
+MAX_ROUNDS_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
+STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records
+CACHE_BYTES = 8 * 1024 * 1024  # records peers ask this node to cache
+SIGNER_BYTES = 1024 * 1024  # one signer's records in either (a few large bundles, hundreds of usual ones)
+# Signers held under one key (the heads key holds one per peer): every read of a key returns
+# all of them, and every store traverses nodes that return them, so this bounds what a crowd
+# of keys makes each read cost. Signers already held may always refresh their record.
+SUBKEYS_PER_KEY = 1024
+ENTRY_OVERHEAD = 512  # bytes a stored record costs beyond its value (keys, expiry, Python objects)
+FETCH_HEADS_PER_POLL = 16
+_CATCH_UP = 4  # most rounds of one peer fetched in one poll
+# One poll's fetches: peers whose records arrived before (or connected, in the routing table)
+# each alike; every other head, as one crowd, at most a quarter of them.
+FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
+_DELIVERED_MEMORY = 4096
+# A record is replaced only by one expiring this much later: hivemind keeps a heap entry per
+# store until it expires, so each record's re-stores are held to 1 / _MIN_REFRESH a second.
+_MIN_REFRESH = 0.25
+_VERIFIED_CACHE = 65_536  # records already checked (the heads record is re-read every poll)
+
+# Counters of the process the validator and storage run in (the DHT process), read back by
+# ``_counters``: refusals by reason, records evicted to keep within budget.
+_COUNTS: Counter[str] = Counter()
+
+
+def _refuse(reason: str) -> bool:
+    _COUNTS["refused_" + reason] += 1
+    return False
 
 
 def rounds_key(swarm: str, round_no: int) -> str:
@@ -75,10 +127,13 @@ def _write_private(path: str, data: bytes) -> None:
 
 
 class SwarmRecordValidator(RecordValidatorBase):
-    """Accepts only records a peer can write: its own bundles and its own head (see module doc).
+    """Accepts only records this swarm's protocol writes, each within its bounds (see the
+    module doc); refusals are counted by reason (``far_expiry``, ``too_large``,
+    ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``unsigned_expiry``, ``malformed``).
 
     ``identity`` (the local node's) signs the local node's heads records; a validator without
-    one only checks.
+    one only checks. Stateless but for a memory of heads records already found valid (the
+    heads record is re-read every poll; its signatures are not checked again).
     """
 
     def __init__(self, swarm: str, identity: NodeIdentity | None = None):
@@ -86,32 +141,67 @@ class SwarmRecordValidator(RecordValidatorBase):
         self._heads_id = record_key_id(heads_key(swarm))
         self._identity = identity
         self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
+        self._verified: OrderedDict[tuple[bytes, bytes, float], None] = OrderedDict()
+
+    def __getstate__(self) -> dict:  # the memory stays behind when the validator goes to the DHT process
+        return {**self.__dict__, "_verified": OrderedDict()}
 
     def validate(self, record: DHTRecord) -> bool:
         try:
             return self._validate(record)
         except Exception:  # any malformed field from a peer is a refusal, never an error
-            return False
+            return _refuse("malformed")
 
     def _validate(self, record: DHTRecord) -> bool:
+        heads = record.key == self._heads_id
+        if len(record.value) > (MAX_HEAD_BYTES if heads else MAX_ROUNDS_RECORD_BYTES):
+            return _refuse("too_large")
+        # Checked before the cache: what was valid stays valid as time passes, except this.
+        if record.expiration_time > get_dht_time() + (HEAD_TTL if heads else BUNDLE_TTL) + MAX_CLOCK_SKEW:
+            return _refuse("far_expiry")
+        if not heads:
+            return self._check_rounds(record)
+        seen = (record.subkey, record.value, record.expiration_time)  # small: a head is at most 96 bytes
+        if seen in self._verified:
+            self._verified.move_to_end(seen)
+            return True
+        ok = self._check_head(record)
+        if ok:
+            self._verified[seen] = None
+            while len(self._verified) > _VERIFIED_CACHE:
+                self._verified.popitem(last=False)
+        return ok
+
+    def _check_head(self, record: DHTRecord) -> bool:
         subkey = MSGPackSerializer.loads(record.subkey)
-        if not isinstance(subkey, str):
-            return False
-        if record.key == self._heads_id:
-            body, signature = record.value[:-_SIGNATURE], record.value[-_SIGNATURE:]
-            if len(signature) != _SIGNATURE or type(MSGPackSerializer.loads(body)) is not int:
-                return False
-            return verify_signature(public_key_from_peer_id(subkey), self._head_message(record, body), signature)
+        body, signature = record.value[:-_SIGNATURE], record.value[-_SIGNATURE:]
+        if (not isinstance(subkey, str) or len(signature) != _SIGNATURE
+                or type(MSGPackSerializer.loads(body)) is not int):
+            return _refuse("malformed")
+        if not verify_signature(public_key_from_peer_id(subkey), self._head_message(record, body), signature):
+            return _refuse("bad_signature")
+        return True
+
+    def _check_rounds(self, record: DHTRecord) -> bool:
+        subkey = MSGPackSerializer.loads(record.subkey)
         value = MSGPackSerializer.loads(record.value)
-        if not isinstance(value, bytes):
-            return False
+        if not isinstance(subkey, str) or not isinstance(value, bytes):
+            return _refuse("malformed")
         try:
             sender, payload = open_envelope(value)
         except BundleRejected:
-            return False
-        round_no = payload.get("round")
-        return (sender == subkey and payload.get("swarm") == self.swarm and type(round_no) is int
-                and record.key == record_key_id(rounds_key(self.swarm, round_no)))
+            return _refuse("bad_envelope")
+        try:
+            bundle = parse_payload(payload, "")
+        except BundleRejected:
+            return _refuse("not_a_bundle")
+        if (sender != subkey or bundle.swarm != self.swarm
+                or record.key != record_key_id(rounds_key(self.swarm, bundle.round))):
+            return _refuse("foreign_key")
+        # The record's expiry is not signed; the bundle's creation time is.
+        if record.expiration_time > bundle.created + BUNDLE_TTL + PUBLISH_SLACK:
+            return _refuse("unsigned_expiry")
+        return True
 
     def sign_value(self, record: DHTRecord) -> bytes:
         if self._identity is not None and record.key == self._heads_id and record.subkey == self._own_subkey:
@@ -126,7 +216,128 @@ class SwarmRecordValidator(RecordValidatorBase):
         return HEAD_DOMAIN + record.key + record.subkey + struct.pack(">d", record.expiration_time) + body
 
 
+class BoundedStorage(DHTLocalStorage):
+    """hivemind's local DHT storage within ``budget`` bytes and ``per_signer`` bytes a signer
+    (the subkey: every record this swarm stores is signed by its subkey's PeerID).
+
+    Over a signer's bound, that signer's records expiring first leave; over the budget, the
+    records expiring first of the signer holding the most bytes leave (the writer's own, if it
+    would then hold the most; if it has none, the record is refused), so every signer keeps at
+    least an equal share of the room whatever a crowd of keys stores. Only subkeyed
+    records are stored (the validator admits no other), and a record is replaced only by one
+    expiring at least :data:`_MIN_REFRESH` later, so re-storing one record cannot grow
+    hivemind's heaps faster than that. At most ``per_key`` signers are held under one key;
+    a new one beyond is refused until some expire. Counted in ``_COUNTS``: ``evicted``,
+    ``refused_*``.
+    """
+
+    def __init__(self, budget: int, per_signer: int, per_key: int = SUBKEYS_PER_KEY):
+        super().__init__()
+        self.budget, self.per_signer, self.per_key = budget, per_signer, per_key
+        self.total = 0
+        self._subkeys: Counter[DHTID] = Counter()  # signers held under each key
+        self._held: dict[str, dict[DHTID, tuple[int, float]]] = {}  # signer -> key -> (bytes, expiration)
+        self._signer_bytes: Counter[str] = Counter()
+        self._heap: list[tuple[int, str]] = []  # (-bytes, signer), stale entries skipped on pop
+        self._purged_at = 0.0
+
+    def store(self, key: DHTID, value: Any, expiration_time: float, subkey: Any = None) -> bool:
+        if subkey is None:
+            return _refuse("not_subkeyed")
+        return self.store_subkey(key, subkey, value, expiration_time)
+
+    def store_subkey(self, key: DHTID, subkey: Any, value: bytes, expiration_time: float) -> bool:
+        if not isinstance(subkey, str) or not isinstance(value, bytes):
+            return _refuse("malformed")
+        size = len(value) + len(subkey) + ENTRY_OVERHEAD
+        old = self._held.get(subkey, {}).get(key)
+        if old is not None and expiration_time < old[1] + _MIN_REFRESH:
+            return _refuse("too_frequent")
+        if size > self.per_signer:
+            return _refuse("too_large")
+        if old is None and self._subkeys[key] >= self.per_key:
+            return _refuse("key_full")  # the signers already held keep their place
+        self._purge_expired()
+        old_size = old[0] if old else 0
+        while self._signer_bytes[subkey] - old_size + size > self.per_signer:
+            if not self._evict_first(subkey, keep=key):
+                return _refuse("signer_full")
+        while self.total - old_size + size > self.budget:
+            victim = self._largest()
+            if victim is None or self._signer_bytes[subkey] - old_size + size >= self._signer_bytes[victim]:
+                victim = subkey  # the writer would hold the most: it makes room from its own records
+            if not self._evict_first(victim, keep=key):
+                return _refuse("storage_full")
+        if not super().store_subkey(key, subkey, value, expiration_time):
+            return False
+        self._account(subkey, key, size, expiration_time)
+        return True
+
+    def _account(self, signer: str, key: DHTID, size: int, expiration: float | None) -> None:
+        """Set (or with ``expiration`` None, drop) what ``signer`` holds under ``key``."""
+        held = self._held.setdefault(signer, {})
+        old = held.pop(key, None)
+        self._subkeys[key] += (expiration is not None) - (old is not None)
+        if not self._subkeys[key]:
+            del self._subkeys[key]
+        delta = (size if expiration is not None else 0) - (old[0] if old else 0)
+        if expiration is not None:
+            held[key] = (size, expiration)
+        if not held:
+            del self._held[signer]
+        self.total += delta
+        self._signer_bytes[signer] += delta
+        if self._signer_bytes[signer] <= 0:
+            del self._signer_bytes[signer]
+        else:
+            heapq.heappush(self._heap, (-self._signer_bytes[signer], signer))
+
+    def _largest(self) -> str | None:
+        while self._heap:
+            neg, signer = self._heap[0]
+            if self._signer_bytes.get(signer) == -neg:
+                return signer
+            heapq.heappop(self._heap)
+        return None
+
+    def _evict_first(self, signer: str, keep: DHTID | None) -> bool:
+        """Remove ``signer``'s record expiring first (never the one under ``keep``)."""
+        held = {k: v for k, v in self._held.get(signer, {}).items() if k != keep}
+        if not held:
+            return False
+        key = min(held, key=lambda k: held[k][1])
+        found = super().get(key)
+        if found is not None and isinstance(found.value, DictionaryDHTValue):
+            del found.value[signer]
+        self._account(signer, key, 0, None)
+        _COUNTS["evicted"] += 1
+        return True
+
+    def _purge_expired(self) -> None:
+        """Forget the accounting of records hivemind has let expire (at most once a second)."""
+        now = get_dht_time()
+        if now - self._purged_at < 1.0:
+            return
+        self._purged_at = now
+        for signer, held in list(self._held.items()):
+            for key, (_, expiration) in list(held.items()):
+                if expiration < now:
+                    self._account(signer, key, 0, None)
+
+
 # -- coroutines run inside the DHT process (module level so the pipe can pickle them) --------
+
+async def _bound_storage(_dht: Any, node: DHTNode) -> None:
+    """Put :class:`BoundedStorage` in place of the DHT protocol's unbounded storage and cache."""
+    replace_storage(node, BoundedStorage(STORAGE_BYTES, SIGNER_BYTES), BoundedStorage(CACHE_BYTES, SIGNER_BYTES))
+
+
+async def _counters(_dht: Any, node: DHTNode) -> dict[str, int]:
+    """The DHT process's refusal and eviction counters, and the bytes its storage holds."""
+    storage, cache = local_storage(node)
+    held = {"stored_bytes": storage.total, "cached_bytes": cache.total}
+    return {**_COUNTS, **held}
+
 
 async def _visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
     return [str(m) for m in await node.get_visible_maddrs()]
@@ -186,13 +397,15 @@ async def _guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Aw
         return False, f"{type(exc).__name__}: {exc}"
 
 
-async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str) -> None:
+async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str,
+                 created: float) -> None:
     with open(path, "rb") as fh:
         data = fh.read()
     os.unlink(path)
     now = get_dht_time()
     # The bundle first: once a reader sees the head, the record it points to is already stored.
-    if not await node.store(rounds_key(swarm, round_no), data, now + BUNDLE_TTL, subkey=peer_id):
+    # Its expiry is bound to the signed creation time (validators refuse a later one).
+    if not await node.store(rounds_key(swarm, round_no), data, created + BUNDLE_TTL, subkey=peer_id):
         raise RuntimeError("no DHT node accepted the bundle record")
     if not await node.store(heads_key(swarm), round_no, now + HEAD_TTL, subkey=peer_id):
         raise RuntimeError("no DHT node accepted the head record")
@@ -256,8 +469,12 @@ class HivemindTransport(Transport):
         self._poll_task: asyncio.Task | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
-        self._heads_done: dict[str, int] = {}   # peer -> latest round whose record was fetched
+        self._heads_done: dict[str, int] = {}   # peer -> latest round fetched, or given up on
         self._heads_tries: dict[tuple[str, int], int] = {}
+        self._delivered: OrderedDict[str, None] = OrderedDict()  # peers whose records arrived, newest last
+        self._rng = random.Random()
+        self._dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
+        self._polls = 0
         self._poll_failed = False
         self._spool: str | None = None  # private directory: the key for p2pd, bundles for the DHT process
         self._spooled = 0
@@ -281,8 +498,10 @@ class HivemindTransport(Transport):
             if self.announce:
                 kwargs["announce_maddrs"] = [self.announce]
             validator = SwarmRecordValidator(self.swarm, self.identity)
+            # No caching of what this node reads: every poll reads fresh, and a cache (here, or
+            # pushed to the nearest peers) would only hold and spread what a peer wrote.
             self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
-                                                        **kwargs))
+                                                        cache_locally=False, cache_nearest=0, **kwargs))
         except Exception as exc:
             raise TransportError(f"the hivemind DHT could not start on {self.listen}: {exc}") from None
         finally:
@@ -290,6 +509,7 @@ class HivemindTransport(Transport):
             with contextlib.suppress(OSError):
                 os.unlink(key_file)
         try:
+            await self._call(_bound_storage)
             await self._call(partial(_watch_parent, parent=os.getpid()))
             self._addresses = await self._call(_visible_addresses)
             own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
@@ -325,7 +545,7 @@ class HivemindTransport(Transport):
         path = os.path.join(self._spool, f"bundle-{self._spooled}")
         await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
-                                 path=path))
+                                 path=path, created=float(open_envelope(data)[1]["created"])))
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -340,6 +560,10 @@ class HivemindTransport(Transport):
 
     def addresses(self) -> list[str]:
         return list(self._addresses)
+
+    def refusals(self) -> dict[str, int]:
+        """The DHT process's counters (:func:`_counters`), read every tenth poll."""
+        return dict(self._dht_counters)
 
     async def _call(self, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> Any:
         """Run ``coro(dht, node)`` in the DHT process and return its result."""
@@ -360,6 +584,7 @@ class HivemindTransport(Transport):
 
     async def _poll_loop(self) -> None:
         while True:
+            started = time.monotonic()
             try:
                 await self._poll_once()
                 self._poll_failed = False
@@ -371,7 +596,9 @@ class HivemindTransport(Transport):
                 if not self._poll_failed:  # one line per outage, not one per second
                     log.warning("hivemind transport: reading the swarm's records failed: %r", exc)
                 self._poll_failed = True
-            await asyncio.sleep(self.poll_interval)
+            # A poll that took long (a large heads record) is followed by as long a pause: the
+            # DHT process serves one call at a time, and publishing must not wait behind polls.
+            await asyncio.sleep(max(self.poll_interval, time.monotonic() - started))
 
     async def _relaunch(self, dead: hivemind.DHT) -> None:
         """Replace a DHT process that died; the join loop then finds the swarm again."""
@@ -388,21 +615,43 @@ class HivemindTransport(Transport):
 
     async def _poll_once(self) -> None:
         heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
+        self._polls += 1
+        if self._polls % 10 == 1:
+            self._dht_counters = await self._call(_counters)
+        # Only heads announced now are remembered: junk keys come and go, memory must not grow.
+        self._heads_done = {p: r for p, r in self._heads_done.items() if heads.get(p) is not None}
         fresh = {peer: r for peer, r in heads.items()
                  if peer != self.identity.peer_id and self._heads_done.get(peer) != r}
+        self._heads_tries = {k: n for k, n in self._heads_tries.items() if fresh.get(k[0]) == k[1]}
         if not fresh:
             return
-        # The round before a new head too: a peer may have published twice since the last poll.
-        rounds = sorted({r for head in fresh.values() for r in (head - 1, head)})
-        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=rounds))
-        got = set()
+        routed = set(self._peers)
+        chosen = FETCH_SHARE.pick(FETCH_HEADS_PER_POLL, dict.fromkeys(fresh, 1),
+                                  lambda p: p in self._delivered or p in routed, self._rng)
+        # The rounds since the last one fetched (up to _CATCH_UP): a peer may have published
+        # several times since the last poll; of a peer not fetched before, the head and the one before.
+        rounds = set()
+        for peer in chosen:
+            head, done = fresh[peer], self._heads_done.get(peer)
+            first = done + 1 if done is not None and done < head else head - 1
+            rounds.update(range(max(first, head - _CATCH_UP + 1, 0), head + 1))
+        for peer in chosen:
+            # The try counts before the fetch: a fetch that fails or times out is a try too.
+            key = (peer, fresh[peer])
+            tries = self._heads_tries.pop(key, 0) + 1
+            if tries >= _MISSING_RECORD_TRIES:
+                self._heads_done[peer] = fresh[peer]  # given up: this head costs nothing more
+            else:  # the head may have arrived before its record reached the nodes we asked
+                self._heads_tries[key] = tries
+        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=sorted(rounds)))
         for round_no, sender, data in records:
-            got.add((sender, round_no))
-            if sender != self.identity.peer_id:
-                self._deliver(data)
-        for peer, r in fresh.items():
-            tries = self._heads_tries.pop((peer, r), 0) + 1
-            if (peer, r) in got or tries >= _MISSING_RECORD_TRIES:
-                self._heads_done[peer] = r
-            else:  # the head arrived before its record reached the nodes we asked; ask again
-                self._heads_tries[(peer, r)] = tries
+            if sender == self.identity.peer_id:
+                continue
+            self._deliver(data)
+            if fresh.get(sender) == round_no:
+                self._heads_done[sender] = round_no
+                self._heads_tries.pop((sender, round_no), None)
+            self._delivered[sender] = None
+            self._delivered.move_to_end(sender)
+            while len(self._delivered) > _DELIVERED_MEMORY:
+                self._delivered.popitem(last=False)

@@ -29,7 +29,7 @@ import logging
 import random
 import threading
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import multiaddr
 import trio
@@ -43,7 +43,7 @@ from libp2p.pubsub.pubsub import Pubsub
 
 from swarmnode.compat.libp2p import allow_redial, run_service, stop_seen_cache
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
-                                      peer_id_of, signed_by)
+                                      peer_id_of, relay_rejection)
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -172,7 +172,8 @@ class Libp2pTransport(Transport):
             gossipsub = GossipSub(protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID], degree=6,
                                   degree_low=4, degree_high=12, heartbeat_interval=1)
             pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=2 * MAX_MESSAGE_BYTES)
-            pubsub.set_topic_validator(self.topic, _relay_check, is_async_validator=False)
+            pubsub.set_topic_validator(self.topic, partial(_relay_check, self._reject_threadsafe),
+                                       is_async_validator=False)
             host.set_stream_handler(PEERS_PROTOCOL, partial(_answer_peers, host))
             try:
                 async with host.run([listen]), run_service(pubsub), run_service(gossipsub):
@@ -204,7 +205,7 @@ class Libp2pTransport(Transport):
             message = await subscription.get()
             if message.from_id == own_id:
                 continue
-            self._deliver_threadsafe(bytes(message.data))
+            self._deliver_threadsafe(bytes(message.data), str(ID(message.from_id)))
 
     async def _refresh_peers(self, host: Any) -> None:
         while True:
@@ -249,13 +250,19 @@ async def _blacklist_for(pubsub: Any, peer: ID, seconds: float) -> None:
         pubsub.remove_from_blacklist(peer)
 
 
-def _relay_check(forwarder: ID, message: Any) -> bool:
-    """Topic validator: relay only bundles whose signer is the gossip message's author."""
+def _relay_check(on_reject: Callable[[str, str], None], forwarder: ID, message: Any) -> bool:
+    """Topic validator: relay only bundles whose signer is the gossip message's author.
+
+    pubsub has verified the message's signature (strict signing) before it calls this, so a
+    drop is reported to ``on_reject`` under that signed origin."""
     try:
         author = str(ID(message.from_id))
     except Exception:
         return False
-    return signed_by(author, bytes(message.data))
+    reason = relay_rejection(author, bytes(message.data))
+    if reason is not None:
+        on_reject(author, reason)
+    return reason is None
 
 
 def _dialable(host: Any, peer: ID) -> list[str]:

@@ -1,0 +1,154 @@
+"""A peer's share, and which peers have earned a full one.
+
+Keys are free: anyone can join an open swarm with as many identities as they like. So
+nothing a node hands out to peers (room in its pool, the J external slots of a round, and
+the fetches of a round when it cannot read every peer) is split by what peers send or claim
+(volume, declared round numbers). It is split over *peers*, by one rule, :class:`PeerShare`:
+
+* every established peer with something to offer is equally likely to get each slot
+  (uniform over peers, then one of that peer's items), so a prolific peer gets no more than
+  a quiet one; peers without a record (*newcomers*) compete for a slot as one crowd, as
+  likely as one established peer, then one member of the crowd gets it;
+* no peer gets more than ``max(1, ceil(max_peer_share * n))`` of ``n`` slots;
+* newcomers get at most ``floor(newcomer_share * n)`` of the ``n`` slots *together*,
+  however many of them there are: a crowd of fresh keys shares one minority slice.
+
+:class:`Standing` says who has a record: a peer is *established* once bundles from it whose
+groups, re-scored by this node, carried signal arrived in ``probation_rounds`` distinct rounds
+of this node, and then only ``promotions_per_round`` peers a round are promoted, oldest
+qualifier first. Like the time-in-mesh and first-delivery terms of gossipsub v1.1's peer
+score, a record costs each key time and useful work; unlike a score, it has no weights to
+game. Honest peers a node already knows stay established however many newcomers arrive, and
+a flood of fresh keys only churns the newcomer rows (the table is bounded, established rows
+are forgotten last).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+PROMOTIONS_PER_ROUND = 2
+
+
+@dataclass(frozen=True)
+class PeerShare:
+    """How ``n`` slots of anything are split among peers (see the module doc).
+
+    Used by :class:`swarmnode.swarm.pool.ExternalPool` for the room in the pool and for a
+    round's J draws; meant as well for choosing which K peers a round fetches from (pass
+    ``available`` 1 for each peer to get K distinct peers).
+    """
+
+    max_peer_share: float = 0.5
+    newcomer_share: float = 0.25
+
+    def per_peer(self, n: int) -> int:
+        """Most of ``n`` slots one peer may get."""
+        return max(1, math.ceil(self.max_peer_share * n - 1e-9))
+
+    def newcomers(self, n: int) -> int:
+        """Most of ``n`` slots all newcomers together may get."""
+        return math.floor(self.newcomer_share * n + 1e-9)
+
+    def pick(self, n: int, available: Mapping[str, int], established: Callable[[str], bool],
+             rng: random.Random, weights: Mapping[str, float] | None = None) -> list[str]:
+        """Up to ``n`` peers, one per slot (a peer may appear up to its cap and its
+        ``available`` count). Each slot goes to one of the eligible established peers or to
+        the newcomers as one crowd, all alike (or by ``weights``; the crowd weighs the mean of
+        its members), and a crowd slot to one of its eligible members, alike (or by
+        ``weights``). So a thousand newcomers weigh as much as one established peer, and never
+        more than their slice. Deterministic given ``rng`` and the mapping's order."""
+        cap, newcomer_cap = self.per_peer(n), self.newcomers(n)
+        weight = (lambda p: 1.0) if weights is None else weights.__getitem__
+        taken: dict[str, int] = {}
+        newcomers_taken = 0
+        out: list[str] = []
+        while len(out) < n:
+            open_ = [p for p, k in available.items() if taken.get(p, 0) < min(cap, k)]
+            units: list[list[str]] = [[p] for p in open_ if established(p)]
+            crowd = [p for p in open_ if not established(p)] if newcomers_taken < newcomer_cap else []
+            if crowd:
+                units.append(crowd)
+            if not units:
+                break
+            unit = rng.choices(units, [sum(map(weight, u)) / len(u) for u in units])[0]
+            peer = unit[0] if len(unit) == 1 else rng.choices(unit, [weight(p) for p in unit])[0]
+            taken[peer] = taken.get(peer, 0) + 1
+            newcomers_taken += not established(peer)
+            out.append(peer)
+        return out
+
+
+@dataclass
+class _Record:
+    rounds: set[int] = field(default_factory=set)  # this node's rounds with a useful bundle from the peer
+    qualified: int | None = None  # order in which the peer met the probation, for promotion
+    established: bool = False
+
+
+class Standing:
+    """Which peers are established with this node; thread-safe, bounded to ``max_peers`` rows."""
+
+    def __init__(self, *, probation_rounds: int = 3, promotions_per_round: int = PROMOTIONS_PER_ROUND,
+                 max_peers: int = 10_000):
+        if probation_rounds < 1 or promotions_per_round < 1:
+            raise ValueError("probation_rounds and promotions_per_round must be >= 1")
+        self.probation_rounds = probation_rounds
+        self.promotions_per_round = promotions_per_round
+        self.max_peers = max_peers
+        self._rows: OrderedDict[str, _Record] = OrderedDict()  # least recently heard first
+        self._round: int | None = None
+        self._qualified = 0
+        self._lock = threading.Lock()
+
+    def is_established(self, peer: str) -> bool:
+        row = self._rows.get(peer)
+        return row is not None and row.established
+
+    def note(self, peer: str, *, useful: bool) -> None:
+        """An accepted bundle of ``peer``; ``useful``: some of its re-scored groups carried signal."""
+        with self._lock:
+            row = self._rows.get(peer)
+            if row is None:
+                row = self._rows[peer] = _Record()
+                self._trim()
+            self._rows.move_to_end(peer)
+            if useful and not row.established and self._round is not None:
+                row.rounds.add(self._round)
+                if row.qualified is None and len(row.rounds) >= self.probation_rounds:
+                    self._qualified += 1
+                    row.qualified = self._qualified
+                    row.rounds.clear()  # only the count mattered; keep rows small
+
+    def advance(self, round_no: int) -> list[str]:
+        """This node starts round ``round_no``: later useful bundles count for it, and up to
+        ``promotions_per_round`` qualified newcomers are established. Returns them."""
+        with self._lock:
+            if round_no == self._round:
+                return []
+            self._round = round_no
+            ready = sorted((row.qualified, peer) for peer, row in self._rows.items()
+                           if row.qualified is not None and not row.established)
+            promoted = [peer for _, peer in ready[:self.promotions_per_round]]
+            for peer in promoted:
+                self._rows[peer].established = True
+            return promoted
+
+    def _trim(self) -> None:
+        """Forget the least recently heard newcomer, else established peer, past ``max_peers``."""
+        while len(self._rows) > self.max_peers:
+            victim = next((p for p, r in self._rows.items() if not r.established), None)
+            if victim is None:
+                victim = next(iter(self._rows))
+            del self._rows[victim]
+
+    def stats(self) -> dict[str, int]:
+        """``{"established": n, "newcomers": n}`` among the peers remembered."""
+        with self._lock:
+            established = sum(r.established for r in self._rows.values())
+            return {"established": established, "newcomers": len(self._rows) - established}
