@@ -10,12 +10,8 @@ import sys
 
 from swarmnode.cli.flags import add_config_flags, given_flags
 from swarmnode.config import field_type, load_config
-from swarmnode.node.checkpoint import CheckpointError
-from swarmnode.node.daemon import Daemon, StartupError
 from swarmnode.node.logs import setup_logging
-from swarmnode.node.metrics import MetricsError
 from swarmnode.paths import NodeHome
-from swarmnode.train.tasks import TaskConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +70,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.tui:
         return _start_with_dashboard(args, home)
     setup_logging(home, cfg.log_level)
+    # torch comes with these: imported only when a node starts, so other commands (the relay,
+    # --help) never load it.
+    from swarmnode.node.checkpoint import CheckpointError
+    from swarmnode.node.daemon import Daemon, StartupError
+    from swarmnode.node.metrics import MetricsError
+    from swarmnode.train.tasks import TaskConfigError
+
     try:
         return asyncio.run(Daemon(cfg, home).run())
     except TaskConfigError as exc:

@@ -47,8 +47,12 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
 
 def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
     """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
-    ``announce``). Raises ConfigError for a bad bootstrap entry, TransportError as above."""
+    ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`).
+    Raises ConfigError for a bad bootstrap entry, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
+    from swarmnode.swarm.reachability import is_private
 
-    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=resolve_bootstrap(cfg),
-                            listen=cfg.listen, announce=cfg.announce, **extra)
+    bootstrap = resolve_bootstrap(cfg)
+    private = is_private(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen)
+    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
+                            announce=cfg.announce, private=private, **extra)

@@ -252,9 +252,15 @@ class HivemindTransport(Transport):
     name = "hivemind"
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
-                 listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL):
+                 listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL,
+                 private: bool = False, serve_only: bool = False):
+        """``private``: the node cannot accept inbound connections, so it runs as a DHT client
+        (stores and reads at public DHT servers, never listed in a routing table) and reports
+        no address. ``serve_only``: a relay that serves the DHT and reads no bundle records."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
+        self.private = private
+        self.serve_only = serve_only
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -284,6 +290,8 @@ class HivemindTransport(Transport):
             kwargs: dict[str, Any] = {"host_maddrs": [self.listen], "identity_path": key_file}
             if self.announce:
                 kwargs["announce_maddrs"] = [self.announce]
+            if self.private:
+                kwargs["client_mode"] = True
             validator = SwarmRecordValidator(self.swarm, self.identity)
             self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
                                                         **kwargs))
@@ -343,7 +351,7 @@ class HivemindTransport(Transport):
         return list(self._peers)
 
     def addresses(self) -> list[str]:
-        return list(self._addresses)
+        return [] if self.private else list(self._addresses)
 
     async def _call(self, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> Any:
         """Run ``coro(dht, node)`` in the DHT process and return its result."""
@@ -392,6 +400,8 @@ class HivemindTransport(Transport):
 
     async def _poll_once(self) -> None:
         heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
+        if self.serve_only:
+            return
         fresh = {peer: r for peer, r in heads.items()
                  if peer != self.identity.peer_id and self._heads_done.get(peer) != r}
         if not fresh:
