@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -105,7 +104,6 @@ class Relay:
             await self.transport.start()
         except TransportError as exc:
             raise RelayError(str(exc)) from None
-        log.debug("relay: torch imported: %s", "torch" in sys.modules)
         try:
             on_ready(self.transport.addresses())
             while not self._stop.is_set():
