@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from transport_node import descendants
+
 from swarmnode.node.relay import bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
 
@@ -51,8 +53,9 @@ def test_bootstrap_lines_paste_into_a_config_file_and_a_command_line():
                                  "  --bootstrap /ip4/1.2.3.4/tcp/1/p2p/A", "  --bootstrap /ip4/5.6.7.8/tcp/1/p2p/A"]
 
 
-def test_libp2p_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "swarmnode", "relay", "--transport", "libp2p", "--home",
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_path, transport):
+    proc = subprocess.Popen([sys.executable, "-m", "swarmnode", "relay", "--transport", transport, "--home",
                              str(tmp_path), "--listen", "/ip4/127.0.0.1/tcp/0"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -63,9 +66,11 @@ def test_libp2p_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_
         assert (tmp_path / "identity.key").exists()
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         assert "/torch/" not in maps, "the relay process loaded torch"
+        helpers = descendants(proc.pid)  # hivemind: p2pd
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
         assert "relay: stopping" in proc.stderr.read()
+        assert not [pid for pid in helpers if Path(f"/proc/{pid}").exists()], "a helper outlived the relay"
     finally:
         if proc.poll() is None:
             proc.kill()

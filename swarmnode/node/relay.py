@@ -4,8 +4,9 @@ A relay joins the swarm's transport as a *public* peer and does nothing else: it
 bootstrap peer other nodes dial, a DHT server that stores the records of nodes that cannot
 accept connections (hivemind: NAT'd nodes run as DHT clients and keep their records here),
 and a gossip peer whose mesh carries bundles between such nodes (libp2p). It loads no model,
-no task source and no verifier, and never imports torch (hivemind's DHT does; see
-:data:`TORCH_FREE`), so it fits a small VPS.
+no task source and no verifier, and never imports torch (on hivemind it runs
+:class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server in its own
+process, instead of hivemind's torch-backed ``DHT``), so it fits a small VPS.
 
 It must not amplify garbage: what it stores or forwards passes the transport's own
 validators (hivemind's :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
@@ -30,10 +31,6 @@ from swarmnode.swarm.transport import Transport, TransportError, create_transpor
 
 log = logging.getLogger("swarmnode.relay")
 
-# Transports whose relay runs without torch in the process. hivemind's DHT passes its results
-# between processes in torch shared memory (hivemind.utils.mpfuture), so importing it
-# imports torch.
-TORCH_FREE = ("libp2p",)
 STATUS_EVERY_S = 60.0
 
 
@@ -72,9 +69,12 @@ class Relay:
 
     def _open_transport(self, identity: Identity) -> Transport:
         # A relay is the public peer NAT'd nodes lean on, whatever `reachability` says.
-        extra = {"serve_only": True} if self.cfg.transport == "hivemind" else {}
+        if self.cfg.transport == "hivemind":
+            from swarmnode.swarm.transport.hivemind_server import HivemindServer
+
+            return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce)
         return create_transport(self.cfg.transport, identity, self.cfg.swarm, bootstrap=self.bootstrap,
-                                listen=self.cfg.listen, announce=self.cfg.announce, private=False, **extra)
+                                listen=self.cfg.listen, announce=self.cfg.announce, private=False)
 
     def _on_bundle(self, data: bytes) -> None:
         """A bundle the mesh delivered (already signature-checked by the topic validator)."""

@@ -253,14 +253,13 @@ class HivemindTransport(Transport):
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
                  listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL,
-                 private: bool = False, serve_only: bool = False):
+                 private: bool = False):
         """``private``: the node cannot accept inbound connections, so it runs as a DHT client
         (stores and reads at public DHT servers, never listed in a routing table) and reports
-        no address. ``serve_only``: a relay that serves the DHT and reads no bundle records."""
+        no address."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
         self.private = private
-        self.serve_only = serve_only
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -400,8 +399,6 @@ class HivemindTransport(Transport):
 
     async def _poll_once(self) -> None:
         heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
-        if self.serve_only:
-            return
         fresh = {peer: r for peer, r in heads.items()
                  if peer != self.identity.peer_id and self._heads_done.get(peer) != r}
         if not fresh:
