@@ -16,7 +16,7 @@ import pytest
 
 from transport_node import descendants
 
-from swarmnode.node.relay import bootstrap_lines
+from swarmnode.node.relay import Relay, bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,3 +75,37 @@ def test_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_path, t
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.blocked: list[tuple[str, float]] = []
+
+    def block(self, peer_id: str, seconds: float) -> None:
+        self.blocked.append((peer_id, seconds))
+
+
+def test_a_flooding_peer_is_rate_limited_then_blocked_in_the_transport(tmp_path):
+    from swarmnode.config import NodeConfig
+    from swarmnode.paths import NodeHome
+    from swarmnode.records import Group, Question
+    from swarmnode.swarm.bundle import encode_bundle
+    from swarmnode.swarm.guard import GuardLimits, PeerGuard
+    from swarmnode.swarm.identity import Identity
+
+    relay = Relay(NodeConfig(), NodeHome.resolve(tmp_path), [])
+    relay.transport = _Transport()
+    relay._guard = PeerGuard(GuardLimits(rate=1.0, burst=3.0, ban_after_flood=5),
+                             on_ban=lambda peer, seconds, _why: relay.transport.block(peer, seconds))
+    flooder, honest = Identity.from_seed(b"f" * 32), Identity.from_seed(b"h" * 32)
+    group = [Group(Question("chain_sum", "1+1", "2", {}), ["2", "3"], [1.0, 0.0])]
+
+    def bundle(who: Identity, r: int) -> bytes:
+        return encode_bundle(who, swarm="s", round_no=r, model="m", groups=group)
+
+    for r in range(30):
+        relay._on_bundle(bundle(flooder, r))
+    relay._on_bundle(bundle(honest, 0))
+    assert relay.counts.dropped > 0 and relay.counts.forwarded < 30
+    assert [peer for peer, _ in relay.transport.blocked] == [flooder.peer_id]
+    assert relay.counts.peers_seen == {flooder.peer_id, honest.peer_id}

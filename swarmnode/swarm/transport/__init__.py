@@ -8,6 +8,7 @@ for, and a process runs one transport.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any, Sequence
 
 from swarmnode.config import NodeConfig
@@ -18,6 +19,8 @@ TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
     "libp2p": ("swarmnode.swarm.transport.libp2p_gossip", "Libp2pTransport"),
 }
+
+log = logging.getLogger("swarmnode.swarm.transport")
 
 __all__ = ["TRANSPORTS", "MessageHandler", "NodeIdentity", "Transport", "TransportError", "TransportStats",
            "create_transport", "transport_for"]
@@ -54,5 +57,8 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
 
     bootstrap = resolve_bootstrap(cfg)
     private = is_private(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen)
+    if private:
+        log.info("reachability %s: this node is taken for one behind NAT; it only dials out and advertises "
+                 "no address (set reachability = \"public\" if peers can dial it)", cfg.reachability)
     return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
                             announce=cfg.announce, private=private, **extra)
