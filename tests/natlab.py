@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 
 PUBLIC_IP = "10.77.1.1"
@@ -75,12 +76,18 @@ class NatLab:
         return ["ip", "netns", "exec", namespace]
 
     def build(self) -> "NatLab":
+        """Build the network; LabUnavailable (saying why) where this machine cannot. Call
+        :meth:`remove` afterwards either way: a half-built lab is removed the same way."""
         self.check()
+        try:
+            self._build()
+        except RuntimeError as exc:
+            raise LabUnavailable(f"the kernel refused part of the namespace network: {exc}") from None
+        return self
+
+    def _build(self) -> None:
         for ns in self.namespaces:
-            try:
-                _run("ip", "netns", "add", ns)
-            except RuntimeError as exc:
-                raise LabUnavailable(f"the kernel refused a network namespace: {exc}") from None
+            _run("ip", "netns", "add", ns)
             self._created.append(ns)
             self._in(ns, "ip", "link", "set", "lo", "up")
         t = self.tag
@@ -95,7 +102,6 @@ class NatLab:
             self._in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             self._in(router, "nft", "-f", "-", stdin=_ROUTER_RULES.format(wan=wan, lan=lan))
             self._in(home, "ip", "route", "add", "default", "via", "192.168.1.1")
-        return self
 
     def _in(self, ns: str, *cmd: str, stdin: str | None = None) -> None:
         _run(*self.exec_prefix(ns), *cmd, stdin=stdin)
@@ -111,7 +117,6 @@ class NatLab:
         """Whether a TCP connection from ``from_ns`` to ``ip:port`` opens (2 s limit)."""
         probe = ("import socket,sys\ns=socket.socket();s.settimeout(2)\n"
                  f"sys.exit(0 if s.connect_ex(({ip!r},{port}))==0 else 1)")
-        import sys
         return subprocess.run([*self.exec_prefix(from_ns), sys.executable, "-c", probe], timeout=20).returncode == 0
 
     def remove(self) -> None:

@@ -29,11 +29,12 @@ HOME_PORT = 4101  # each home's node listens here: reachable inside the home onl
 
 @pytest.fixture
 def lab():
+    built = NatLab()
     try:
-        built = NatLab().build()
-    except LabUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
+        try:
+            built.build()
+        except LabUnavailable as exc:
+            pytest.skip(str(exc))
         yield built
     finally:
         built.remove()

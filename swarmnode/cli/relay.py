@@ -6,11 +6,10 @@ import argparse
 import asyncio
 import sys
 
-from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.cli.flags import add_config_flags, created_home, given_flags
 from swarmnode.config import load_config
 from swarmnode.node.logs import setup_logging
 from swarmnode.node.relay import Relay, RelayError, bootstrap_lines
-from swarmnode.paths import NodeHome
 from swarmnode.swarm.bootstrap import resolve_bootstrap
 
 # The keys a relay reads; the model, round and training keys do not apply to it.
@@ -30,12 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_relay(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
-    home = NodeHome.resolve(cfg.home)
-    try:
-        home.create()
-    except OSError as exc:
-        print(f"swarmnode: cannot create the relay's home {home.root}: {exc.strerror}; choose another with "
-              "--home DIR", file=sys.stderr)
+    home = created_home(cfg.home, "relay")
+    if home is None:
         return 1
     setup_logging(home, cfg.log_level)
     # An operator's relay joins only the peers it is told about, never the packaged demo list.

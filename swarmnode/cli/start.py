@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.cli.flags import add_config_flags, created_home, given_flags
 from swarmnode.config import field_type, load_config
 from swarmnode.node.logs import setup_logging
 from swarmnode.paths import NodeHome
@@ -60,12 +60,8 @@ def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
-    home = NodeHome.resolve(cfg.home)
-    try:
-        home.create()
-    except OSError as exc:
-        print(f"swarmnode: cannot create the node's home {home.root}: {exc.strerror}; choose another with "
-              "--home DIR", file=sys.stderr)
+    home = created_home(cfg.home, "node")
+    if home is None:
         return 1
     if args.tui:
         return _start_with_dashboard(args, home)

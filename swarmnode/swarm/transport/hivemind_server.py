@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import os
 import shutil
 import sys
@@ -26,8 +25,6 @@ import types
 from typing import Any, Sequence
 
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
-
-log = logging.getLogger("swarmnode.swarm.transport")
 
 # hivemind.utils submodules whose names the DHT and p2p modules import from ``hivemind.utils``.
 _UTILS_EXPORTS = ("logging", "serializer", "timed_storage", "asyncio", "nested", "performance_ema")
