@@ -174,6 +174,13 @@ def test_cli_install_puts_absolute_home_into_the_unit(tmp_path, tools, monkeypat
     unit = (tmp_path / "cfg/systemd/user/swarmnode.service").read_text(encoding="utf-8")
     assert f"start --home {tmp_path / 'node'}" in unit
     assert "installed the systemd user unit" in capsys.readouterr().out
+    # --relay installs `swarmnode relay` beside it; --relay again finds and removes only that one.
+    assert _cli(["service", "install", "--relay", "--home", "relay"]) == 0
+    relay_unit = (tmp_path / "cfg/systemd/user/swarmnode-relay.service").read_text(encoding="utf-8")
+    assert f"relay --home {tmp_path / 'relay'}" in relay_unit
+    assert _cli(["service", "uninstall", "--relay"]) == 0
+    assert not (tmp_path / "cfg/systemd/user/swarmnode-relay.service").exists()
+    assert (tmp_path / "cfg/systemd/user/swarmnode.service").exists()
 
 
 def test_cli_install_refuses_a_config_that_does_not_load(tmp_path, tools, monkeypatch):
