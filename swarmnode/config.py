@@ -111,6 +111,13 @@ class NodeConfig:
                               section="swarm")
     announce: str | None = _key(None, "Multiaddr other peers should dial (behind NAT or port forwarding).",
                                 section="swarm")
+    reachability: str = _key("auto", "Whether peers can dial this node: 'public' (it accepts inbound "
+                                     "connections, serves the DHT and is advertised), 'private' (behind NAT "
+                                     "without port forwarding: it only dials out, is a DHT client and "
+                                     "advertises no address), or 'auto' (private when it has no --announce, "
+                                     "only private-range addresses of its own and a bootstrap peer on a "
+                                     "public address; see docs/protocol.md).",
+                            choices=("auto", "public", "private"), section="swarm")
     external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool.",
                                   choices=("uniform", "reward-weighted"), section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",

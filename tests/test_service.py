@@ -174,6 +174,13 @@ def test_cli_install_puts_absolute_home_into_the_unit(tmp_path, tools, monkeypat
     unit = (tmp_path / "cfg/systemd/user/swarmnode.service").read_text(encoding="utf-8")
     assert f"start --home {tmp_path / 'node'}" in unit
     assert "installed the systemd user unit" in capsys.readouterr().out
+    # --relay installs `swarmnode relay` beside it; --relay again finds and removes only that one.
+    assert _cli(["service", "install", "--relay", "--home", "relay"]) == 0
+    relay_unit = (tmp_path / "cfg/systemd/user/swarmnode-relay.service").read_text(encoding="utf-8")
+    assert f"relay --home {tmp_path / 'relay'}" in relay_unit
+    assert _cli(["service", "uninstall", "--relay"]) == 0
+    assert not (tmp_path / "cfg/systemd/user/swarmnode-relay.service").exists()
+    assert (tmp_path / "cfg/systemd/user/swarmnode.service").exists()
 
 
 def test_cli_install_refuses_a_config_that_does_not_load(tmp_path, tools, monkeypatch):
@@ -193,3 +200,22 @@ def test_cli_without_systemctl_exits_1_with_one_line(tmp_path, monkeypatch, caps
     assert _cli(["service", "install", "--home", str(tmp_path / "n")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("swarmnode: systemctl not found") and err.count("\n") == 1
+
+
+def test_relay_service_runs_swarmnode_relay_under_its_own_names(tmp_path, tools):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "swarmnode").write_text("#!/bin/sh\n")
+    cmd = service.start_command(Path("/h/relay"), None, executable=str(bin_dir / "python"), kind=service.RELAY)
+    assert cmd == [str(bin_dir / "swarmnode"), "relay", "--home", "/h/relay"]
+    manager = service.manager_for("linux", cmd, tmp_path, {}, uid=1000, kind=service.RELAY)
+    runner = FakeRunner()
+    service.install(manager, run=runner)
+    assert manager.path == tmp_path / ".config/systemd/user/swarmnode-relay.service"
+    assert "relay --home /h/relay" in manager.path.read_text(encoding="utf-8")
+    assert ["systemctl", "--user", "restart", "swarmnode-relay.service"] in runner.calls
+    # The node's unit is another file: installing a relay leaves a node's service alone.
+    assert not service.systemd_path(tmp_path, {}).exists()
+    mac = service.manager_for("darwin", cmd, tmp_path, {}, uid=501, kind=service.RELAY)
+    assert mac.path.name == "org.swarmnode.relay.plist" and mac.uninstall == [
+        ["launchctl", "bootout", "gui/501/org.swarmnode.relay"]]

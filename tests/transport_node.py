@@ -6,6 +6,7 @@ process boundaries anyway, so each node of a real transport runs this script in 
 process::
 
     python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
+        [--reachability private]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
@@ -156,8 +157,11 @@ class ProcNode:
     """A node in its own process running this script. Call :meth:`ready` before anything else."""
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
-                 stderr_path: Path | None = None):
-        args = [sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed)]
+                 stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = ()):
+        """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``."""
+        args = [*prefix, sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed)]
+        if private:
+            args += ["--reachability", "private"]
         for b in bootstrap:
             args += ["--bootstrap", b]
         if listen:
@@ -293,7 +297,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
         sys.stdout.flush()
 
     transport = create_transport(args.transport, identity_for(args.seed), args.swarm,
-                                 bootstrap=args.bootstrap, listen=args.listen)
+                                 bootstrap=args.bootstrap, listen=args.listen,
+                                 private=args.reachability == "private")
     driver = NodeDriver(transport, emit)
     emit(await driver.start())
     reader = asyncio.StreamReader()
@@ -323,6 +328,7 @@ def main() -> None:
     parser.add_argument("--swarm", default=SWARM)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--bootstrap", action="append", default=[])
+    parser.add_argument("--reachability", choices=("public", "private"), default="public")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -18,6 +18,7 @@ from swarmnode.config import ConfigError
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
     "swarmnode.cli.start",
+    "swarmnode.cli.relay",
     "swarmnode.cli.identity",
     "swarmnode.cli.config",
     "swarmnode.cli.service",

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from swarmnode.cli.flags import add_config_flags, given_flags
 from swarmnode.config import NodeConfig, coerce, read_toml
-from swarmnode.experiment.runner import Experiment
 from swarmnode.experiment.settings import PROFILES, ExperimentError, Settings
 
 # Config keys a node of the experiment does not read: the run sets them (I/J and sampling per
@@ -96,6 +95,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(s.node.threads)
+        from swarmnode.experiment.runner import Experiment  # torch: loaded only when an experiment runs
+
         summary = Experiment(s, progress=not args.no_progress).run()
     except ExperimentError as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import typing
 
 from swarmnode.config import NodeConfig, field_type
+from swarmnode.paths import NodeHome
 
 HOME_FLAG_HELP = "the node's directory (default: $SWARMNODE_HOME, else the platform's user data directory)"
 
@@ -13,6 +15,18 @@ HOME_FLAG_HELP = "the node's directory (default: $SWARMNODE_HOME, else the platf
 def add_home_flag(parser: argparse.ArgumentParser) -> None:
     """``--home DIR`` for a command that works on one node's files (read with NodeHome.from_flag)."""
     parser.add_argument("--home", metavar="DIR", help=HOME_FLAG_HELP)
+
+
+def created_home(home: str | None, what: str) -> NodeHome | None:
+    """The home directory ``home`` (None: the default), created; None after printing why it cannot
+    be (``what`` names whose home it is, for the message)."""
+    resolved = NodeHome.resolve(home)
+    try:
+        return resolved.create()
+    except OSError as exc:
+        print(f"swarmnode: cannot create the {what}'s home {resolved.root}: {exc.strerror}; choose another with "
+              "--home DIR", file=sys.stderr)
+        return None
 
 
 def add_config_flags(parser: argparse.ArgumentParser, exclude: typing.Container[str] = (),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from swarmnode.cli.flags import add_home_flag
 from swarmnode.config import ENV_PREFIX, load_config
-from swarmnode.node.service import ServiceError, install, manager_for, start_command, status, uninstall
+from swarmnode.node.service import (NODE, RELAY, ServiceError, install, manager_for, start_command, status,
+                                    uninstall)
 from swarmnode.paths import NodeHome, home_setting
 
 
@@ -20,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("action", choices=("install", "uninstall", "status"))
     add_home_flag(parser)
     parser.add_argument("--config", metavar="PATH", help="config file the service uses")
+    parser.add_argument("--relay", action="store_true", help="the service runs `swarmnode relay` (a network-only "
+                                                             "public node) instead of a training node")
     parser.set_defaults(func=run_service)
 
 
@@ -40,8 +43,9 @@ def _service_paths(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
 def run_service(args: argparse.Namespace) -> int:
     try:
         # Only install needs the node's paths; uninstall and status work whatever the config says.
-        command = start_command(*_service_paths(args)) if args.action == "install" else []
-        manager = manager_for(sys.platform, command, Path.home(), os.environ, os.getuid())
+        kind = RELAY if args.relay else NODE
+        command = start_command(*_service_paths(args), kind=kind) if args.action == "install" else []
+        manager = manager_for(sys.platform, command, Path.home(), os.environ, os.getuid(), kind)
         if args.action == "status":
             print(status(manager))
         elif args.action == "install":
@@ -52,7 +56,7 @@ def run_service(args: argparse.Namespace) -> int:
             print(f"installed the {manager.name} {manager.path}; it runs: {' '.join(command)}")
             print(manager.logs_hint)
         elif uninstall(manager):
-            print(f"asked {manager.tool} to stop the node, and removed {manager.path}")
+            print(f"asked {manager.tool} to stop the service, and removed {manager.path}")
         else:
             print(f"nothing to remove: {manager.path} does not exist")
         return 0

@@ -8,14 +8,10 @@ import signal
 import subprocess
 import sys
 
-from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.cli.flags import add_config_flags, created_home, given_flags
 from swarmnode.config import field_type, load_config
-from swarmnode.node.checkpoint import CheckpointError
-from swarmnode.node.daemon import Daemon, StartupError
 from swarmnode.node.logs import setup_logging
-from swarmnode.node.metrics import MetricsError
 from swarmnode.paths import NodeHome
-from swarmnode.train.tasks import TaskConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,16 +60,19 @@ def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
-    home = NodeHome.resolve(cfg.home)
-    try:
-        home.create()
-    except OSError as exc:
-        print(f"swarmnode: cannot create the node's home {home.root}: {exc.strerror}; choose another with "
-              "--home DIR", file=sys.stderr)
+    home = created_home(cfg.home, "node")
+    if home is None:
         return 1
     if args.tui:
         return _start_with_dashboard(args, home)
     setup_logging(home, cfg.log_level)
+    # torch comes with these: imported only when a node starts, so other commands (the relay,
+    # --help) never load it.
+    from swarmnode.node.checkpoint import CheckpointError
+    from swarmnode.node.daemon import Daemon, StartupError
+    from swarmnode.node.metrics import MetricsError
+    from swarmnode.train.tasks import TaskConfigError
+
     try:
         return asyncio.run(Daemon(cfg, home).run())
     except TaskConfigError as exc:

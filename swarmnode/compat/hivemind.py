@@ -1,6 +1,7 @@
 """hivemind internals that the hivemind transport relies on, each behind one function.
 
-Only :mod:`swarmnode.swarm.transport.hivemind_dht` may import this module: it imports
+Only the hivemind transports (:mod:`swarmnode.swarm.transport.hivemind_dht` and
+:mod:`~swarmnode.swarm.transport.hivemind_server`) may import this module: it imports
 hivemind, which cannot share a process with py-libp2p (see :mod:`swarmnode.compat`). The
 functions taking a ``DHTNode`` run inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
@@ -16,6 +17,9 @@ from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
+
+__all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "connect", "local_storage",
+           "ping", "record_key_id", "replace_storage", "routed_peers"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"

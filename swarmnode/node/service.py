@@ -4,6 +4,8 @@ macOS gets a launchd agent (``~/Library/LaunchAgents/org.swarmnode.node.plist``)
 systemd user unit (``~/.config/systemd/user/swarmnode.service``). Both run the exact
 ``swarmnode start`` command line of this installation (absolute paths, the user's ``--home``
 and ``--config``), start at login and restart the node after a crash, not after a clean stop.
+``swarmnode service install --relay`` installs ``swarmnode relay`` the same way under its own
+names (:data:`RELAY`), so one machine can run both.
 
 The files are produced by pure functions (:func:`launchd_plist`, :func:`systemd_unit`) so they
 can be tested anywhere; ``launchctl`` and ``systemctl`` are only called by the commands, through
@@ -35,12 +37,28 @@ RESTART_DELAY_S = 10
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 
 
+@dataclass(frozen=True)
+class ServiceKind:
+    """Which ``swarmnode`` subcommand a service runs, and the names it is installed under."""
+
+    subcommand: str
+    label: str       # launchd
+    unit: str        # systemd
+    description: str
+
+
+NODE = ServiceKind("start", LABEL, UNIT_NAME, "a peer-to-peer RL swarm node")
+RELAY = ServiceKind("relay", "org.swarmnode.relay", "swarmnode-relay.service",
+                    "a network-only public peer of an RL swarm (swarmnode relay)")
+
+
 class ServiceError(RuntimeError):
     """The service manager is missing or refused; ``str()`` says what to do."""
 
 
-def start_command(home: Path | None, config: Path | None, executable: str | None = None) -> list[str]:
-    """The ``swarmnode start`` command line the service runs, with absolute paths.
+def start_command(home: Path | None, config: Path | None, executable: str | None = None,
+                  kind: ServiceKind = NODE) -> list[str]:
+    """The ``swarmnode start`` (or ``kind``'s subcommand) command line the service runs, with absolute paths.
 
     The ``swarmnode`` script installed beside the running interpreter is used (pipx, uv tool
     and venv installs all put it there); without one, ``python -m swarmnode``.
@@ -48,7 +66,7 @@ def start_command(home: Path | None, config: Path | None, executable: str | None
     python = Path(executable or sys.executable)
     script = python.parent / "swarmnode"
     cmd = [str(script)] if script.is_file() else [str(python), "-m", "swarmnode"]
-    cmd.append("start")
+    cmd.append(kind.subcommand)
     if home is not None:
         cmd += ["--home", str(home)]
     if config is not None:
@@ -61,27 +79,31 @@ def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP, appauthor=False))
 
 
-def launchd_path(user_home: Path) -> Path:
-    return user_home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+def launchd_path(user_home: Path, kind: ServiceKind = NODE) -> Path:
+    return user_home / "Library" / "LaunchAgents" / f"{kind.label}.plist"
 
 
-def systemd_path(user_home: Path, environ: Mapping[str, str]) -> Path:
+def systemd_path(user_home: Path, environ: Mapping[str, str], kind: ServiceKind = NODE) -> Path:
     config_home = environ.get("XDG_CONFIG_HOME") or str(user_home / ".config")
-    return Path(config_home) / "systemd" / "user" / UNIT_NAME
+    return Path(config_home) / "systemd" / "user" / kind.unit
 
 
-def launchd_plist(command: Sequence[str], logs: Path) -> bytes:
+def launchd_plist(command: Sequence[str], logs: Path, kind: ServiceKind = NODE) -> bytes:
     """A launchd agent that starts ``command`` at login and again whenever it exits with an error."""
     return plistlib.dumps({
-        "Label": LABEL,
+        "Label": kind.label,
         "ProgramArguments": list(command),
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},
         "ThrottleInterval": RESTART_DELAY_S,
-        "StandardOutPath": str(logs / "swarmnode.out.log"),
-        "StandardErrorPath": str(logs / "swarmnode.err.log"),
+        "StandardOutPath": str(logs / f"{_log_stem(kind)}.out.log"),
+        "StandardErrorPath": str(logs / f"{_log_stem(kind)}.err.log"),
         "EnvironmentVariables": {"PYTHONUNBUFFERED": "1"},
     })
+
+
+def _log_stem(kind: ServiceKind) -> str:
+    return kind.unit.removesuffix(".service")
 
 
 _SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9_@%$+=:,./-]+")
@@ -95,11 +117,11 @@ def systemd_quote(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def systemd_unit(command: Sequence[str]) -> str:
+def systemd_unit(command: Sequence[str], kind: ServiceKind = NODE) -> str:
     """A systemd user unit that runs ``command`` at login and restarts it after a failure."""
     return "\n".join([
         "[Unit]",
-        "Description=swarmnode: a peer-to-peer RL swarm node",
+        f"Description=swarmnode: {kind.description}",
         "",
         "[Service]",
         "Type=simple",
@@ -129,30 +151,31 @@ class Manager:
 
 
 def manager_for(platform: str, command: Sequence[str], user_home: Path, environ: Mapping[str, str],
-                uid: int) -> Manager:
+                uid: int, kind: ServiceKind = NODE) -> Manager:
     """The service definition and the service-manager commands for ``platform`` (``sys.platform``)."""
     if platform == "darwin":
         logs = log_dir()
         domain = f"gui/{uid}"
-        path = launchd_path(user_home)
+        path = launchd_path(user_home, kind)
+        target = f"{domain}/{kind.label}"
         return Manager(
-            name="launchd agent", tool="launchctl", path=path, content=launchd_plist(command, logs),
+            name="launchd agent", tool="launchctl", path=path, content=launchd_plist(command, logs, kind),
             # bootout first so a reinstall replaces a loaded agent; its failure (not loaded) is ignored.
-            install=[["launchctl", "bootout", f"{domain}/{LABEL}"], ["launchctl", "bootstrap", domain, str(path)]],
-            uninstall=[["launchctl", "bootout", f"{domain}/{LABEL}"]],
-            status=["launchctl", "print", f"{domain}/{LABEL}"],
-            logs_hint=f"logs: {logs}/swarmnode.err.log",
+            install=[["launchctl", "bootout", target], ["launchctl", "bootstrap", domain, str(path)]],
+            uninstall=[["launchctl", "bootout", target]],
+            status=["launchctl", "print", target],
+            logs_hint=f"logs: {logs}/{_log_stem(kind)}.err.log",
         )
     if platform.startswith("linux"):
         ctl = ["systemctl", "--user"]
         return Manager(
-            name="systemd user unit", tool="systemctl", path=systemd_path(user_home, environ),
-            content=systemd_unit(command).encode(),
+            name="systemd user unit", tool="systemctl", path=systemd_path(user_home, environ, kind),
+            content=systemd_unit(command, kind).encode(),
             # restart (not start) so a reinstall picks up a changed command line.
-            install=[ctl + ["daemon-reload"], ctl + ["enable", UNIT_NAME], ctl + ["restart", UNIT_NAME]],
-            uninstall=[ctl + ["disable", "--now", UNIT_NAME]],
-            status=ctl + ["status", "--no-pager", UNIT_NAME],
-            logs_hint=f"logs: journalctl --user -u {UNIT_NAME} -f (and <home>/logs); to keep the node running "
+            install=[ctl + ["daemon-reload"], ctl + ["enable", kind.unit], ctl + ["restart", kind.unit]],
+            uninstall=[ctl + ["disable", "--now", kind.unit]],
+            status=ctl + ["status", "--no-pager", kind.unit],
+            logs_hint=f"logs: journalctl --user -u {kind.unit} -f (and <home>/logs); to keep it running "
                       "after you log out: loginctl enable-linger $USER",
         )
     raise ServiceError(f"swarmnode service supports macOS (launchd) and Linux (systemd); on {platform} run "

@@ -8,6 +8,7 @@ for, and a process runs one transport.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any, Sequence
 
 from swarmnode.config import NodeConfig
@@ -18,6 +19,8 @@ TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
     "libp2p": ("swarmnode.swarm.transport.libp2p_gossip", "Libp2pTransport"),
 }
+
+log = logging.getLogger("swarmnode.swarm.transport")
 
 __all__ = ["TRANSPORTS", "MessageHandler", "NodeIdentity", "Transport", "TransportError", "TransportStats",
            "create_transport", "transport_for"]
@@ -47,8 +50,15 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
 
 def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
     """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
-    ``announce``). Raises ConfigError for a bad bootstrap entry, TransportError as above."""
+    ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`).
+    Raises ConfigError for a bad bootstrap entry, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
+    from swarmnode.swarm.reachability import is_private
 
-    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=resolve_bootstrap(cfg),
-                            listen=cfg.listen, announce=cfg.announce, **extra)
+    bootstrap = resolve_bootstrap(cfg)
+    private = is_private(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen)
+    if private:
+        log.info("reachability %s: this node is taken for one behind NAT; it only dials out and advertises "
+                 "no address (set reachability = \"public\" if peers can dial it)", cfg.reachability)
+    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
+                            announce=cfg.announce, private=private, **extra)

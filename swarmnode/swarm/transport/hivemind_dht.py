@@ -461,9 +461,14 @@ class HivemindTransport(Transport):
     name = "hivemind"
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
-                 listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL):
+                 listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL,
+                 private: bool = False):
+        """``private``: the node cannot accept inbound connections, so it runs as a DHT client
+        (stores and reads at public DHT servers, never listed in a routing table) and reports
+        no address."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
+        self.private = private
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -497,6 +502,8 @@ class HivemindTransport(Transport):
             kwargs: dict[str, Any] = {"host_maddrs": [self.listen], "identity_path": key_file}
             if self.announce:
                 kwargs["announce_maddrs"] = [self.announce]
+            if self.private:
+                kwargs["client_mode"] = True
             validator = SwarmRecordValidator(self.swarm, self.identity)
             # No caching of what this node reads: every poll reads fresh, and a cache (here, or
             # pushed to the nearest peers) would only hold and spread what a peer wrote.
@@ -559,7 +566,7 @@ class HivemindTransport(Transport):
         return list(self._peers)
 
     def addresses(self) -> list[str]:
-        return list(self._addresses)
+        return [] if self.private else list(self._addresses)
 
     def refusals(self) -> dict[str, int]:
         """The DHT process's counters (:func:`_counters`), read every tenth poll."""

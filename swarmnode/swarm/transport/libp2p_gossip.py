@@ -68,8 +68,12 @@ class Libp2pTransport(Transport):
     name = "libp2p"
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
-                 listen: str | None = None, announce: str | None = None):
+                 listen: str | None = None, announce: str | None = None, *, private: bool = False):
+        """``private``: the node cannot accept inbound connections; it advertises no address
+        (identify and the peer exchange pass on nothing for it) and is reached through the
+        gossip mesh of the peers it dialed."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
+        self.private = private
         self.topic = topic_name(swarm)
         self._thread: threading.Thread | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -87,6 +91,8 @@ class Libp2pTransport(Transport):
         try:
             listen = multiaddr.Multiaddr(self.listen)
             announce = [multiaddr.Multiaddr(self.announce)] if self.announce else None
+            if self.private:
+                announce = []  # a static empty list: get_addrs() advertises nothing
         except Exception as exc:
             raise TransportError(f"bad --listen/--announce multiaddr: {exc}") from None
         self._thread = threading.Thread(target=self._thread_main, args=(listen, announce),
@@ -191,6 +197,8 @@ class Libp2pTransport(Transport):
                 stop_seen_cache(pubsub)
 
     def _own_addresses(self, host: Any) -> list[str]:
+        if self.private:
+            return []
         suffix = f"/p2p/{self.identity.peer_id}"
         out = [self.announce + suffix] if self.announce else []
         for addr in host.get_addrs():

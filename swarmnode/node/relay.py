@@ -1,0 +1,119 @@
+"""``swarmnode relay``: a network-only node for swarm operators.
+
+A relay joins the swarm's transport as a *public* peer and does nothing else: it is a
+bootstrap peer other nodes dial, a DHT server that stores the records of nodes that cannot
+accept connections (hivemind: NAT'd nodes run as DHT clients and keep their records here),
+and a gossip peer whose mesh carries bundles between such nodes (libp2p). It loads no model,
+no task source and no verifier, and never imports torch (on hivemind it runs
+:class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server in its own
+process, instead of hivemind's torch-backed ``DHT``), so it fits a small VPS.
+
+It must not amplify garbage: what it stores or forwards passes the transport's own
+validators (hivemind's :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
+accepts only bundles signed by the subkey's owner; libp2p's topic validator forwards only
+bundles signed by the gossip author), and on libp2p the bundles it sees go through a
+:class:`~swarmnode.swarm.guard.PeerGuard`, whose ban blocks a flooding peer in the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+from typing import Callable
+
+from swarmnode.config import NodeConfig
+from swarmnode.paths import NodeHome
+from swarmnode.swarm.guard import PeerGuard, claimed_sender
+from swarmnode.swarm.identity import Identity, IdentityError
+from swarmnode.swarm.transport import Transport, TransportError, create_transport
+
+log = logging.getLogger("swarmnode.relay")
+
+STATUS_EVERY_S = 60.0
+
+
+class RelayError(RuntimeError):
+    """The relay cannot start; ``str()`` is one line for the user."""
+
+
+@dataclass
+class RelayCounts:
+    forwarded: int = 0      # bundles seen (and forwarded by the mesh) from peers in good standing
+    dropped: int = 0        # bundles from rate-limited or banned peers
+    peers_seen: set[str] = field(default_factory=set)
+
+
+def bootstrap_lines(addresses: list[str]) -> str:
+    """What to paste into peers' config: a ``bootstrap = [...]`` TOML line and one flag a line."""
+    quoted = ", ".join(f'"{a}"' for a in addresses)
+    flags = "\n".join(f"  --bootstrap {a}" for a in addresses)
+    return f"bootstrap = [{quoted}]\n{flags}" if addresses else "(no address: the transport reports none)"
+
+
+class Relay:
+    """One relay node: :meth:`run` until :meth:`request_stop` (or SIGINT/SIGTERM)."""
+
+    def __init__(self, cfg: NodeConfig, home: NodeHome, bootstrap: list[str]):
+        self.cfg = cfg
+        self.home = home
+        self.bootstrap = bootstrap
+        self.counts = RelayCounts()
+        self.transport: Transport | None = None
+        self._stop = asyncio.Event()
+        self._guard: PeerGuard | None = None
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _open_transport(self, identity: Identity) -> Transport:
+        # A relay is the public peer NAT'd nodes lean on, whatever `reachability` says.
+        if self.cfg.transport == "hivemind":
+            from swarmnode.swarm.transport.hivemind_server import HivemindServer
+
+            return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce)
+        return create_transport(self.cfg.transport, identity, self.cfg.swarm, bootstrap=self.bootstrap,
+                                listen=self.cfg.listen, announce=self.cfg.announce, private=False)
+
+    def _on_bundle(self, data: bytes) -> None:
+        """A bundle the mesh delivered (already signature-checked by the topic validator)."""
+        assert self._guard is not None
+        _, reason = self._guard.admit(data)
+        if reason is not None:
+            self.counts.dropped += 1
+            return
+        sender = claimed_sender(data)
+        if sender is not None:
+            self._guard.judge(sender, None)  # authenticated: it gets its own bucket from now on
+            self.counts.peers_seen.add(sender)
+        self.counts.forwarded += 1
+
+    async def run(self, on_ready: Callable[[list[str]], None]) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            identity = Identity.load_or_create(self.home.identity_file)
+            self.transport = self._open_transport(identity)
+        except (IdentityError, TransportError) as exc:
+            raise RelayError(str(exc)) from None
+        self._guard = PeerGuard(on_ban=lambda peer, seconds, _why: self.transport.block(peer, seconds))
+        self.transport.set_handler(self._on_bundle)
+        try:
+            await self.transport.start()
+        except TransportError as exc:
+            raise RelayError(str(exc)) from None
+        try:
+            on_ready(self.transport.addresses())
+            while not self._stop.is_set():
+                try:
+                    await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
+                except asyncio.TimeoutError:
+                    log.info("relay: %d peers connected; %d bundles forwarded from %d peers, %d dropped",
+                             len(self.transport.peers()), self.counts.forwarded, len(self.counts.peers_seen),
+                             self.counts.dropped)
+            log.info("relay: stopping")
+        finally:
+            await self.transport.stop()
+        return 0

@@ -1,0 +1,88 @@
+"""A hivemind DHT server in this process, without torch: the ``hivemind`` side of ``swarmnode relay``.
+
+:class:`~swarmnode.swarm.transport.hivemind_dht.HivemindTransport` runs hivemind's ``DHT``,
+a forked process that returns results through ``MPFuture``, which keeps its state in torch
+shared memory; and ``import hivemind`` imports torch, its optimizers and its mixture of
+experts. A relay needs none of that: it only serves the DHT (stores what peers put, answers
+what they get). So this module runs hivemind's ``DHTNode`` on the relay's own event loop and
+imports only the DHT and p2p modules (:func:`~swarmnode.compat.hivemind_torchless.import_dht_without_torch`): one process and
+p2pd, about a tenth of the memory.
+
+Records are checked by the same :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
+as every node's DHT (only bundles signed by their sender, heads signed by their owner), so a
+relay stores nothing a peer could forge. It publishes nothing and reads no bundle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+from swarmnode.compat.hivemind_torchless import import_dht_without_torch
+from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
+
+class HivemindServer(Transport):
+    """A DHT server for the swarm's records; see the module doc. ``private`` is refused: a
+    server must be reachable."""
+
+    name = "hivemind"
+
+    def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
+                 listen: str | None = None, announce: str | None = None):
+        super().__init__(identity, swarm, bootstrap, listen, announce)
+        self._node: Any = None
+        self._addresses: list[str] = []
+
+    async def _start(self) -> None:
+        import_dht_without_torch()
+        from hivemind.dht.node import DHTNode
+        from hivemind.dht.validation import CompositeValidator
+
+        from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _write_private
+
+        spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
+        key_file = os.path.join(spool, "identity.key")
+        kwargs: dict[str, Any] = {"host_maddrs": [self.listen], "identity_path": key_file}
+        if self.announce:
+            kwargs["announce_maddrs"] = [self.announce]
+        try:
+            _write_private(key_file, self.identity.private_key_protobuf())
+            self._node = await DHTNode.create(
+                initial_peers=[], client_mode=False,
+                record_validator=CompositeValidator([SwarmRecordValidator(self.swarm)]), **kwargs)
+        except Exception as exc:
+            raise TransportError(f"the hivemind DHT server could not start on {self.listen}: {exc}") from None
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)  # p2pd has read the key (or failed)
+        self._addresses = [str(m) for m in await self._node.get_visible_maddrs()]
+        if not all(a.endswith(f"/p2p/{self.identity.peer_id}") for a in self._addresses):
+            await self._stop()
+            raise TransportError(f"p2pd reports addresses {self._addresses} for another PeerID than "
+                                 f"{self.identity.peer_id}")
+
+    async def _stop(self) -> None:
+        node, self._node = self._node, None
+        if node is not None:
+            await node.shutdown()
+
+    async def _publish(self, round_no: int, data: bytes) -> None:
+        raise RuntimeError("a hivemind DHT server publishes nothing of its own")
+
+    async def _dial(self, maddr: str) -> bool:
+        from swarmnode.swarm.transport.hivemind_dht import _join
+
+        return self._node is not None and await _join(None, self._node, maddr=maddr)
+
+    def peers(self) -> list[str]:
+        """The DHT servers in this node's routing table (DHT clients, such as nodes behind NAT,
+        are never listed there)."""
+        if self._node is None:
+            return []
+        from swarmnode.compat.hivemind import routed_peers
+
+        return [str(peer) for peer in routed_peers(self._node)]
+
+    def addresses(self) -> list[str]:
+        return list(self._addresses)
