@@ -174,8 +174,8 @@ class ApiServer:
         snap = self.state.snapshot()
         return web.json_response({
             "peer_id": info.peer_id, "name": info.name, "swarm": info.swarm, "transport": info.transport,
-            "model": info.model, "device": info.device, "home": info.home,
-            "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
+            "model": info.model, "device": info.device, "home": info.home, "priority": info.priority,
+            "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
         })
 

@@ -25,7 +25,9 @@ from swarmnode.train.model import ModelError, load_base_model, pick_device
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
 from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Policy
+from swarmnode.node.priority import apply_priority
 from swarmnode.node.state import NodeInfo, NodeState
+from swarmnode.node.threads import ThreadChoice, ThreadPolicy
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.swarm.transport import TransportError, transport_for
@@ -47,6 +49,7 @@ class Daemon:
         self._signals = 0
         self.node: Node | None = None
         self.link: NetworkLink | None = None
+        self.priority = "normal"
 
     # ---- control (the local API calls these) --------------------------------------------
     def request_stop(self) -> None:
@@ -83,26 +86,30 @@ class Daemon:
     def _build_node(self) -> Node:
         """Identity, model, policy, tasks; runs in the worker thread (seconds to minutes)."""
         cfg = self.cfg
-        if cfg.threads:
-            import torch
-
-            torch.set_num_threads(cfg.threads)
+        # Made before the model loads: the load is the probe window of the first thread count.
+        threads = ThreadPolicy(cfg.threads, on_change=self._threads_changed)
+        threads.apply()
         identity = Identity.load_or_create(self.home.identity_file)
         seed = cfg.seed if cfg.seed is not None else derive_seed(identity.peer_id)
         device = pick_device(cfg.device)
         self.state.info = NodeInfo(peer_id=identity.peer_id, name=identity.name, swarm=cfg.swarm,
                                    transport="solo" if cfg.solo else cfg.transport, model=cfg.model,
-                                   device=str(device), home=str(self.home.root))
+                                   device=str(device), home=str(self.home.root), priority=self.priority)
         log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
         families = load_task_file(cfg.tasks)
         log.info("loading model %s on %s", cfg.model, device)
         base = load_base_model(cfg.model, device)
         policy = Policy(base, cfg)
+        choice = threads.start()
+        log.info("threads: %d (%s)", choice.count, choice.reason)
         node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), SoloLink(),
-                    self.state, seed)
+                    self.state, seed, threads)
         node.resume()
         self.identity = identity
         return node
+
+    def _threads_changed(self, choice: ThreadChoice) -> None:
+        self.state.emit("threads", **choice.as_dict())
 
     # ---- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -110,6 +117,8 @@ class Daemon:
         self.state.bind_loop(loop)
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        # First, before the worker threads exist: they inherit the priority of the thread making them.
+        self.priority = apply_priority(self.cfg.priority)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.state.emit("phase", phase="loading")
@@ -165,6 +174,6 @@ class Daemon:
             await asyncio.to_thread(node.finish_round, row)
             done += 1
             log.info("round %d: reward %.3f, %d local + %d external groups (%d dropped), loss %s, %d tokens, "
-                     "%.1f s", r, row["reward_mean"], row["n_local"], row["n_external"],
+                     "%.1f s, %d threads", r, row["reward_mean"], row["n_local"], row["n_external"],
                      row["n_dropped_zero_adv"], "n/a" if row["loss"] is None else f"{row['loss']:.4f}",
-                     row["tokens_generated"], row["seconds"])
+                     row["tokens_generated"], row["seconds"], row["threads"])

@@ -25,6 +25,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Generation, Policy
 from swarmnode.records import Group, Question
 from swarmnode.node.state import NodeState
+from swarmnode.node.threads import ThreadPolicy
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
 
@@ -67,9 +68,11 @@ def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
 
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
-                 swarm: SwarmLink, state: NodeState, seed: int):
+                 swarm: SwarmLink, state: NodeState, seed: int, threads: ThreadPolicy | None = None):
         self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
         self.swarm, self.state, self.seed = swarm, state, seed
+        # None leaves torch's thread count alone (the experiment runs several nodes in one process)
+        self.threads = threads
         self.metrics = MetricsLog(home.metrics_file)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
@@ -79,6 +82,8 @@ class Node:
             raise RoundAbandoned()
         log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
         self.state.emit("phase", phase=phase)
+        if self.threads is not None:
+            self.threads.check_phase()
 
     def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> dict:
         """One SAPO round; returns its metrics row. Raises RoundAbandoned on a stop request."""
@@ -91,6 +96,7 @@ class Node:
         questions = self.tasks.sample(r, cfg.questions)
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
+        n_threads = torch.get_num_threads()  # what decoding runs with, after _phase applied the policy
         completions, max_new_tokens = self.budget.plan()
         gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature,
@@ -115,6 +121,8 @@ class Node:
         for g in local:
             by_task[g.question.family].extend(g.rewards)
         all_rewards = [x for g in local for x in g.rewards]
+        if self.threads is not None:
+            self.threads.end_round(gen.tokens / (t_gen - t0) if t_gen > t0 else None)
         return {
             "round": r,
             "started_at": started,
@@ -132,6 +140,7 @@ class Node:
             "max_new_tokens": max_new_tokens,
             "loss": loss,
             "peers": self.swarm.peer_count(),
+            "threads": n_threads,
         }
 
     def finish_round(self, row: dict) -> None:

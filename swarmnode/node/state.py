@@ -17,7 +17,7 @@ from typing import Any
 
 PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle")
 EVENT_TYPES = ("round_started", "round_finished", "bundle_accepted", "bundle_rejected",
-               "peer_joined", "peer_left", "phase", "paused")
+               "peer_joined", "peer_left", "phase", "paused", "threads")
 
 _MAX_ROUNDS_KEPT = 5000
 _SUBSCRIBER_QUEUE = 1000
@@ -34,6 +34,7 @@ class NodeInfo:
     model: str = ""
     device: str = ""
     home: str = ""
+    priority: str = ""  # what the node runs at, as priority.apply_priority described it
 
 
 @dataclass
@@ -51,6 +52,8 @@ class NodeState:
     tokens_generated: int = 0
     round_seconds_sum: float = 0.0
     reward_sum: float = 0.0
+    # the torch thread count in use and why (threads.ThreadChoice.as_dict); empty until chosen
+    threads: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -81,6 +84,8 @@ class NodeState:
                 self.bundles[("rejected", str(data.get("reason", "")))] += 1
             elif type == "paused":
                 self.paused = bool(data["paused"])
+            elif type == "threads":
+                self.threads = dict(data)
             self.counters[type] += 1
         loop = self._loop
         if loop is None or loop.is_closed():
@@ -131,4 +136,5 @@ class NodeState:
                 "round_seconds_sum": self.round_seconds_sum,
                 "reward_sum": self.reward_sum,
                 "bundles": dict(self.bundles),
+                "threads": dict(self.threads),
             }
