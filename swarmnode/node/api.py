@@ -308,6 +308,9 @@ def prometheus_text(state: NodeState, peers: int) -> str:
     out.family("swarmnode_peers", "gauge", "Peers connected now.", [("swarmnode_peers", {}, peers)])
     out.family("swarmnode_paused", "gauge", "1 while the node is paused (starts no new round).",
                [("swarmnode_paused", {}, int(snap["paused"]))])
+    threads = snap["threads"]
+    out.family("swarmnode_threads", "gauge", "Torch intra-op threads the node uses now (see /v1/status for why).",
+               [("swarmnode_threads", {}, threads.get("count"))])
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])
