@@ -344,6 +344,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
     home = NodeHome(tmp_path).create()
     state = make_state()
     state.emit("round_finished", round=4, metrics=finished_row(4, 0.375))
+    state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict())
+    state.info.priority = "background (nice 19)"
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
     thread = threading.Thread(target=loop.run_forever)
@@ -353,6 +355,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
         assert main(["status", "--home", str(tmp_path)]) == 0
         out = capsys.readouterr().out
         assert "alice (12D3KooWSelfAlice)" in out and "0.375" in out
+        assert "threads  1 (auto: other programs use 1.00 of 2 cores)" in out
+        assert "priority background (nice 19)" in out
         assert main(["status", "--json", "--home", str(tmp_path)]) == 0
         assert json.loads(capsys.readouterr().out)["name"] == "alice"
         assert main(["peers", "--home", str(tmp_path)]) == 0

@@ -189,12 +189,12 @@ class ThreadPolicy:
     def count(self) -> int:
         return self.choice.count
 
-    def _change(self, count: int, reason: str, others: float | None) -> None:
-        """Take a new count (or the first one) and tell ``on_change``; the reading that led to it
-        stays the stated reason until the next change."""
+    def _change(self, count: int, reason: str, others: float | None, first: bool = False) -> None:
+        """Take a new count (or the ``first`` one, which the caller logs) and tell ``on_change``;
+        the reading that led to it stays the stated reason until the next change."""
         before = self.choice.count
         self.choice = ThreadChoice(count, reason, self.choice.pinned, others, self.cores)
-        if count != before:
+        if count != before and not first:
             log.info("threads: %d -> %d (%s)", before, count, reason)
         if self.on_change is not None:
             self.on_change(self.choice)
@@ -212,7 +212,7 @@ class ThreadPolicy:
         """The first count, from what other programs used since this policy was made (at least
         ``MIN_WINDOW_S``: the daemon makes it before loading the model, so the load is the probe)."""
         if self.choice.pinned:
-            self._change(self.count, self.choice.reason, None)
+            self._change(self.count, self.choice.reason, None, first=True)
             return self.choice
         waited = self.meter.sample().wall - self._round_mark.wall
         if waited < MIN_WINDOW_S:
@@ -221,7 +221,7 @@ class ThreadPolicy:
         others = CpuMeter.others(self._round_mark, now) or 0.0
         self._round_mark = self._phase_mark = now
         count = max(1, min(self.ceiling, math.floor(self.cores - others + SHED_ABOVE + 1e-9)))
-        self._change(count, f"auto: other programs use {_fmt(others)} of {self.cores} cores", others)
+        self._change(count, f"auto: other programs use {_fmt(others)} of {self.cores} cores", others, first=True)
         return self.choice
 
     def apply(self) -> int:
