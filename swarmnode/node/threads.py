@@ -10,7 +10,8 @@ process's own, over a window, in cores (:class:`CpuMeter`). It needs no idle mom
 measure, since the node's own threads are subtracted; at background priority (see
 ``priority.py``) other programs get the CPU they ask for, so what they use is what they want.
 
-The count follows that reading with hysteresis, so noise never makes it flap:
+The count follows that reading with hysteresis (a dead band between the two thresholds, and
+waits), so noise does not make it flap:
 
 - **shed fast**: the count drops as soon as a reading says other programs use more than
   ``SHED_ABOVE`` of the cores it would need (checked between rounds and at every phase
@@ -20,8 +21,8 @@ The count follows that reading with hysteresis, so noise never makes it flap:
   ``1 - TOLERATED_LOSS`` as fast as the round before it; otherwise it goes back and waits
   before trying again, twice as long each time (up to ``MAX_HOLD`` rounds). A rise that a
   shed undoes within ``SHORT_LIVED`` rounds, or within the wait before it if that was longer,
-  counts as failed too, so a load that keeps
-  hovering around the thresholds makes changes ever rarer instead of a steady flip-flop.
+  counts as failed too, so a load that keeps hovering around the thresholds makes changes
+  ever rarer instead of a steady flip-flop.
 
 ``threads = N`` (``--threads N``) pins the count; nothing is measured then.
 """
