@@ -199,7 +199,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=4)
     ap.add_argument("--completions", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--max-new-tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3, help="workload runs per measurement (rounds of a node)")
     ap.add_argument("--passes", type=int, default=2, help="every condition and policy once per pass")
     ap.add_argument("--burst-s", type=float, default=1.0, help="the bursty program's busy (and idle) stretch")
