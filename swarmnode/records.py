@@ -7,7 +7,7 @@ project, so the wire format, the trainer and the node all depend on it and not o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
 LOCAL = "local"
@@ -72,6 +72,8 @@ class RoundRecord:
     max_new_tokens: int
     loss: float | None
     peers: int
+    # torch's intra-op threads while decoding (:mod:`swarmnode.node.threads`); 0 in rows written before it.
+    threads: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
@@ -85,6 +87,8 @@ class RoundRecord:
         values = {}
         for f in fields(cls):
             if f.name not in row:
+                if f.default is not MISSING:
+                    continue
                 raise ValueError(f"no '{f.name}'")
             value = row[f.name]
             if not _fits(value, f.type):

@@ -16,6 +16,7 @@ import pytest
 
 from swarmnode.node import client
 from swarmnode.node.api import ApiServer, prometheus_text
+from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state
@@ -46,6 +47,22 @@ async def test_status_reports_the_node(node):
     assert (body["round"], body["phase"], body["paused"], body["peers"], body["last_reward"]) == \
         (3, "generating", False, 1, 0.5)
     assert {"transport", "model", "device", "uptime_s"} <= body.keys()
+
+
+async def test_status_says_how_many_threads_and_why(node):
+    server, state, control, session = node
+    state.info.priority = "background (nice 19)"
+    async with session.get("/v1/status") as resp:
+        assert (await resp.json())["threads"] == {}  # not chosen yet
+    choice = ThreadChoice(1, "auto: other programs use 1.02 of 2 cores", others_busy=1.0234, cores=2)
+    state.emit("threads", **choice.as_dict())
+    async with session.get("/v1/status") as resp:
+        body = await resp.json()
+    assert body["priority"] == "background (nice 19)"
+    assert body["threads"] == {"count": 1, "reason": "auto: other programs use 1.02 of 2 cores", "pinned": False,
+                               "others_busy": 1.02, "cores": 2}
+    async with session.get("/metrics") as resp:
+        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.M)
 
 
 async def test_rounds_since(node):
@@ -336,6 +353,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
     home = NodeHome(tmp_path).create()
     state = make_state()
     state.emit("round_finished", round=4, record=finished_row(4, 0.375))
+    state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict())
+    state.info.priority = "background (nice 19)"
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
     thread = threading.Thread(target=loop.run_forever)
@@ -345,6 +364,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
         assert main(["status", "--home", str(tmp_path)]) == 0
         out = capsys.readouterr().out
         assert "alice (12D3KooWSelfAlice)" in out and "0.375" in out
+        assert "threads  1 (auto: other programs use 1.00 of 2 cores)" in out
+        assert "priority background (nice 19)" in out
         assert main(["status", "--json", "--home", str(tmp_path)]) == 0
         assert json.loads(capsys.readouterr().out)["name"] == "alice"
         assert main(["peers", "--home", str(tmp_path)]) == 0
@@ -402,7 +423,10 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert status["peer_id"].startswith("12D3KooW") and status["name"] and status["transport"] == "solo"
             assert status["round"] >= first + 1 and status["device"] == "cpu" and status["peers"] == 0
             assert isinstance(status["last_reward"], float)
-            assert [r["round"] for r in await api.rounds(since=first)][:2] == [first, first + 1]
+            assert status["threads"]["count"] == 1 and status["threads"]["pinned"]  # RealDaemon pins 1
+            assert status["priority"].startswith("background")
+            rows = (await api.rounds(since=first))[:2]
+            assert [r["round"] for r in rows] == [first, first + 1] and [r["threads"] for r in rows] == [1, 1]
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()

@@ -199,8 +199,8 @@ def clean_env(monkeypatch, tmp_path):
 def test_cli_json_and_exit_status(tmp_path, listener, clean_env, capsys):
     assert _cli(["doctor", "--json", "--home", str(tmp_path), "--solo"]) == 0
     checks = json.loads(capsys.readouterr().out)
-    assert {"python", "device", "memory", "model cache", "home", "api port", "listen", "bootstrap"} <= \
-        {c["check"] for c in checks}
+    assert {"python", "device", "memory", "threads", "priority", "model cache", "home", "api port", "listen",
+            "bootstrap"} <= {c["check"] for c in checks}
     assert all(set(c) == {"check", "status", "detail", "fix"} for c in checks)
     assert all(c["fix"] for c in checks if c["status"] == PROBLEM)
 
@@ -224,3 +224,62 @@ def test_cuda_memory_is_the_gpu_free_memory_in_bf16(monkeypatch, tmp_path):
     assert device.status == OK and "Test GPU" in device.detail
     # bf16 halves the need: about 0.75 GB for the embedded model, more than the 0.5 GB free
     assert memory.status == PROBLEM and "0.8 GB" in memory.detail and "free GPU memory" in memory.detail
+
+
+def test_threads_pinned_by_config():
+    check = doctor.check_threads(NodeConfig(threads=3), window_s=0)
+    assert check.status == OK and check.detail.startswith("3, pinned by threads = 3")
+
+
+@pytest.fixture
+def fake_cpu(monkeypatch):
+    """CPU readings as the test sets them: ``others`` cores busy with programs other than doctor;
+    ``time.sleep`` advances the fake clock (and really sleeps, so real processes get measured)."""
+    import time
+
+    from swarmnode.node import threads
+
+    fake = {"t": 0.0, "others": 0.0}
+    real_sleep = time.sleep
+
+    def sleep(s: float) -> None:
+        fake["t"] += s
+        real_sleep(s)
+
+    monkeypatch.setattr(threads.time, "monotonic", lambda: fake["t"])
+    monkeypatch.setattr(threads, "_machine_busy_s", lambda: fake["t"] * fake["others"])
+    monkeypatch.setattr(threads, "_own_cpu_s", lambda: 0.0)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "physical_cores", lambda: 2)
+    monkeypatch.setattr(time, "sleep", sleep)
+    return fake
+
+
+def test_threads_auto_reports_the_count_and_what_is_busy(fake_cpu):
+    """A real program spinning beside doctor is named among the busiest; the count comes from the
+    CPU readings (faked, so that the shared test machine's own load does not decide it)."""
+    import subprocess
+    import sys
+
+    fake_cpu["others"] = 1.0
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        check = doctor.check_threads(NodeConfig(), window_s=1.0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert check.status == OK
+    assert check.detail.startswith("auto: would start with 1 of 2 cores; other programs use 1.00 cores now")
+    assert "busiest: " in check.detail and "python" in check.detail.split("busiest: ")[1]
+
+
+def test_threads_warns_when_the_machine_is_full(fake_cpu):
+    fake_cpu["others"] = 2.0
+    check = doctor.check_threads(NodeConfig(), window_s=0.6)
+    assert check.status == WARNING and "with 1 of 2 cores" in check.detail and check.fix
+
+
+def test_priority_check():
+    assert doctor.check_priority(NodeConfig()).status == OK
+    normal = doctor.check_priority(NodeConfig(priority="normal"))
+    assert normal.status == WARNING and "background" in normal.fix

@@ -24,9 +24,12 @@ class _LengthScorer(Scorer):
 
 
 def _settings(out: Path, model: Path, rounds: int, configs: str = "2/0,1/1") -> Settings:
+    # newcomer_share 1: a node's peers are all newcomers for its first probation_rounds, and
+    # J = 1 leaves them no slot at the default share; these runs are shorter than that.
     return Settings(profile="laptop", nodes=2, configs=configs, rounds=rounds, seeds=1, checkpoint_every=1,
                     out=str(out), node=NodeConfig(questions=2, completions=3, max_new_tokens=4, model=str(model),
-                                                  device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8))
+                                                  device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8,
+                                                  newcomer_share=1.0))
 
 
 def _run(settings: Settings) -> Experiment:

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, RichLog
 
 from swarmnode.node.api import ApiServer
 from swarmnode.node.client import NodeApi
+from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 from swarmnode.tui.app import Dashboard, NodeHeader
 
@@ -64,6 +65,23 @@ async def test_header_shows_the_round_and_follows_events(served):
         assert "reward 0.625" in header_text(app)
         await until(pilot, lambda: any("round 3 finished: reward 0.625" in line for line in event_lines(app)))
         assert [r["round"] for r in app.rows] == [3]
+
+
+async def test_header_shows_the_thread_count_and_why(served):
+    home, state, control = served
+    state.info.priority = "background (nice 19)"
+    state.emit("threads", **ThreadChoice(2, "auto: other programs use 0.03 of 2 cores", others_busy=0.03,
+                                         cores=2).as_dict())
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        assert "threads 2 (auto: other programs use 0.03 of 2 cores)" in header_text(app)
+        assert "priority background (nice 19)" in header_text(app)
+        # another program takes a core: the node sheds a thread, the header and the event log say so
+        state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.01 of 2 cores", others_busy=1.01,
+                                             cores=2).as_dict())
+        await until(pilot, lambda: "threads 1 (auto: other programs use 1.01 of 2 cores)" in header_text(app))
+        await until(pilot, lambda: any("threads: 1 (auto:" in line for line in event_lines(app)))
 
 
 async def test_peers_table_lists_a_peer(served):

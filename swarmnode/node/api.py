@@ -180,8 +180,8 @@ class ApiServer:
         snap = self.state.snapshot()
         return web.json_response({
             "peer_id": info.peer_id, "name": info.name, "swarm": info.swarm, "transport": info.transport,
-            "model": info.model, "device": info.device, "home": info.home,
-            "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
+            "model": info.model, "device": info.device, "home": info.home, "priority": info.priority,
+            "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
         })
 
@@ -322,6 +322,9 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
                     for name, count in sorted(transport.items())])
     out.family("swarmnode_paused", "gauge", "1 while the node is paused (starts no new round).",
                [("swarmnode_paused", {}, int(snap["paused"]))])
+    threads = snap["threads"]
+    out.family("swarmnode_threads", "gauge", "Torch intra-op threads the node uses now (see /v1/status for why).",
+               [("swarmnode_threads", {}, threads.get("count"))])
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])

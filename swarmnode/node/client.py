@@ -202,7 +202,12 @@ def status_lines(status: dict) -> list[str]:
         ("peers", str(status["peers"])),
         ("reward", f"{format_reward(status['last_reward'])} (last round's mean)"),
     ]
-    return [f"{key:<7} {value}" for key, value in rows]
+    threads = status.get("threads") or {}
+    if threads:
+        rows.append(("threads", f"{threads['count']} ({threads['reason']})"))
+    if status.get("priority"):
+        rows.append(("priority", status["priority"]))
+    return [f"{key:<8} {value}" for key, value in rows]
 
 
 def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:

@@ -25,7 +25,9 @@ from swarmnode.train.model import ModelError, load_base_model, pick_device
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
 from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Policy
+from swarmnode.node.priority import apply_priority
 from swarmnode.node.state import NodeInfo, NodeState
+from swarmnode.node.threads import ThreadChoice, ThreadPolicy
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.swarm.transport import TransportError, transport_for
@@ -47,6 +49,7 @@ class Daemon:
         self._signals = 0
         self.node: Node | None = None
         self.link: NetworkLink | None = None
+        self.priority = "normal"
 
     # ---- control (the local API calls these) --------------------------------------------
     def request_stop(self) -> None:
@@ -86,34 +89,36 @@ class Daemon:
         self.request_stop()
 
     # ---- start-up ------------------------------------------------------------------------
-    def _load(self) -> tuple[Identity, Policy, dict, int]:
+    def _load(self) -> tuple[Identity, Policy, dict, int, ThreadPolicy]:
         """Identity, task families, model and policy; runs in the worker thread (seconds to minutes)."""
         cfg = self.cfg
-        if cfg.threads:
-            import torch
-
-            torch.set_num_threads(cfg.threads)
+        # Made before the model loads: the load is the probe window of the first thread count.
+        threads = ThreadPolicy(cfg.threads, on_change=self._threads_changed)
+        threads.apply()
         identity = Identity.load_or_create(self.home.identity_file)
         seed = cfg.seed if cfg.seed is not None else derive_seed(identity.peer_id)
         device = pick_device(cfg.device)
         self.state.info = NodeInfo(peer_id=identity.peer_id, name=identity.name, swarm=cfg.swarm,
                                    transport="solo" if cfg.solo else cfg.transport, model=cfg.model,
-                                   device=str(device), home=str(self.home.root))
+                                   device=str(device), home=str(self.home.root), priority=self.priority)
         log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
         families = load_task_file(cfg.tasks)
         log.info("loading model %s on %s", cfg.model, device)
         policy = Policy(load_base_model(cfg.model, device), cfg)
-        return identity, policy, families, seed
+        choice = threads.start()
+        log.info("threads: %d (%s)", choice.count, choice.reason)
+        return identity, policy, families, seed, threads
 
     async def _build_node(self) -> Node:
         """The node, its swarm link open (unless solo) and its last checkpoint restored."""
         try:
-            identity, policy, families, seed = await asyncio.to_thread(self._load)
+            identity, policy, families, seed, threads = await asyncio.to_thread(self._load)
         except (ModelError, IdentityError) as exc:
             raise StartupError(str(exc)) from None
         scorer = Scorer(families)
         swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
-        node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed)
+        node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
+                    threads)
         try:
             await asyncio.to_thread(node.resume)
         except (CheckpointError, MetricsError) as exc:
@@ -133,12 +138,17 @@ class Daemon:
                  ", ".join(self.link.transport.addresses()) or "(no address yet)")
         return self.link
 
+    def _threads_changed(self, choice: ThreadChoice) -> None:
+        self.state.emit("threads", **choice.as_dict())
+
     # ---- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         self.state.bind_loop(loop)
         self._unpaused = asyncio.Event()
         self._unpaused.set()
+        # First, before the worker threads exist: they inherit the priority of the thread making them.
+        self.priority = apply_priority(self.cfg.priority)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.state.emit("phase", phase="loading")
@@ -175,6 +185,6 @@ class Daemon:
             await asyncio.to_thread(node.finish_round, record)
             done += 1
             log.info("round %d: reward %.3f, %d local + %d external groups (%d dropped), loss %s, %d tokens, "
-                     "%.1f s", r, record.reward_mean, record.n_local, record.n_external,
+                     "%.1f s, %d threads", r, record.reward_mean, record.n_local, record.n_external,
                      record.n_dropped_zero_adv, "n/a" if record.loss is None else f"{record.loss:.4f}",
-                     record.tokens_generated, record.seconds)
+                     record.tokens_generated, record.seconds, record.threads)

@@ -195,6 +195,61 @@ def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
     return checks
 
 
+# --- sharing the CPU ------------------------------------------------------------------------
+
+
+def _busiest(processes: list, top: int = 3, floor_pct: float = 5.0) -> list[str]:
+    """``name pct%`` of the busiest ``processes`` since their last ``cpu_percent`` call."""
+    import psutil
+
+    usage = []
+    for p in processes:
+        try:
+            usage.append((p.cpu_percent(None), p.info["name"] or str(p.pid)))
+        except psutil.Error:  # ended or not ours to read
+            continue
+    usage.sort(reverse=True)
+    return [f"{name} {pct:.0f}%" for pct, name in usage[:top] if pct >= floor_pct]
+
+
+def check_threads(cfg: NodeConfig, window_s: float = 1.0) -> Check:
+    """The torch thread count the node would start with, and the programs that keep cores busy now."""
+    import time
+
+    import psutil
+
+    from swarmnode.node.threads import ThreadPolicy
+
+    if cfg.threads:
+        return Check("threads", OK, f"{cfg.threads}, pinned by threads = {cfg.threads} (--threads 0 adapts to "
+                                    "the cores other programs leave free)")
+    processes = [p for p in psutil.process_iter(["name"]) if p.pid != os.getpid()]
+    for p in processes:
+        try:
+            p.cpu_percent(None)  # starts each process's measuring window
+        except psutil.Error:
+            continue
+    policy = ThreadPolicy(0)
+    time.sleep(window_s)
+    choice = policy.start()
+    busy = _busiest(processes)
+    detail = (f"auto: would start with {choice.count} of {choice.cores} cores; other programs use "
+              f"{choice.others_busy:.2f} cores now" + (f" (busiest: {', '.join(busy)})" if busy else ""))
+    if choice.others_busy >= choice.cores - 0.5:
+        return Check("threads", WARNING, detail + "; rounds will be slow",
+                     "nothing to fix: the node takes threads back when the machine frees up")
+    return Check("threads", OK, detail + "; re-checked every round")
+
+
+def check_priority(cfg: NodeConfig) -> Check:
+    from swarmnode.node.priority import describe_priority
+
+    if cfg.priority != "background":
+        return Check("priority", WARNING, describe_priority(cfg.priority),
+                     "set priority = \"background\" (or drop --priority normal) so your programs keep their speed")
+    return Check("priority", OK, describe_priority(cfg.priority))
+
+
 # --- files ---------------------------------------------------------------------------------
 
 
@@ -396,6 +451,8 @@ def run_checks(cfg: NodeConfig, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT_S) 
         check_python(),
         *check_packages(),
         *check_device_and_memory(cfg),
+        check_threads(cfg),
+        check_priority(cfg),
         check_model_cache(cfg),
         check_home(cfg),
         check_api_port(cfg),

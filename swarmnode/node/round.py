@@ -27,6 +27,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Generation, Policy
 from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.node.state import NodeState
+from swarmnode.node.threads import ThreadPolicy
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
 
@@ -79,13 +80,16 @@ class Rollout:
     max_new_tokens: int
     seconds_generate: float
     seconds_score: float
+    threads: int  # torch's intra-op threads while decoding
 
 
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
-                 swarm: SwarmLink, state: NodeState, seed: int):
+                 swarm: SwarmLink, state: NodeState, seed: int, threads: ThreadPolicy | None = None):
         self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
         self.swarm, self.state, self.seed = swarm, state, seed
+        # None leaves torch's thread count alone (the experiment runs several nodes in one process)
+        self.threads = threads
         self.metrics = MetricsLog(home.metrics_file)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
@@ -95,6 +99,8 @@ class Node:
             raise RoundAbandoned()
         log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
         self.state.emit("phase", phase=phase)
+        if self.threads is not None:
+            self.threads.check_phase()
 
     def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
         """One SAPO round. Raises RoundAbandoned on a stop request.
@@ -112,6 +118,7 @@ class Node:
         questions = self.tasks.sample(r, cfg.questions)
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
+        n_threads = torch.get_num_threads()  # what decoding runs with, after _phase applied the policy
         completions, max_new_tokens = self.budget.plan()
         gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature,
@@ -124,7 +131,8 @@ class Node:
         # 3. Share this round's rollouts with the swarm (returns at once).
         self._phase("sharing", should_stop)
         self.swarm.share(r, local)
-        return Rollout(r, started, local, gen.tokens, completions, max_new_tokens, t_gen - t0, t_score - t_gen)
+        return Rollout(r, started, local, gen.tokens, completions, max_new_tokens, t_gen - t0, t_score - t_gen,
+                       n_threads)
 
     def update(self, rollout: Rollout, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
         cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
@@ -140,6 +148,8 @@ class Node:
         by_task: dict[str, list[float]] = defaultdict(list)
         for g in rollout.groups:
             by_task[g.question.family].extend(g.rewards)
+        if self.threads is not None:
+            self.threads.end_round(rollout.tokens / rollout.seconds_generate if rollout.seconds_generate > 0 else None)
         return RoundRecord(
             round=r, started_at=rollout.started_at,
             seconds=round(rollout.seconds_generate + rollout.seconds_score + seconds_train, 3),
@@ -149,7 +159,7 @@ class Node:
             reward_by_task={k: statistics.fmean(v) for k, v in sorted(by_task.items())},
             n_local=sum(g.is_local for g in train), n_external=sum(not g.is_local for g in train),
             n_dropped_zero_adv=dropped, tokens_generated=rollout.tokens, completions=rollout.completions,
-            max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count())
+            max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count(), threads=rollout.threads)
 
     def finish_round(self, record: RoundRecord) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""

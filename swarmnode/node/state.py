@@ -32,6 +32,7 @@ class NodeInfo:
     model: str = ""
     device: str = ""
     home: str = ""
+    priority: str = ""  # what the node runs at, as priority.apply_priority described it
 
 
 @dataclass
@@ -49,6 +50,8 @@ class NodeState:
     tokens_generated: int = 0
     round_seconds_sum: float = 0.0
     reward_sum: float = 0.0
+    # the torch thread count in use and why (threads.ThreadChoice.as_dict); empty until chosen
+    threads: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,6 +87,8 @@ class NodeState:
                 self.bundles[("rejected", str(data.get("reason", "")))] += 1
             elif type == "paused":
                 self.paused = bool(data["paused"])
+            elif type == "threads":
+                self.threads = dict(data)
             self.counters[type] += 1
         event.update(data)
         loop = self._loop
@@ -136,4 +141,5 @@ class NodeState:
                 "round_seconds_sum": self.round_seconds_sum,
                 "reward_sum": self.reward_sum,
                 "bundles": dict(self.bundles),
+                "threads": dict(self.threads),
             }

@@ -47,6 +47,15 @@ class NodeHeader(Static):
             text.append(f"{label} ", style="dim")
             text.append(value, style="bold reverse" if label == "phase" and status["paused"] else "bold")
             text.append("   ")
+        threads = status.get("threads") or {}
+        if threads:
+            text.append("\nthreads ", style="dim")
+            text.append(str(threads["count"]), style="bold")
+            text.append(f" ({threads['reason']})   ", style="dim")
+        if status.get("priority"):
+            text.append("\n" if not threads else "", style="dim")
+            text.append("priority ", style="dim")
+            text.append(status["priority"], style="bold")
         self.update(text)
 
 
@@ -173,6 +182,8 @@ class Dashboard(App):
                 self.status["paused"] = event["paused"]
             elif kind == "round_finished":
                 self.status["last_reward"] = event["metrics"]["reward_mean"]
+            elif kind == "threads":
+                self.status["threads"] = {k: v for k, v in event.items() if k not in ("type", "time")}
             self._show_header()
         if kind == "round_finished":
             self.rows = (self.rows + [event["metrics"]])[-CHART_ROUNDS:]
@@ -203,6 +214,7 @@ class Dashboard(App):
                 "peer_joined": lambda: f"peer {peer} joined",
                 "peer_left": lambda: f"peer {peer} left",
                 "paused": lambda: "paused: no new round starts" if event["paused"] else "resumed",
+                "threads": lambda: f"threads: {event['count']} ({event['reason']})",
             }.get(kind, lambda: kind)()
         stamp = datetime.fromtimestamp(event.get("time", time.time())).strftime("%H:%M:%S")
         style = {"bundle_rejected": "red", "round_finished": "bold green", "paused": "yellow"}.get(kind, "")
