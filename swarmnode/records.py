@@ -21,6 +21,10 @@ class Question:
     question: str
     answer: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # The difficulty level it was drawn at (swarmnode.train.curriculum), None when unknown: a
+    # family off the ladder, or a peer that did not say. A peer's claim is for display and
+    # selection only; it never moves this node's levels.
+    level: int | None = None
 
     def entry(self) -> dict[str, Any]:
         """The reasoning-gym entry that ``score_answer`` expects."""
@@ -40,6 +44,11 @@ class Group:
     # For local groups, the sampled token ids of each completion (after the prompt), so the
     # update scores exactly what was generated; None for text that came over the network.
     token_ids: list[list[int]] | None = None
+
+    @property
+    def level(self) -> int | None:
+        """The level its question was drawn at (see :attr:`Question.level`)."""
+        return self.question.level
 
     @property
     def is_local(self) -> bool:

@@ -17,7 +17,7 @@ import threading
 
 from swarmnode.node.api import ApiServer
 from swarmnode.node.checkpoint import CheckpointError
-from swarmnode.config import NodeConfig
+from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.node.metrics import MetricsError
@@ -27,6 +27,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Policy
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.swarm.link import NetworkLink, SoloLink
+from swarmnode.train.curriculum import LevelError, Levels, parse_level_settings
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.swarm.transport import TransportError, transport_for
 
@@ -95,11 +96,16 @@ class Daemon:
                                    device=str(device), home=str(self.home.root))
         log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
         families = load_task_file(cfg.tasks)
+        try:
+            start = parse_level_settings(cfg.levels, families)
+        except LevelError as exc:
+            raise ConfigError("levels", str(exc)) from None
+        levels = Levels(families, adaptive=cfg.adaptive_difficulty, start=start)
         log.info("loading model %s on %s", cfg.model, device)
         base = load_base_model(cfg.model, device)
         policy = Policy(base, cfg)
         node = Node(cfg, self.home, policy, TaskSource(families, seed), Scorer(families), SoloLink(),
-                    self.state, seed)
+                    self.state, seed, levels)
         node.resume()
         self.identity = identity
         return node
@@ -151,7 +157,10 @@ class Daemon:
 
     async def _rounds(self, node: Node) -> None:
         done = 0
-        while not self._stop.is_set() and (self.cfg.rounds is None or done < self.cfg.rounds):
+        while not self._stop.is_set():
+            await self._yardstick(node)
+            if self.cfg.rounds is not None and done >= self.cfg.rounds:
+                break
             self.state.emit("phase", phase="idle")
             await self._unpaused.wait()
             if self._stop.is_set():
@@ -168,3 +177,17 @@ class Daemon:
                      "%.1f s", r, row["reward_mean"], row["n_local"], row["n_external"],
                      row["n_dropped_zero_adv"], "n/a" if row["loss"] is None else f"{row['loss']:.4f}",
                      row["tokens_generated"], row["seconds"])
+
+    async def _yardstick(self, node: Node) -> None:
+        """Score the policy on the fixed yardstick when one is due; between rounds, so no round waits
+        on it inside and round timings leave it out. A failure costs the record, not the node."""
+        if not node.yardstick_due() or self._stop.is_set():
+            return
+        self.state.emit("phase", phase="evaluating")
+        try:
+            record = await asyncio.to_thread(node.run_yardstick)
+        except MetricsError as exc:
+            log.warning("yardstick not recorded: %s", exc)
+            return
+        log.info("yardstick after %d rounds: %.3f on %d held-out questions (%.1f s)", record["round"],
+                 record["score"], record["questions"], record["seconds"])

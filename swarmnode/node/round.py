@@ -26,7 +26,9 @@ from swarmnode.train.policy import Generation, Policy
 from swarmnode.records import Group, Question
 from swarmnode.node.state import NodeState
 from swarmnode.swarm.link import SwarmLink
+from swarmnode.train.curriculum import Levels
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
+from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,23 @@ def select_training_set(local: list[Group], external: list[Group], n_local: int,
     return useful[:n_from_local] + external, dropped
 
 
+def signal_rates(local: list[Group], external: list[Group]) -> dict[str, float | None]:
+    """Share of the round's groups with non-zero advantage: all of them, local, external.
+
+    External groups are drawn only among those with signal after this node re-scored them,
+    so the external share is 1.0 whenever any were drawn (None when none were); the overall
+    rate counts them beside the local ones. "Is my node learning?" at a glance.
+    """
+    with_signal = sum(g.has_signal() for g in local)
+    ext_signal = sum(g.has_signal() for g in external)
+    total = len(local) + len(external)
+    return {
+        "signal_rate": (with_signal + ext_signal) / total if total else None,
+        "signal_rate_local": with_signal / len(local) if local else None,
+        "signal_rate_external": ext_signal / len(external) if external else None,
+    }
+
+
 def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
                 prefill_answer_tag: bool) -> list[Group]:
     """This node's groups of a round: full responses, the node's own rewards, the sampled ids."""
@@ -67,12 +86,18 @@ def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
 
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
-                 swarm: SwarmLink, state: NodeState, seed: int):
+                 swarm: SwarmLink, state: NodeState, seed: int, levels: Levels | None = None):
         self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
         self.swarm, self.state, self.seed = swarm, state, seed
         self.metrics = MetricsLog(home.metrics_file)
+        self.yardstick_log = MetricsLog(home.yardstick_file)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
+        # Levels of the families (None: every family at its task-file config, no ladder).
+        self.levels = levels or Levels(tasks.names, adaptive=False)
+        # The levels a finished round leads to, committed by finish_round: an abandoned round
+        # must leave the levels as they were.
+        self._levels_after: tuple[int, Levels] | None = None
 
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
@@ -88,7 +113,8 @@ class Node:
         self.state.emit("round_started", round=r)
 
         # 1. Sample a batch of questions from this node's own task stream.
-        questions = self.tasks.sample(r, cfg.questions)
+        levels = dict(self.levels.levels)
+        questions = self.tasks.sample(r, cfg.questions, levels)
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
         completions, max_new_tokens = self.budget.plan()
@@ -111,6 +137,9 @@ class Node:
         loss = self.policy.train_step(train)
         t_train = time.perf_counter()
 
+        after = self.levels.copy()
+        moves = after.observe((g.question.family, statistics.fmean(g.rewards)) for g in local)
+        self._levels_after = (r, after)
         by_task: dict[str, list[float]] = defaultdict(list)
         for g in local:
             by_task[g.question.family].extend(g.rewards)
@@ -127,6 +156,9 @@ class Node:
             "n_local": sum(g.is_local for g in train),
             "n_external": sum(not g.is_local for g in train),
             "n_dropped_zero_adv": dropped,
+            **signal_rates(local, external),
+            "levels": levels,
+            "level_moves": moves,
             "tokens_generated": gen.tokens,
             "completions": completions,
             "max_new_tokens": max_new_tokens,
@@ -139,10 +171,15 @@ class Node:
         log.debug("round %d: saving", row["round"])
         self.metrics.append(row)
         self.budget.observe(row["seconds"], row["tokens_generated"], self.cfg.questions * row["completions"])
+        if self._levels_after is not None and self._levels_after[0] == row["round"]:
+            self.levels = self._levels_after[1]
+        self._levels_after = None
         save_checkpoint(self.home.checkpoints, row["round"], self.policy,
-                        {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
+                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
+                        keep=self.cfg.keep_checkpoints)
         self.next_round = row["round"] + 1
         self.state.emit("round_finished", round=row["round"], metrics=row)
+        self.state.emit("levels", levels=dict(self.levels.levels))
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
@@ -150,8 +187,31 @@ class Node:
         rows = self.metrics.truncate_after(ckpt.round if ckpt else None)
         if ckpt is not None:
             restore(ckpt, self.policy)
+            if "levels" in ckpt.state:  # checkpoints from before levels have none: start levels
+                self.levels.restore(ckpt.state["levels"])
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         for row in rows:
             self.state.rounds.append(row)
+        for row in self.yardstick_log.truncate_after(self.next_round):
+            self.state.emit("yardstick", record=row)
+        self.state.emit("levels", levels=dict(self.levels.levels))
         return self.next_round
+
+    def yardstick_due(self) -> bool:
+        """True when the policy as of ``next_round`` should be scored on the yardstick now."""
+        every = self.cfg.eval_every
+        return bool(every) and self.next_round % every == 0 and not any(
+            row["round"] == self.next_round for row in self.state.yardstick)
+
+    def run_yardstick(self) -> dict:
+        """Score the current policy on the fixed yardstick of its task mix; record and return it.
+
+        Its row's ``round`` is the number of rounds trained (``next_round``). Runs between
+        rounds, never inside one, so round timings do not include it.
+        """
+        record = {"round": self.next_round, "started_at": time.time(),
+                  **score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec))}
+        self.yardstick_log.append(record)
+        self.state.emit("yardstick", record=record)
+        return record

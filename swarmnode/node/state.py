@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle")
+PHASES = ("loading", "generating", "scoring", "sharing", "training", "idle", "evaluating")
 EVENT_TYPES = ("round_started", "round_finished", "bundle_accepted", "bundle_rejected",
-               "peer_joined", "peer_left", "phase", "paused")
+               "peer_joined", "peer_left", "phase", "paused", "levels", "yardstick")
 
 _MAX_ROUNDS_KEPT = 5000
 _SUBSCRIBER_QUEUE = 1000
@@ -51,6 +51,10 @@ class NodeState:
     tokens_generated: int = 0
     round_seconds_sum: float = 0.0
     reward_sum: float = 0.0
+    # difficulty level per task family now (the levels the next round draws at)
+    levels: dict = field(default_factory=dict)
+    # the yardstick's records, oldest first (a few per hundred rounds)
+    yardstick: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -81,6 +85,11 @@ class NodeState:
                 self.bundles[("rejected", str(data.get("reason", "")))] += 1
             elif type == "paused":
                 self.paused = bool(data["paused"])
+            elif type == "levels":
+                self.levels = dict(data["levels"])
+            elif type == "yardstick":
+                self.yardstick = [r for r in self.yardstick if r["round"] != data["record"]["round"]]
+                self.yardstick = (self.yardstick + [data["record"]])[-_MAX_ROUNDS_KEPT:]
             self.counters[type] += 1
         loop = self._loop
         if loop is None or loop.is_closed():
@@ -131,4 +140,7 @@ class NodeState:
                 "round_seconds_sum": self.round_seconds_sum,
                 "reward_sum": self.reward_sum,
                 "bundles": dict(self.bundles),
+                "levels": dict(self.levels),
+                "signal_rate": self.rounds[-1].get("signal_rate") if self.rounds else None,
+                "yardstick": self.yardstick[-1] if self.yardstick else None,
             }
