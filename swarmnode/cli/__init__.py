@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "swarmnode.cli.doctor",
     "swarmnode.cli.status",
     "swarmnode.cli.experiment",
+    "swarmnode.cli.evaluate",
 ]
 
 

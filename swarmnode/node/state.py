@@ -122,6 +122,10 @@ class NodeState:
         with self._lock:
             return [r for r in self.rounds if r["round"] >= since]
 
+    def yardstick_records(self) -> list[dict]:
+        with self._lock:
+            return list(self.yardstick)
+
     def last_reward(self) -> float | None:
         with self._lock:
             return self.rounds[-1]["reward_mean"] if self.rounds else None
