@@ -382,7 +382,10 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
         async with client.NodeApi(home) as api, aiohttp.ClientSession(api.endpoint.url) as session:
             events = await _round_events(session, rounds=2)
             first = events[0]["round"]
-            steps = [(e["type"], e.get("phase", e.get("round"))) for e in events if e.get("phase") != "idle"]
+            steps = [(e["type"], e.get("phase", e.get("round"))) for e in events
+                     if e.get("phase") != "idle" and e["type"] != "levels"]
+            after_finish = [b["type"] for a, b in zip(events, events[1:]) if a["type"] == "round_finished"]
+            assert after_finish and set(after_finish) == {"levels"}  # each finished round says where levels are
             one_round = [("round_started", first), ("phase", "generating"), ("phase", "scoring"),
                          ("phase", "sharing"), ("phase", "training"), ("round_finished", first)]
             assert steps[:6] == one_round
@@ -393,12 +396,19 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert status["peer_id"].startswith("12D3KooW") and status["name"] and status["transport"] == "solo"
             assert status["round"] >= first + 1 and status["device"] == "cpu" and status["peers"] == 0
             assert isinstance(status["last_reward"], float)
+            assert status["levels"] and all(isinstance(v, int) for v in status["levels"].values())
+            assert 0.0 <= status["signal_rate"] <= 1.0
+            assert status["yardstick"]["round"] == 0  # scored before round 0 (eval_every's default)
+            assert [r["round"] for r in await api.yardstick()][:1] == [0]
             assert [r["round"] for r in await api.rounds(since=first)][:2] == [first, first + 1]
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
             assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
             assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
+            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.M)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.M)
+            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.M)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:

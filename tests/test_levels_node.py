@@ -17,6 +17,7 @@ from swarmnode.swarm.link import SoloLink
 from swarmnode.train.curriculum import WINDOW, Levels, level_range
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
+from swarmnode.train import yardstick
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
 FAMILY = "calendar_arithmetic"
@@ -94,8 +95,9 @@ def test_the_yardstick_is_recorded_once_per_due_round_and_survives_a_restart(mak
     assert node.yardstick_due()
     record = node.run_yardstick()
     assert record["round"] == 0 and record["questions"] > 0 and 0.0 <= record["score"] <= 1.0
-    assert set(record["by_level"]) == {f"{FAMILY}:{lv}" for lv in range(level_range(FAMILY)[0],
-                                                                        level_range(FAMILY)[0] + 3)}
+    low = level_range(FAMILY)[0]
+    assert set(record["by_level"]) == {f"{FAMILY}:{lv}" for lv in range(low, low + yardstick.LEVELS)}
+    assert record["questions"] == yardstick.LEVELS * yardstick.PER_LEVEL
     assert not node.yardstick_due() and node.state.yardstick == [record]
     # same adapter, greedy decoding: the same score
     assert node.run_yardstick()["score"] == record["score"]

@@ -61,9 +61,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
         tokenizer.padding_side = saved_side
     ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    # Sharing a prompt's keys and values pays only when several rows share it; with one row
-    # a prompt (the greedy yardstick) the per-prompt attention loop is all cost.
-    shared = n > 1 and prefixattn.supported(model.config)
+    shared = prefixattn.supported(model.config)
     # Only the shared-prefix cache can be assembled from per-prompt prefills.
     step = PREFILL_PROMPTS if shared else len(prompts)
     logits, caches = [], []

@@ -21,7 +21,7 @@ from swarmnode.train.curriculum import level_range
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
 
 SEED = "yardstick"
-LEVELS = 3
+LEVELS = 2
 PER_LEVEL = 3
 # Greedy answers after a prefilled <answer> close within a few tokens when the model knows
 # the format; the cap bounds what a rambling one costs.
