@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,22 @@ def test_signal_rates_count_local_and_external_groups():
     assert signal_rates([flat, varied, flat, varied], [ext, ext]) == {
         "signal_rate": 4 / 6, "signal_rate_local": 0.5, "signal_rate_external": 1.0}
     assert signal_rates([], []) == {"signal_rate": None, "signal_rate_local": None, "signal_rate_external": None}
+
+
+def test_swarmnode_eval_scores_the_newest_checkpoint_or_the_untrained_policy(make_node, tiny_model_dir, tmp_path,
+                                                                              capsys):
+    from swarmnode.cli import main
+
+    node = make_node(AlwaysRight())
+    node.finish_round(node.run_round(0))
+    common = ["--home", str(node.home.root), "--model", str(tiny_model_dir), "--tasks", str(tmp_path / "tasks.toml"),
+              "--device", "cpu"]
+    assert main(["eval", "--json", *common]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["round"] == 1 and trained["checkpoint"].endswith("round-000000")
+    assert trained["questions"] == yardstick.LEVELS * yardstick.PER_LEVEL
+    assert main(["eval", "--untrained", *common]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("yardstick after 0 rounds:") and f"{FAMILY}" in out
+    assert main(["eval", *common[:2], "--tasks", str(tmp_path / "missing.toml")]) == 1
+    assert "cannot read" in capsys.readouterr().err

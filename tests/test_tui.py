@@ -15,7 +15,7 @@ from textual.widgets import DataTable, RichLog
 from swarmnode.node.api import ApiServer
 from swarmnode.node.client import NodeApi
 from swarmnode.paths import NodeHome
-from swarmnode.tui.app import Dashboard, NodeHeader
+from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 
@@ -63,6 +63,28 @@ async def test_header_shows_the_round_and_follows_events(served):
         assert "reward 0.625" in header_text(app)
         await until(pilot, lambda: any("round 3 finished: reward 0.625" in line for line in event_lines(app)))
         assert [r["round"] for r in app.rows] == [3]
+
+
+async def test_levels_signal_rate_and_yardstick_show_and_follow_events(served):
+    home, state, control = served
+    state.emit("levels", levels={"bf": 0, "calendar_arithmetic": -1})
+    state.emit("yardstick", record={"round": 0, "score": 0.125, "by_family": {"bf": 0.0}, "questions": 6})
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        assert "levels bf 0, calendar_arithmetic -1" in header_text(app) and "signal -" in header_text(app)
+        assert [r["round"] for r in app.query_one(YardstickChart).records] == [0]
+        row = {**finished_row(1, 0.5), "signal_rate": 0.75, "level_moves": {"calendar_arithmetic": 0}}
+        state.emit("round_finished", round=1, metrics=row)
+        state.emit("levels", levels={"bf": 0, "calendar_arithmetic": 0})
+        state.emit("yardstick", record={"round": 2, "score": 0.25, "by_family": {"bf": 0.5}, "questions": 6})
+        await until(pilot, lambda: "calendar_arithmetic 0" in header_text(app) and "signal 0.750" in header_text(app))
+        await until(pilot, lambda: [r["round"] for r in app.query_one(YardstickChart).records] == [0, 2])
+        lines = event_lines(app)
+        log = "".join(lines).replace(" ", "")  # the log wraps long lines
+        assert "signal0.750" in log and "levelcalendar_arithmetic->0" in log
+        assert "yardstickafter2rounds:0.250" in log
+        assert not any(line.strip().endswith("levels") for line in lines)
 
 
 async def test_peers_table_lists_a_peer(served):

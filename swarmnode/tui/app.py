@@ -78,7 +78,10 @@ class RewardChart(PlotextPlot):
 class YardstickChart(PlotextPlot):
     """The fixed yardstick's greedy score against rounds trained: overall and per family."""
 
+    records: list[dict] = []
+
     def show(self, records: list[dict]) -> None:
+        self.records = records
         plt = self.plt
         plt.clear_data()
         plt.title("yardstick (greedy, fixed held-out set)")
