@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -27,7 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
     try:
-        record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
+        # reasoning-gym's bf generator prints progress dots on stdout: keep stdout for the result
+        with contextlib.redirect_stdout(sys.stderr):
+            record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
     except (TaskConfigError, ModelError) as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 1
