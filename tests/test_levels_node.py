@@ -133,3 +133,10 @@ def test_swarmnode_eval_scores_the_newest_checkpoint_or_the_untrained_policy(mak
     assert out.startswith("yardstick after 0 rounds:") and f"{FAMILY}" in out
     assert main(["eval", *common[:2], "--tasks", str(tmp_path / "missing.toml")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_stop_request_abandons_the_yardstick_and_records_nothing(make_node):
+    node = make_node()
+    node.resume()
+    assert node.run_yardstick(should_stop=lambda: True) is None
+    assert node.state.yardstick == [] and node.yardstick_due() and not node.home.yardstick_file.exists()

@@ -185,9 +185,12 @@ class Daemon:
             return
         self.state.emit("phase", phase="evaluating")
         try:
-            record = await asyncio.to_thread(node.run_yardstick)
+            record = await asyncio.to_thread(node.run_yardstick, self._stop.is_set)
         except MetricsError as exc:
             log.warning("yardstick not recorded: %s", exc)
+            return
+        if record is None:
+            log.info("yardstick abandoned: stopping")
             return
         log.info("yardstick after %d rounds: %.3f on %d held-out questions (%.1f s)", record["round"],
                  record["score"], record["questions"], record["seconds"])

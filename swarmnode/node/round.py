@@ -204,14 +204,18 @@ class Node:
         return bool(every) and self.next_round % every == 0 and not any(
             row["round"] == self.next_round for row in self.state.yardstick)
 
-    def run_yardstick(self) -> dict:
+    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> dict | None:
         """Score the current policy on the fixed yardstick of its task mix; record and return it.
 
         Its row's ``round`` is the number of rounds trained (``next_round``). Runs between
-        rounds, never inside one, so round timings do not include it.
+        rounds, never inside one, so round timings do not include it. A stop request ends it
+        early with nothing recorded (None); it is taken again on restart.
         """
-        record = {"round": self.next_round, "started_at": time.time(),
-                  **score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec))}
+        started = time.time()
+        score = score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec), should_stop)
+        if score is None:
+            return None
+        record = {"round": self.next_round, "started_at": started, **score}
         self.yardstick_log.append(record)
         self.state.emit("yardstick", record=record)
         return record

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmnode.records import Question
@@ -44,8 +44,11 @@ def yardstick_questions(families: Mapping[str, Mapping[str, Any]]) -> list[Quest
     return out
 
 
-def score_yardstick(policy, scorer: Scorer, questions: list[Question]) -> dict[str, Any]:
-    """Greedy score of ``policy`` on ``questions``: overall mean, per family, per family and level."""
+def score_yardstick(policy, scorer: Scorer, questions: list[Question],
+                    should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any] | None:
+    """Greedy score of ``policy`` on ``questions``: overall mean, per family, per family and level.
+
+    None when ``should_stop()`` turned true on the way (a cut-short score would be wrong)."""
     t0 = time.perf_counter()
     prefill = policy.cfg.prefill_answer_tag
     scored: list[tuple[Question, float]] = []
@@ -54,7 +57,9 @@ def score_yardstick(policy, scorer: Scorer, questions: list[Question]) -> dict[s
     for family in dict.fromkeys(q.family for q in questions):
         batch = [q for q in questions if q.family == family]
         gen = policy.generate([policy.prompt(q.question) for q in batch], 1, max_new_tokens=MAX_NEW_TOKENS,
-                              temperature=0)
+                              temperature=0, should_stop=should_stop)
+        if should_stop():
+            return None
         scored += [(q, scorer.score(q, full_response(texts[0], prefill)) or 0.0) for q, texts in zip(batch, gen.texts)]
     rewards = [r for _, r in scored]
     by_family: dict[str, list[float]] = defaultdict(list)
