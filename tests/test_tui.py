@@ -166,7 +166,13 @@ async def test_screenshot_with_realistic_data(tmp_path):
     for r in range(40):
         by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
                    for i, f in enumerate(families)}
-        state.emit("round_finished", round=r, metrics=finished_row(r, sum(by_task.values()) / 3, by_task))
+        state.emit("round_finished", round=r, metrics={**finished_row(r, sum(by_task.values()) / 3, by_task),
+                                                       "signal_rate": 0.625})
+        if r % 10 == 0:
+            score = {f: min(1.0, 0.05 + 0.01 * r * (i + 1) / 2) for i, f in enumerate(families)}
+            state.emit("yardstick", record={"round": r, "score": sum(score.values()) / 3, "by_family": score,
+                                            "questions": 54})
+    state.emit("levels", levels={"basic_arithmetic": 1, "base_conversion": -1, "propositional_logic": 0})
     state.emit("round_started", round=40)
     control = FakeControl([
         peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,
