@@ -89,6 +89,17 @@ class NodeConfig:
     tasks: str | None = _key(None, "TOML file of task families, weights and difficulty; unset uses the file "
                                    "shipped in the package. 'laptop' picks the packaged easy set on which the "
                                    "embedded model learns within minutes on a CPU.", section="round")
+    adaptive_difficulty: bool = _key(True, "Move each task family's difficulty level up or down from this node's own "
+                                           "recent rewards, so its groups stay learnable; off keeps every level where "
+                                           "'levels' puts it, and a family without one uses the task file's config as "
+                                           "written (the behaviour before levels).", section="round")
+    levels: list[str] = _key((), "Start levels per task family as 'family=N' ('*=N' for every family), on "
+                                 "reasoning-gym's curriculum (0 its easiest; below 0 the eased rungs the embedded "
+                                 "model needs). With adaptive_difficulty off these are pinned. Unset: each family "
+                                 "starts at its lowest level.", section="round")
+    eval_every: int = _key(10, "Score the policy greedily on the fixed yardstick (held-out questions per family "
+                               "and level) before round 0 and after every N rounds, between rounds; 0 never.",
+                           minimum=0, section="round")
     prefill_answer_tag: bool = _key(True, "Start the assistant's turn inside '<answer>' so a small model hits "
                                           "the answer format; off lets the model reason first.", section="round")
     round_budget: float | None = _key(None, "Target seconds per round: a slow node shrinks its completions or "

@@ -73,6 +73,10 @@ class NodeHome:
         return self.root / "metrics.jsonl"
 
     @property
+    def yardstick_file(self) -> Path:
+        return self.root / "yardstick.jsonl"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

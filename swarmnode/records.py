@@ -21,6 +21,10 @@ class Question:
     question: str
     answer: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # The difficulty level it was drawn at (swarmnode.train.curriculum), None when unknown: a
+    # family off the ladder, or a peer that did not say. A peer's claim is for display and
+    # selection only; it never moves this node's levels.
+    level: int | None = None
 
     def entry(self) -> dict[str, Any]:
         """The reasoning-gym entry that ``score_answer`` expects."""
@@ -40,6 +44,11 @@ class Group:
     # For local groups, the sampled token ids of each completion (after the prompt), so the
     # update scores exactly what was generated; None for text that came over the network.
     token_ids: list[list[int]] | None = None
+
+    @property
+    def level(self) -> int | None:
+        """The level its question was drawn at (see :attr:`Question.level`)."""
+        return self.question.level
 
     @property
     def is_local(self) -> bool:
@@ -72,8 +81,18 @@ class RoundRecord:
     max_new_tokens: int
     loss: float | None
     peers: int
-    # torch's intra-op threads while decoding (:mod:`swarmnode.node.threads`); 0 in rows written before it.
+    # Rows written before a field existed read as its default.
+    # torch's intra-op threads while decoding (:mod:`swarmnode.node.threads`).
     threads: int = 0
+    # Share of the round's groups with non-zero advantage: all, this node's own, the external
+    # ones drawn (None when there were none); see :func:`swarmnode.node.round.signal_rates`.
+    signal_rate: float | None = None
+    signal_rate_local: float | None = None
+    signal_rate_external: float | None = None
+    # The family levels the round's questions were drawn at, and the families whose level this
+    # round's results moved, with their new level (:mod:`swarmnode.train.curriculum`).
+    levels: Mapping[str, int] = field(default_factory=dict)
+    level_moves: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
@@ -87,7 +106,7 @@ class RoundRecord:
         values = {}
         for f in fields(cls):
             if f.name not in row:
-                if f.default is not MISSING:
+                if f.default is not MISSING or f.default_factory is not MISSING:
                     continue
                 raise ValueError(f"no '{f.name}'")
             value = row[f.name]

@@ -47,6 +47,27 @@ async def test_status_reports_the_node(node):
     assert (body["round"], body["phase"], body["paused"], body["peers"], body["last_reward"]) == \
         (3, "generating", False, 1, 0.5)
     assert {"transport", "model", "device", "uptime_s"} <= body.keys()
+    assert (body["levels"], body["signal_rate"], body["yardstick"]) == ({}, None, None)  # none yet
+
+
+async def test_levels_signal_rate_and_yardstick_in_status_and_metrics(node):
+    server, state, control, session = node
+    state.emit("round_finished", round=0, record=finished_row(0, 0.5, signal_rate=0.75))
+    state.emit("levels", levels={"bf": 2, "base_conversion": -2})
+    record = {"round": 10, "score": 0.25, "by_family": {"bf": 0.5}, "by_level": {"bf:0": 0.5}, "questions": 4}
+    state.emit("yardstick", record={**record, "round": 0, "score": 0.0})
+    state.emit("yardstick", record=record)
+    async with session.get("/v1/status") as resp:
+        body = await resp.json()
+    assert (body["levels"], body["signal_rate"], body["yardstick"]) == ({"bf": 2, "base_conversion": -2}, 0.75, record)
+    async with session.get("/v1/yardstick") as resp:
+        assert [r["round"] for r in (await resp.json())["yardstick"]] == [0, 10]
+    async with session.get("/metrics") as resp:
+        text = await resp.text()
+    for line in ('swarmnode_signal_rate 0.75', 'swarmnode_level{family="base_conversion"} -2',
+                 'swarmnode_level{family="bf"} 2', 'swarmnode_yardstick_score{family=""} 0.25',
+                 'swarmnode_yardstick_score{family="bf"} 0.5', 'swarmnode_yardstick_round 10'):
+        assert line in text.splitlines()
 
 
 async def test_status_says_how_many_threads_and_why(node):
@@ -352,9 +373,11 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
 
     home = NodeHome(tmp_path).create()
     state = make_state()
-    state.emit("round_finished", round=4, record=finished_row(4, 0.375))
+    state.emit("round_finished", round=4, record=finished_row(4, 0.375, signal_rate=0.625))
     state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict())
     state.info.priority = "background (nice 19)"
+    state.emit("levels", levels={"bf": 1, "arc_1d": -1})
+    state.emit("yardstick", record={"round": 0, "score": 0.0625, "by_family": {}, "questions": 54})
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
     thread = threading.Thread(target=loop.run_forever)
@@ -366,6 +389,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
         assert "alice (12D3KooWSelfAlice)" in out and "0.375" in out
         assert "threads  1 (auto: other programs use 1.00 of 2 cores)" in out
         assert "priority background (nice 19)" in out
+        assert "signal   0.625" in out and "levels   arc_1d -1, bf 1" in out
+        assert "0.062 greedy on 54 held-out questions, after 0 rounds" in out
         assert main(["status", "--json", "--home", str(tmp_path)]) == 0
         assert json.loads(capsys.readouterr().out)["name"] == "alice"
         assert main(["peers", "--home", str(tmp_path)]) == 0
@@ -412,7 +437,10 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
         async with client.NodeApi(home) as api, aiohttp.ClientSession(api.endpoint.url) as session:
             events = await _round_events(session, rounds=2)
             first = events[0]["round"]
-            steps = [(e["type"], e.get("phase", e.get("round"))) for e in events if e.get("phase") != "idle"]
+            steps = [(e["type"], e.get("phase", e.get("round"))) for e in events
+                     if e.get("phase") != "idle" and e["type"] != "levels"]
+            after_finish = [b["type"] for a, b in zip(events, events[1:]) if a["type"] == "round_finished"]
+            assert after_finish and set(after_finish) == {"levels"}  # each finished round says where levels are
             one_round = [("round_started", first), ("phase", "generating"), ("phase", "scoring"),
                          ("phase", "sharing"), ("phase", "training"), ("round_finished", first)]
             assert steps[:6] == one_round
@@ -427,11 +455,18 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert status["priority"].startswith("background")
             rows = (await api.rounds(since=first))[:2]
             assert [r["round"] for r in rows] == [first, first + 1] and [r["threads"] for r in rows] == [1, 1]
+            assert status["levels"] and all(isinstance(v, int) for v in status["levels"].values())
+            assert 0.0 <= status["signal_rate"] <= 1.0
+            assert status["yardstick"]["round"] == 0  # scored before round 0 (eval_every's default)
+            assert [r["round"] for r in await api.yardstick()][:1] == [0]
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
             assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
             assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
+            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.M)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.M)
+            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.M)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:

@@ -12,7 +12,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmnode.swarm.bundle import (MAGIC, REASONS, SIGNING_DOMAIN, VERSION, BundleLimits, BundleRejected,
+from swarmnode.swarm.bundle import (MAGIC, REASONS, SIGNING_DOMAINS, VERSION, BundleLimits, BundleRejected,
                               BundleVerifier, canonical_json, encode_bundle, open_envelope)
 from swarmnode.swarm.identity import Identity
 from swarmnode.records import Group
@@ -42,7 +42,8 @@ def encode(round_no: int = 10, groups: list[Group] | None = None, identity: Iden
 
 def wire(body: bytes, identity: Identity = SENDER, *, version: int = VERSION) -> bytes:
     """Sign arbitrary payload bytes exactly as a sender would, to build hostile bundles."""
-    return (MAGIC + bytes([version]) + identity.public_key + identity.sign(SIGNING_DOMAIN + body)
+    domain = SIGNING_DOMAINS.get(version, SIGNING_DOMAINS[VERSION])
+    return (MAGIC + bytes([version]) + identity.public_key + identity.sign(domain + body)
             + zstandard.ZstdCompressor().compress(body))
 
 
@@ -171,7 +172,40 @@ def test_not_bytes_at_all():
 
 
 def test_unknown_version():
-    assert reason(wire(canonical_json(payload()), version=2)) == "bad_version"
+    for version in (0, 3, 255):
+        assert reason(wire(canonical_json(payload()), version=version)) == "bad_version"
+
+
+def test_levels_travel_in_version_2_and_version_1_bundles_still_arrive_without_them():
+    groups = make_groups(3)
+    levelled = [Group(Question(g.question.family, g.question.question, g.question.answer, g.question.metadata,
+                               level), g.responses, g.rewards) for g, level in zip(groups, (-2, None, 7))]
+    got = verifier().check(encode(groups=levelled), NOW).bundle
+    assert [g.level for g in got.groups] == [-2, None, 7]
+    # what a node before levels sends: version 1, its own signing domain, no level field
+    old = payload()
+    for g in old["groups"]:
+        del g["level"]
+    verdict = verifier().check(wire(canonical_json(old), version=1), NOW)
+    assert verdict.accepted and [g.level for g in verdict.bundle.groups] == [None, None]
+
+
+@pytest.mark.parametrize("level", ["1", True, 1.5, 10**6, [1]])
+def test_a_malformed_level_claim_is_a_bad_field(level):
+    p = payload()
+    p["groups"][0]["level"] = level
+    assert reason(wire(canonical_json(p))) == "bad_field"
+
+
+def test_each_version_has_exactly_its_own_group_fields_and_signing_domain():
+    assert reason(wire(canonical_json(payload()), version=1)) == "bad_field"  # v1 has no level field
+    p = payload()
+    del p["groups"][0]["level"]
+    assert reason(wire(canonical_json(p))) == "bad_field"
+    body = canonical_json(payload())
+    cross_signed = (MAGIC + bytes([VERSION]) + SENDER.public_key + SENDER.sign(SIGNING_DOMAINS[1] + body)
+                    + zstandard.ZstdCompressor().compress(body))
+    assert reason(cross_signed) == "bad_signature"
 
 
 def test_replay_and_recompressed_replay():

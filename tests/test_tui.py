@@ -16,7 +16,7 @@ from swarmnode.node.api import ApiServer
 from swarmnode.node.client import NodeApi
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
-from swarmnode.tui.app import Dashboard, NodeHeader
+from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 
@@ -82,6 +82,28 @@ async def test_header_shows_the_thread_count_and_why(served):
                                              cores=2).as_dict())
         await until(pilot, lambda: "threads 1 (auto: other programs use 1.01 of 2 cores)" in header_text(app))
         await until(pilot, lambda: any("threads: 1 (auto:" in line for line in event_lines(app)))
+
+
+async def test_levels_signal_rate_and_yardstick_show_and_follow_events(served):
+    home, state, control = served
+    state.emit("levels", levels={"bf": 0, "calendar_arithmetic": -1})
+    state.emit("yardstick", record={"round": 0, "score": 0.125, "by_family": {"bf": 0.0}, "questions": 6})
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        assert "levels bf 0, calendar_arithmetic -1" in header_text(app) and "signal -" in header_text(app)
+        assert [r["round"] for r in app.query_one(YardstickChart).records] == [0]
+        row = finished_row(1, 0.5, signal_rate=0.75, level_moves={"calendar_arithmetic": 0})
+        state.emit("round_finished", round=1, record=row)
+        state.emit("levels", levels={"bf": 0, "calendar_arithmetic": 0})
+        state.emit("yardstick", record={"round": 2, "score": 0.25, "by_family": {"bf": 0.5}, "questions": 6})
+        await until(pilot, lambda: "calendar_arithmetic 0" in header_text(app) and "signal 0.750" in header_text(app))
+        await until(pilot, lambda: [r["round"] for r in app.query_one(YardstickChart).records] == [0, 2])
+        lines = event_lines(app)
+        log = "".join(lines).replace(" ", "")  # the log wraps long lines
+        assert "signal0.750" in log and "levelcalendar_arithmetic->0" in log
+        assert "yardstickafter2rounds:0.250" in log
+        assert not any(line.strip().endswith("levels") for line in lines)
 
 
 async def test_peers_table_lists_a_peer(served):
@@ -163,7 +185,13 @@ async def test_screenshot_with_realistic_data(tmp_path):
     for r in range(40):
         by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
                    for i, f in enumerate(families)}
-        state.emit("round_finished", round=r, record=finished_row(r, sum(by_task.values()) / 3, by_task))
+        state.emit("round_finished", round=r, record=finished_row(r, sum(by_task.values()) / 3, by_task,
+                                                                  signal_rate=0.625))
+        if r % 10 == 0:
+            score = {f: min(1.0, 0.05 + 0.01 * r * (i + 1) / 2) for i, f in enumerate(families)}
+            state.emit("yardstick", record={"round": r, "score": sum(score.values()) / 3, "by_family": score,
+                                            "questions": 54})
+    state.emit("levels", levels={"basic_arithmetic": 1, "base_conversion": -1, "propositional_logic": 0})
     state.emit("round_started", round=40)
     control = FakeControl([
         peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,

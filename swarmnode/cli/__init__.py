@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "swarmnode.cli.doctor",
     "swarmnode.cli.status",
     "swarmnode.cli.experiment",
+    "swarmnode.cli.evaluate",
 ]
 
 

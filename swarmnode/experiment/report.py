@@ -16,7 +16,7 @@ from typing import Sequence
 from swarmnode.experiment.settings import Settings
 
 CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "seconds", "n_local",
-              "n_dropped_zero_adv", "loss", "bundles_rejected"]
+              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected"]
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from swarmnode.config import NodeConfig
 from swarmnode.experiment.report import CSV_FIELDS, peak_rss_mb, read_rows, write_reports
 from swarmnode.experiment.settings import Arm, ExperimentError, Settings
 from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
@@ -41,6 +42,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.records import Group
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
+from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import ModelError, load_base_model, pick_device
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, TaskConfigError, TaskSource, load_task_file
@@ -146,6 +148,12 @@ class Experiment:
                  len(self.arms))
         torch.manual_seed(0)
 
+    def _levels(self, cfg: NodeConfig) -> Levels:
+        try:
+            return Levels.configured(self.families, cfg.levels, adaptive=cfg.adaptive_difficulty)
+        except LevelError as exc:
+            raise ExperimentError(f"levels: {exc}") from None
+
     def _build_members(self, seed: int) -> None:
         """Fresh nodes for ``seed``; node k starts from the same weights in every config."""
         import torch
@@ -166,7 +174,7 @@ class Experiment:
                 node = Node(cfg, self._node_home(seed, arm, k), policy,
                             TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer,
                             InProcessLink(exchange, exchanges, sharing=arm.external > 0), NodeState(),
-                            seed=derive_seed(f"node:{seed}:{k}"))
+                            seed=derive_seed(f"node:{seed}:{k}"), levels=self._levels(cfg))
                 members.append(Member(arm, k, node, exchange))
         self.members = members
         self._anchor = members[0].node.policy
@@ -238,6 +246,7 @@ class Experiment:
                     "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
                     "seconds": record.seconds, "n_local": record.n_local,
                     "n_dropped_zero_adv": record.n_dropped_zero_adv,
+                    "signal_rate": "" if record.signal_rate is None else round(record.signal_rate, 4),
                     "loss": "" if record.loss is None else round(record.loss, 6),
                     "bundles_rejected": sum(peer["rejected"] for peer in m.exchange.peers.rows()),
                 })

@@ -127,6 +127,7 @@ class ApiServer:
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/rounds", self._rounds)
         app.router.add_get("/v1/peers", self._peers)
+        app.router.add_get("/v1/yardstick", self._yardstick)
         app.router.add_get("/v1/events", self._events)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/stop", self._authorized(self._stop))
@@ -183,6 +184,7 @@ class ApiServer:
             "model": info.model, "device": info.device, "home": info.home, "priority": info.priority,
             "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
+            "levels": snap["levels"], "signal_rate": snap["signal_rate"], "yardstick": snap["yardstick"],
         })
 
     async def _rounds(self, request: web.Request) -> web.Response:
@@ -192,6 +194,9 @@ class ApiServer:
         except ValueError:
             return _error(400, f"'since' must be a round number (an integer), got {raw!r}")
         return web.json_response({"rounds": [r.to_json() for r in self.state.rounds_since(since)]})
+
+    async def _yardstick(self, request: web.Request) -> web.Response:
+        return web.json_response({"yardstick": self.state.yardstick_records()})
 
     async def _peers(self, request: web.Request) -> web.Response:
         return web.json_response({"peers": self.control.peer_rows()})
@@ -325,6 +330,19 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
     threads = snap["threads"]
     out.family("swarmnode_threads", "gauge", "Torch intra-op threads the node uses now (see /v1/status for why).",
                [("swarmnode_threads", {}, threads.get("count"))])
+    out.family("swarmnode_signal_rate", "gauge",
+               "Share of the last round's groups (local and external) with non-zero advantage.",
+               [("swarmnode_signal_rate", {}, snap["signal_rate"])])
+    out.family("swarmnode_level", "gauge", "Difficulty level of each task family (the next round draws at it).",
+               [("swarmnode_level", {"family": f}, lv) for f, lv in sorted(snap["levels"].items())])
+    yardstick = snap["yardstick"]
+    out.family("swarmnode_yardstick_score", "gauge",
+               "Greedy score on the fixed held-out yardstick, latest record, overall and by family.",
+               [] if yardstick is None else
+               [("swarmnode_yardstick_score", {"family": ""}, yardstick["score"])]
+               + [("swarmnode_yardstick_score", {"family": f}, v) for f, v in yardstick["by_family"].items()])
+    out.family("swarmnode_yardstick_round", "gauge", "Rounds trained when the latest yardstick record was taken.",
+               [("swarmnode_yardstick_round", {}, None if yardstick is None else yardstick["round"])])
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from swarmnode.train.curriculum import check_record
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^round-(\d{6,})$")
@@ -125,6 +127,8 @@ def _verify(path: Path) -> dict[str, Any]:
     state = json.loads((path / "state.json").read_text())
     if not isinstance(state, dict) or not isinstance(state.get("round"), int):
         raise ValueError("state.json has no round")
+    if "levels" in state:
+        check_record(state["levels"])  # a LevelError is a ValueError: damaged, fall back
     return state
 
 

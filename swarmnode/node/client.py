@@ -103,6 +103,9 @@ class NodeApi:
     async def peers(self) -> list[dict]:
         return (await self._request("GET", "/v1/peers"))["peers"]
 
+    async def yardstick(self) -> list[dict]:
+        return (await self._request("GET", "/v1/yardstick"))["yardstick"]
+
     async def rounds(self, since: int = 0) -> list[dict]:
         return (await self._request("GET", f"/v1/rounds?since={since}"))["rounds"]
 
@@ -201,6 +204,9 @@ def status_lines(status: dict) -> list[str]:
         ("uptime", format_duration(status["uptime_s"])),
         ("peers", str(status["peers"])),
         ("reward", f"{format_reward(status['last_reward'])} (last round's mean)"),
+        ("signal", f"{format_reward(status.get('signal_rate'))} (share of last round's groups with signal)"),
+        ("levels", format_levels(status.get("levels") or {})),
+        ("yardst.", format_yardstick(status.get("yardstick"))),
     ]
     threads = status.get("threads") or {}
     if threads:
@@ -208,6 +214,19 @@ def status_lines(status: dict) -> list[str]:
     if status.get("priority"):
         rows.append(("priority", status["priority"]))
     return [f"{key:<8} {value}" for key, value in rows]
+
+
+def format_levels(levels: dict) -> str:
+    """``family level`` pairs, short: ``base_conversion -2, bf 0``; '-' when there are none."""
+    return ", ".join(f"{family} {level}" for family, level in sorted(levels.items())) or "-"
+
+
+def format_yardstick(record: dict | None) -> str:
+    """The latest yardstick record in a few words; '-' before the first."""
+    if record is None:
+        return "-"
+    return f"{format_reward(record['score'])} greedy on {record['questions']} held-out questions, " \
+           f"after {record['round']} rounds"
 
 
 def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:

@@ -17,7 +17,7 @@ import threading
 
 from swarmnode.node.api import ApiServer
 from swarmnode.node.checkpoint import CheckpointError
-from swarmnode.config import NodeConfig
+from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.node.metrics import MetricsError
@@ -29,6 +29,7 @@ from swarmnode.node.priority import apply_priority
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.node.threads import ThreadChoice, ThreadPolicy
 from swarmnode.swarm.link import NetworkLink, SoloLink
+from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.swarm.transport import TransportError, transport_for
 
@@ -89,7 +90,7 @@ class Daemon:
         self.request_stop()
 
     # ---- start-up ------------------------------------------------------------------------
-    def _load(self) -> tuple[Identity, Policy, dict, int, ThreadPolicy]:
+    def _load(self) -> tuple[Identity, Policy, dict, int, ThreadPolicy, Levels]:
         """Identity, task families, model and policy; runs in the worker thread (seconds to minutes)."""
         cfg = self.cfg
         # Made before the model loads: the load is the probe window of the first thread count.
@@ -103,22 +104,26 @@ class Daemon:
                                    device=str(device), home=str(self.home.root), priority=self.priority)
         log.info("node %s (%s), home %s", identity.name, identity.peer_id, self.home.root)
         families = load_task_file(cfg.tasks)
+        try:
+            levels = Levels.configured(families, cfg.levels, adaptive=cfg.adaptive_difficulty)
+        except LevelError as exc:
+            raise ConfigError("levels", str(exc)) from None
         log.info("loading model %s on %s", cfg.model, device)
         policy = Policy(load_base_model(cfg.model, device), cfg)
         choice = threads.start()
         log.info("threads: %d (%s)", choice.count, choice.reason)
-        return identity, policy, families, seed, threads
+        return identity, policy, families, seed, threads, levels
 
     async def _build_node(self) -> Node:
         """The node, its swarm link open (unless solo) and its last checkpoint restored."""
         try:
-            identity, policy, families, seed, threads = await asyncio.to_thread(self._load)
+            identity, policy, families, seed, threads, levels = await asyncio.to_thread(self._load)
         except (ModelError, IdentityError) as exc:
             raise StartupError(str(exc)) from None
         scorer = Scorer(families)
         swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
-                    threads)
+                    threads=threads, levels=levels)
         try:
             await asyncio.to_thread(node.resume)
         except (CheckpointError, MetricsError) as exc:
@@ -171,7 +176,10 @@ class Daemon:
 
     async def _rounds(self, node: Node) -> None:
         done = 0
-        while not self._stop.is_set() and (self.cfg.rounds is None or done < self.cfg.rounds):
+        while not self._stop.is_set():
+            await self._yardstick(node)
+            if self.cfg.rounds is not None and done >= self.cfg.rounds:
+                break
             self.state.emit("phase", phase="idle")
             await self._unpaused.wait()
             if self._stop.is_set():
@@ -188,3 +196,20 @@ class Daemon:
                      "%.1f s, %d threads", r, record.reward_mean, record.n_local, record.n_external,
                      record.n_dropped_zero_adv, "n/a" if record.loss is None else f"{record.loss:.4f}",
                      record.tokens_generated, record.seconds, record.threads)
+
+    async def _yardstick(self, node: Node) -> None:
+        """Score the policy on the fixed yardstick when one is due; between rounds, so no round waits
+        on it inside and round timings leave it out. A failure costs the record, not the node."""
+        if not node.yardstick_due() or self._stop.is_set():
+            return
+        self.state.emit("phase", phase="evaluating")
+        try:
+            record = await asyncio.to_thread(node.run_yardstick, self._stop.is_set)
+        except MetricsError as exc:
+            log.warning("yardstick not recorded: %s", exc)
+            return
+        if record is None:
+            log.info("yardstick abandoned: stopping")
+            return
+        log.info("yardstick after %d rounds: %.3f on %d held-out questions (%.1f s)", record["round"],
+                 record["score"], record["questions"], record["seconds"])

@@ -29,7 +29,9 @@ from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.node.state import NodeState
 from swarmnode.node.threads import ThreadPolicy
 from swarmnode.swarm.link import SwarmLink
+from swarmnode.train.curriculum import Levels
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
+from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,23 @@ def select_training_set(local: list[Group], external: list[Group], n_local: int,
     return useful[:n_from_local] + external, dropped
 
 
+def signal_rates(local: list[Group], external: list[Group]) -> dict[str, float | None]:
+    """Share of the round's groups with non-zero advantage: all of them, local, external.
+
+    External groups are drawn only among those with signal after this node re-scored them,
+    so the external share is 1.0 whenever any were drawn (None when none were); the overall
+    rate counts them beside the local ones. "Is my node learning?" at a glance.
+    """
+    with_signal = sum(g.has_signal() for g in local)
+    ext_signal = sum(g.has_signal() for g in external)
+    total = len(local) + len(external)
+    return {
+        "signal_rate": (with_signal + ext_signal) / total if total else None,
+        "signal_rate_local": with_signal / len(local) if local else None,
+        "signal_rate_external": ext_signal / len(external) if external else None,
+    }
+
+
 def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
                 prefill_answer_tag: bool) -> list[Group]:
     """This node's groups of a round: full responses, the node's own rewards, the sampled ids."""
@@ -81,18 +100,26 @@ class Rollout:
     seconds_generate: float
     seconds_score: float
     threads: int  # torch's intra-op threads while decoding
+    levels: dict[str, int]  # the family levels its questions were drawn at
 
 
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
-                 swarm: SwarmLink, state: NodeState, seed: int, threads: ThreadPolicy | None = None):
+                 swarm: SwarmLink, state: NodeState, seed: int, threads: ThreadPolicy | None = None,
+                 levels: Levels | None = None):
         self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
         self.swarm, self.state, self.seed = swarm, state, seed
         # None leaves torch's thread count alone (the experiment runs several nodes in one process)
         self.threads = threads
         self.metrics = MetricsLog(home.metrics_file)
+        self.yardstick_log = MetricsLog(home.yardstick_file)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
+        # Levels of the families (None: every family at its task-file config, no ladder).
+        self.levels = levels or Levels(tasks.names, adaptive=False)
+        # The levels a finished round leads to, committed by finish_round: an abandoned round
+        # must leave the levels as they were.
+        self._levels_after: tuple[int, Levels] | None = None
 
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
@@ -115,7 +142,8 @@ class Node:
         torch.manual_seed(derive_seed(f"{self.seed}:{r}:sample"))
         self.state.emit("round_started", round=r)
         # 1. Sample a batch of questions from this node's own task stream.
-        questions = self.tasks.sample(r, cfg.questions)
+        levels = dict(self.levels.levels)
+        questions = self.tasks.sample(r, cfg.questions, levels)
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
         n_threads = torch.get_num_threads()  # what decoding runs with, after _phase applied the policy
@@ -132,7 +160,7 @@ class Node:
         self._phase("sharing", should_stop)
         self.swarm.share(r, local)
         return Rollout(r, started, local, gen.tokens, completions, max_new_tokens, t_gen - t0, t_score - t_gen,
-                       n_threads)
+                       n_threads, levels)
 
     def update(self, rollout: Rollout, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
         cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
@@ -145,6 +173,9 @@ class Node:
         loss = self.policy.train_step(train)
         seconds_train = time.perf_counter() - t0
 
+        after = self.levels.copy()
+        moves = after.observe((g.question.family, statistics.fmean(g.rewards)) for g in rollout.groups)
+        self._levels_after = (r, after)
         by_task: dict[str, list[float]] = defaultdict(list)
         for g in rollout.groups:
             by_task[g.question.family].extend(g.rewards)
@@ -159,17 +190,23 @@ class Node:
             reward_by_task={k: statistics.fmean(v) for k, v in sorted(by_task.items())},
             n_local=sum(g.is_local for g in train), n_external=sum(not g.is_local for g in train),
             n_dropped_zero_adv=dropped, tokens_generated=rollout.tokens, completions=rollout.completions,
-            max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count(), threads=rollout.threads)
+            max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count(), threads=rollout.threads,
+            levels=rollout.levels, level_moves=moves, **signal_rates(rollout.groups, external))
 
     def finish_round(self, record: RoundRecord) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""
         log.debug("round %d: saving", record.round)
         self.metrics.append(record)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
+        if self._levels_after is not None and self._levels_after[0] == record.round:
+            self.levels = self._levels_after[1]
+        self._levels_after = None
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
-                        {"seed": self.seed, "model": self.policy.model_name}, keep=self.cfg.keep_checkpoints)
+                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
+                        keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
         self.state.emit("round_finished", round=record.round, record=record)
+        self.state.emit("levels", levels=dict(self.levels.levels))
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
@@ -177,7 +214,34 @@ class Node:
         records = self.metrics.truncate_after(ckpt.round if ckpt else None)
         if ckpt is not None:
             restore(ckpt, self.policy)
+            if "levels" in ckpt.state:  # checkpoints from before levels have none: start levels
+                self.levels.restore(ckpt.state["levels"])
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
+        for row in self.yardstick_log.truncate_after(self.next_round):
+            self.state.emit("yardstick", record=row)
+        self.state.emit("levels", levels=dict(self.levels.levels))
         return self.next_round
+
+    def yardstick_due(self) -> bool:
+        """True when the policy as of ``next_round`` should be scored on the yardstick now."""
+        every = self.cfg.eval_every
+        return bool(every) and self.next_round % every == 0 and not any(
+            row["round"] == self.next_round for row in self.state.yardstick)
+
+    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> dict | None:
+        """Score the current policy on the fixed yardstick of its task mix; record and return it.
+
+        Its row's ``round`` is the number of rounds trained (``next_round``). Runs between
+        rounds, never inside one, so round timings do not include it. A stop request ends it
+        early with nothing recorded (None); it is taken again on restart.
+        """
+        started = time.time()
+        score = score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec), should_stop)
+        if score is None:
+            return None
+        record = {"round": self.next_round, "started_at": started, **score}
+        self.yardstick_log.append(record)
+        self.state.emit("yardstick", record=record)
+        return record

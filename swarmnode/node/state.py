@@ -52,6 +52,10 @@ class NodeState:
     reward_sum: float = 0.0
     # the torch thread count in use and why (threads.ThreadChoice.as_dict); empty until chosen
     threads: dict = field(default_factory=dict)
+    # difficulty level per task family now (the levels the next round draws at)
+    levels: dict = field(default_factory=dict)
+    # the yardstick's records, oldest first (a few per hundred rounds)
+    yardstick: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -89,6 +93,11 @@ class NodeState:
                 self.paused = bool(data["paused"])
             elif type == "threads":
                 self.threads = dict(data)
+            elif type == "levels":
+                self.levels = dict(data["levels"])
+            elif type == "yardstick":
+                self.yardstick = [r for r in self.yardstick if r["round"] != data["record"]["round"]]
+                self.yardstick = (self.yardstick + [data["record"]])[-_MAX_ROUNDS_KEPT:]
             self.counters[type] += 1
         event.update(data)
         loop = self._loop
@@ -123,6 +132,10 @@ class NodeState:
         with self._lock:
             self.rounds.extend(records)
 
+    def yardstick_records(self) -> list[dict]:
+        with self._lock:
+            return list(self.yardstick)
+
     def rounds_since(self, since: int) -> list[RoundRecord]:
         with self._lock:
             return [r for r in self.rounds if r.round >= since]
@@ -142,4 +155,7 @@ class NodeState:
                 "reward_sum": self.reward_sum,
                 "bundles": dict(self.bundles),
                 "threads": dict(self.threads),
+                "levels": dict(self.levels),
+                "signal_rate": self.rounds[-1].signal_rate if self.rounds else None,
+                "yardstick": self.yardstick[-1] if self.yardstick else None,
             }

@@ -1,11 +1,12 @@
 """Signed rollout bundles: what one node shares with the swarm in one round.
 
-Wire format, version 1 (the full specification is ``docs/protocol.md``)::
+Wire format, version 2 (the full specification is ``docs/protocol.md``)::
 
-    b"SNB" | version byte 0x01 | 32-byte Ed25519 public key | 64-byte signature | zstd(payload)
+    b"SNB" | version byte 0x02 | 32-byte Ed25519 public key | 64-byte signature | zstd(payload)
 
 The payload is canonical JSON (sorted keys, no spaces, UTF-8, no NaN/Infinity). The signature
-covers ``SIGNING_DOMAIN + payload``. A receiver trusts nothing before it has checked sizes
+covers the version's signing domain + payload. Version 2 adds each group's difficulty
+``level``; a node sends version 2 and still accepts version 1 (groups without a level). A receiver trusts nothing before it has checked sizes
 (with a hard cap on decompression), canonical form, the signature, that the key belongs to
 the claimed sender PeerID, then every field's type and size, the swarm, the round window and
 replay. No pickle, nothing executed on decode.
@@ -33,18 +34,23 @@ from swarmnode.records import Group
 from swarmnode.records import Question
 
 MAGIC = b"SNB"
-VERSION = 1
-SIGNING_DOMAIN = b"swarmnode-bundle-v1\x00"
+VERSION = 2
+# The signing domain of each version this node accepts; it sends VERSION.
+SIGNING_DOMAINS = {1: b"swarmnode-bundle-v1\x00", 2: b"swarmnode-bundle-v2\x00"}
+SIGNING_DOMAIN = SIGNING_DOMAINS[VERSION]
 _HEADER = len(MAGIC) + 1 + 32 + 64
 _ZSTD_LEVEL = 3
 _PAYLOAD_KEYS = frozenset({"swarm", "round", "sender", "model", "created", "groups"})
-_GROUP_KEYS = frozenset({"family", "question", "answer", "metadata", "responses", "rewards"})
+_GROUP_KEYS_V1 = frozenset({"family", "question", "answer", "metadata", "responses", "rewards"})
+_GROUP_KEYS = {1: _GROUP_KEYS_V1, 2: _GROUP_KEYS_V1 | {"level"}}
+# A claimed level outside this range is a malformed group (no ladder is anywhere near as long).
+MAX_ABS_LEVEL = 1000
 
 # Every reason a bundle can be rejected for; stable strings (they appear in metrics and the peer table).
 REASONS = (
     "too_large",           # wire bytes over max_bytes, or the payload decompresses past max_payload_bytes
     "malformed",           # not a bundle: short, bad magic, bad zstd, not UTF-8 JSON, not an object
-    "bad_version",         # a format version this node does not speak
+    "bad_version",         # a format version this node does not speak (it speaks 1 and 2)
     "non_canonical",       # the payload is not in canonical JSON form
     "bad_signature",       # the signature does not verify
     "peer_id_mismatch",    # the payload's sender is not the PeerID of the signing key
@@ -142,6 +148,7 @@ def encode_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, 
             "metadata": dict(g.question.metadata),
             "responses": list(g.responses),
             "rewards": [float(r) for r in g.rewards],
+            "level": g.level,
         } for g in groups],
     }
     body = canonical_json(payload)
@@ -168,7 +175,7 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not allowed")
 
 
-def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str]:
+def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str, int]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BundleRejected("malformed", "not bytes")
     data = bytes(data)
@@ -176,8 +183,9 @@ def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str]:
         raise BundleRejected("too_large", f"{len(data)} bytes > {limits.max_bytes}")
     if len(data) <= _HEADER or data[:len(MAGIC)] != MAGIC:
         raise BundleRejected("malformed", "not a swarmnode bundle")
-    if data[len(MAGIC)] != VERSION:
-        raise BundleRejected("bad_version", f"version {data[len(MAGIC)]}")
+    version = data[len(MAGIC)]
+    if version not in SIGNING_DOMAINS:
+        raise BundleRejected("bad_version", f"version {version}")
     public_key = data[4:36]
     signature = data[36:100]
     try:
@@ -191,7 +199,7 @@ def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str]:
         raise BundleRejected("malformed", f"payload is not JSON: {type(exc).__name__}") from None
     if canonical != body:
         raise BundleRejected("non_canonical")
-    message = SIGNING_DOMAIN + body
+    message = SIGNING_DOMAINS[version] + body
     if not verify_signature(public_key, message, signature):
         raise BundleRejected("bad_signature")
     if not isinstance(payload, dict) or not isinstance(payload.get("sender"), str):
@@ -199,7 +207,7 @@ def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str]:
     sender = payload["sender"]
     if sender != peer_id_from_public_key(public_key):
         raise BundleRejected("peer_id_mismatch", f"claims {sender!r:.80}")
-    return sender, payload, hashlib.sha256(message).hexdigest()
+    return sender, payload, hashlib.sha256(message).hexdigest(), version
 
 
 def open_envelope(data: bytes, limits: BundleLimits = BundleLimits()) -> tuple[str, dict]:
@@ -210,11 +218,11 @@ def open_envelope(data: bytes, limits: BundleLimits = BundleLimits()) -> tuple[s
     at the payload's other fields (see :class:`BundleVerifier`). Cheap enough for a record
     validator; raises nothing but :class:`BundleRejected`.
     """
-    sender, payload, _ = _open_guarded(data, limits)
+    sender, payload, _, _ = _open_guarded(data, limits)
     return sender, payload
 
 
-def _open_guarded(data: bytes, limits: BundleLimits) -> tuple[str, dict, str]:
+def _open_guarded(data: bytes, limits: BundleLimits) -> tuple[str, dict, str, int]:
     try:
         return _open(data, limits)
     except BundleRejected:
@@ -250,9 +258,12 @@ def _text(value: Any, limit: int, reason: str, what: str) -> str:
     return value
 
 
-def _parse_group(raw: Any, sender: str, limits: BundleLimits) -> Group:
-    if not isinstance(raw, dict) or raw.keys() != _GROUP_KEYS:
+def _parse_group(raw: Any, sender: str, limits: BundleLimits, version: int) -> Group:
+    if not isinstance(raw, dict) or raw.keys() != _GROUP_KEYS[version]:
         raise BundleRejected("bad_field", "a group does not have exactly the group fields")
+    level = raw.get("level")
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int) or abs(level) > MAX_ABS_LEVEL):
+        raise BundleRejected("bad_field", f"level is not null or an integer within +-{MAX_ABS_LEVEL}")
     family = _text(raw["family"], limits.max_name_chars, "field_too_long", "family")
     question = _text(raw["question"], limits.max_question_chars, "question_too_long", "question")
     answer = _text(raw["answer"], limits.max_answer_chars, "field_too_long", "answer")
@@ -274,12 +285,13 @@ def _parse_group(raw: Any, sender: str, limits: BundleLimits) -> Group:
         _text(r, limits.max_response_chars, "response_too_long", "response")
     if not all(_is_number(x) for x in rewards):
         raise BundleRejected("bad_field", "a reward is not a finite number")
-    return Group(Question(family, question, answer, metadata), list(responses),
+    return Group(Question(family, question, answer, metadata, level), list(responses),
                  [float(x) for x in rewards], source=sender)
 
 
-def parse_payload(payload: dict, digest: str, limits: BundleLimits = BundleLimits()) -> Bundle:
-    """A :class:`Bundle` from an authenticated payload, checking every field's type and size."""
+def parse_payload(payload: dict, digest: str, limits: BundleLimits = BundleLimits(), version: int = VERSION) -> Bundle:
+    """A :class:`Bundle` from an authenticated payload of format ``version``, checking every
+    field's type and size."""
     if payload.keys() != _PAYLOAD_KEYS:
         raise BundleRejected("bad_field", "the payload does not have exactly the bundle fields")
     swarm = _text(payload["swarm"], limits.max_name_chars, "field_too_long", "swarm")
@@ -295,7 +307,7 @@ def parse_payload(payload: dict, digest: str, limits: BundleLimits = BundleLimit
         raise BundleRejected("too_many_groups", f"{len(groups)} > {limits.max_groups}")
     sender = payload["sender"]
     return Bundle(swarm, round_no, sender, model, float(created),
-                  [_parse_group(g, sender, limits) for g in groups], digest)
+                  [_parse_group(g, sender, limits, version) for g in groups], digest)
 
 
 class BundleVerifier:
@@ -321,18 +333,18 @@ class BundleVerifier:
         Only accepted bundles enter the replay memory and move their sender's round window."""
         sender = None
         try:
-            sender, payload, digest = _open_guarded(data, self.limits)
-            bundle = self._check_payload(payload, digest, time.time() if now is None else now)
+            sender, payload, digest, version = _open_guarded(data, self.limits)
+            bundle = self._check_payload(payload, digest, time.time() if now is None else now, version)
         except BundleRejected as exc:
             return Verdict(False, exc.reason, sender, None)
         except Exception:  # a bug here must cost one bundle, never the node's round
             return Verdict(False, "malformed", sender, None)
         return Verdict(True, None, sender, bundle)
 
-    def _check_payload(self, payload: dict, digest: str, now: float) -> Bundle:
+    def _check_payload(self, payload: dict, digest: str, now: float, version: int) -> Bundle:
         if payload["sender"] == self.own_peer_id:
             raise BundleRejected("own_bundle")
-        bundle = parse_payload(payload, digest, self.limits)
+        bundle = parse_payload(payload, digest, self.limits, version)
         if bundle.swarm != self.swarm:
             raise BundleRejected("wrong_swarm", bundle.swarm)
         if bundle.created > now + self.limits.max_clock_skew_s:

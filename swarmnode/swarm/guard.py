@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-from swarmnode.swarm.bundle import MAGIC, VERSION
+from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAINS
 from swarmnode.swarm.identity import name_from_peer_id, peer_id_from_public_key
 from swarmnode.swarm.pool import UNKNOWN_PEER
 
@@ -77,7 +77,7 @@ class _Peer:
 def claimed_sender(data: bytes) -> str | None:
     """The PeerID of the key in a bundle's header, unverified; None when there is no header."""
     if not isinstance(data, (bytes, bytearray)) or len(data) < _KEY.stop or data[:len(MAGIC)] != MAGIC \
-            or data[len(MAGIC)] != VERSION:
+            or data[len(MAGIC)] not in SIGNING_DOMAINS:
         return None
     return peer_id_from_public_key(bytes(data[_KEY]))
 

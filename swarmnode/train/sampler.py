@@ -49,7 +49,8 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     A row ends at EOS (included) or at the token whose text completes ``stop_string``
     (included), or after ``max_new_tokens``. ``should_stop()`` true ends every row at once.
     ``adapter_names`` (one per prompt) runs each prompt's rows with that PEFT adapter, all in
-    one batch. The caller sets the random seed and puts the model in eval mode.
+    one batch. ``temperature`` 0 decodes greedily (the yardstick). The caller sets the random
+    seed and puts the model in eval mode.
     """
     if max_new_tokens < 1 or not prompts:
         return [[] for _ in range(len(prompts) * n)]
@@ -92,8 +93,10 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     tails = ["" for _ in rows]
     with attending:
         for step in range(max_new_tokens):
-            probs = torch.softmax(logits.float() / temperature, dim=-1)
-            tokens = torch.multinomial(probs, 1)
+            if temperature == 0:
+                tokens = logits.argmax(dim=-1, keepdim=True)
+            else:
+                tokens = torch.multinomial(torch.softmax(logits.float() / temperature, dim=-1), 1)
             keep: list[int] = []
             for pos, (row, tok) in enumerate(zip(rows, tokens[:, 0].tolist())):
                 generated[row].append(tok)

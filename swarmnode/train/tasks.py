@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from swarmnode.records import Question
+from swarmnode.train.curriculum import level_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,7 +100,7 @@ def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     return families
 
 
-def _family_seed(seed: int, family: str) -> int:
+def _family_seed(seed: int | str, family: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{family}".encode()).digest()[:8], "little")
 
 
@@ -113,26 +114,50 @@ def _make_dataset(family: str, config: Mapping[str, Any], seed: int):
 
 
 class TaskSource:
-    """A node's deterministic question stream: round ``r`` always yields the same questions.
+    """A node's deterministic question stream: round ``r`` at the same levels always yields the
+    same questions.
 
-    Determinism per (seed, round) is what lets a restarted node redo an abandoned round and
-    lets the experiment give every I/J config the same questions.
+    Determinism per (seed, round, levels) is what lets a restarted node redo an abandoned
+    round (its levels come back from the checkpoint) and lets the experiment give every I/J
+    config the same questions. ``levels`` maps a family to its difficulty level
+    (:mod:`swarmnode.train.curriculum`); a family without one uses the task file's config.
     """
 
-    def __init__(self, families: Mapping[str, Mapping[str, Any]], seed: int):
+    def __init__(self, families: Mapping[str, Mapping[str, Any]], seed: int | str):
         self.seed = seed
+        self.families = {n: dict(families[n]["config"]) for n in families}
         self.names = list(families)
         self.weights = [families[n]["weight"] for n in self.names]
-        self.datasets = {n: _make_dataset(n, families[n]["config"], _family_seed(seed, n)) for n in self.names}
+        self._datasets: dict[tuple[str, int | None], Any] = {}
+        for n in self.names:
+            self.dataset(n, None)  # a bad task file fails at start, not in a round
 
-    def sample(self, round_no: int, n: int) -> list[Question]:
+    @property
+    def spec(self) -> dict[str, dict[str, Any]]:
+        """The task mix in :func:`load_task_file`'s form."""
+        return {n: {"weight": w, "config": dict(self.families[n])} for n, w in zip(self.names, self.weights)}
+
+    def dataset(self, family: str, level: int | None):
+        """The family's generator at ``level`` (None: the task file's config), built once."""
+        key = (family, level)
+        if key not in self._datasets:
+            if level is None:
+                config, seed = self.families[family], _family_seed(self.seed, family)
+            else:
+                config = level_config(family, self.families[family], level)
+                seed = _family_seed(self.seed, f"{family}:{level}")
+            self._datasets[key] = _make_dataset(family, config, seed)
+        return self._datasets[key]
+
+    def sample(self, round_no: int, n: int, levels: Mapping[str, int] | None = None) -> list[Question]:
         rng = random.Random(f"{self.seed}:{round_no}")
         out = []
         for _ in range(n):
             family = rng.choices(self.names, self.weights)[0]
-            entry = self.datasets[family][rng.randrange(_DATASET_SIZE)]
+            level = (levels or {}).get(family)
+            entry = self.dataset(family, level)[rng.randrange(_DATASET_SIZE)]
             out.append(Question(family, str(entry["question"]), str(entry["answer"]),
-                                _jsonable(entry.get("metadata", {}))))
+                                _jsonable(entry.get("metadata", {})), level))
         return out
 
 

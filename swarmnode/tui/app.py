@@ -20,8 +20,8 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, RichLog, Static
 from textual_plotext import PlotextPlot
 
-from swarmnode.node.client import (ApiError, NodeApi, NoNodeRunning, format_ago, format_duration, format_reward,
-                              short_peer_id)
+from swarmnode.node.client import (ApiError, NodeApi, NoNodeRunning, format_ago, format_duration, format_levels,
+                                   format_reward, short_peer_id)
 from swarmnode.paths import NodeHome
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
@@ -43,7 +43,8 @@ class NodeHeader(Static):
         for label, value in (("swarm", f"{status['swarm']} ({status['transport']})"),
                              ("round", str(status["round"])), ("phase", state), ("device", status["device"]),
                              ("uptime", format_duration(uptime_s)), ("peers", str(status["peers"])),
-                             ("reward", format_reward(status["last_reward"]))):
+                             ("reward", format_reward(status["last_reward"])),
+                             ("signal", format_reward(status.get("signal_rate")))):
             text.append(f"{label} ", style="dim")
             text.append(value, style="bold reverse" if label == "phase" and status["paused"] else "bold")
             text.append("   ")
@@ -56,6 +57,8 @@ class NodeHeader(Static):
             text.append("\n" if not threads else "", style="dim")
             text.append("priority ", style="dim")
             text.append(status["priority"], style="bold")
+        text.append("\nlevels ", style="dim")
+        text.append(format_levels(status.get("levels") or {}))
         self.update(text)
 
 
@@ -81,6 +84,27 @@ class RewardChart(PlotextPlot):
         self.refresh()
 
 
+class YardstickChart(PlotextPlot):
+    """The fixed yardstick's greedy score against rounds trained: overall and per family."""
+
+    records: list[dict] = []
+
+    def show(self, records: list[dict]) -> None:
+        self.records = records
+        plt = self.plt
+        plt.clear_data()
+        plt.title("yardstick (greedy, fixed held-out set)")
+        plt.xlabel("rounds trained")
+        plt.ylim(0, 1)
+        if records:
+            rounds = [r["round"] for r in records]
+            for family in sorted({f for r in records for f in r.get("by_family", {})}):
+                points = [(r["round"], r["by_family"][family]) for r in records if family in r.get("by_family", {})]
+                plt.plot([x for x, _ in points], [y for _, y in points], label=family, marker="braille")
+            plt.plot(rounds, [r["score"] for r in records], label="all", marker="braille", color="white")
+        self.refresh()
+
+
 class Dashboard(App):
     """``swarmnode tui``: one node's rounds, rewards, peers and events."""
 
@@ -99,6 +123,7 @@ class Dashboard(App):
         self.status: dict | None = None
         self.status_at = 0.0  # monotonic time of the last status, to advance the uptime locally
         self.rows: list[dict] = []
+        self.yardstick: list[dict] = []
         self.peers: list[dict] = []
         self._peers_stale = False
 
@@ -106,7 +131,9 @@ class Dashboard(App):
         yield Static(f"no node running at {self.home.root}\n\nwaiting for one to start… (q quits)", id="offline")
         with Vertical(id="dashboard"):
             yield NodeHeader(id="header")
-            yield RewardChart(id="rewards")
+            with Horizontal(id="charts"):
+                yield RewardChart(id="rewards")
+                yield YardstickChart(id="yardstick")
             with Horizontal(id="bottom"):
                 yield DataTable(id="peers", cursor_type="row", zebra_stripes=True)
                 yield RichLog(id="events", max_lines=1000, wrap=True, min_width=20)
@@ -158,8 +185,10 @@ class Dashboard(App):
         self._set_status(await api.status())
         self.rows = await api.rounds(since=max(0, self.status["round"] - CHART_ROUNDS))
         self.peers = await api.peers()
+        self.yardstick = await api.yardstick()
         self._peers_stale = False
         self.query_one(RewardChart).show(self.rows)
+        self.query_one(YardstickChart).show(self.yardstick)
         self._show_peers()
 
     def _set_status(self, status: dict) -> None:
@@ -182,15 +211,22 @@ class Dashboard(App):
                 self.status["paused"] = event["paused"]
             elif kind == "round_finished":
                 self.status["last_reward"] = event["metrics"]["reward_mean"]
+                self.status["signal_rate"] = event["metrics"].get("signal_rate")
             elif kind == "threads":
                 self.status["threads"] = {k: v for k, v in event.items() if k not in ("type", "time")}
+            elif kind == "levels":
+                self.status["levels"] = event["levels"]
             self._show_header()
         if kind == "round_finished":
             self.rows = (self.rows + [event["metrics"]])[-CHART_ROUNDS:]
             self.query_one(RewardChart).show(self.rows)
+        if kind == "yardstick":
+            self.yardstick = [r for r in self.yardstick if r["round"] != event["record"]["round"]] + [event["record"]]
+            self.query_one(YardstickChart).show(self.yardstick)
         if kind in ("bundle_accepted", "bundle_rejected", "peer_joined", "peer_left"):
             self._peers_stale = True
-        self.query_one("#events", RichLog).write(self._describe(event))
+        if kind != "levels":  # every round sends them; the moves are in its round_finished line
+            self.query_one("#events", RichLog).write(self._describe(event))
 
     def _peer_name(self, peer: str) -> str:
         for p in self.peers:
@@ -204,7 +240,11 @@ class Dashboard(App):
         if kind == "round_finished":
             m = event["metrics"]
             message = (f"round {m['round']} finished: reward {format_reward(m['reward_mean'])}, "
+                       f"signal {format_reward(m.get('signal_rate'))}, "
                        f"{m.get('tokens_generated', 0)} tokens, {m.get('seconds', 0):.1f} s")
+            moves = m.get("level_moves") or {}
+            if moves:
+                message += "; level " + ", ".join(f"{f} -> {lv}" for f, lv in sorted(moves.items()))
         else:
             message = {
                 "round_started": lambda: f"round {event['round']} started",
@@ -215,6 +255,8 @@ class Dashboard(App):
                 "peer_left": lambda: f"peer {peer} left",
                 "paused": lambda: "paused: no new round starts" if event["paused"] else "resumed",
                 "threads": lambda: f"threads: {event['count']} ({event['reason']})",
+                "yardstick": lambda: (f"yardstick after {event['record']['round']} rounds: "
+                                      f"{format_reward(event['record']['score'])}"),
             }.get(kind, lambda: kind)()
         stamp = datetime.fromtimestamp(event.get("time", time.time())).strftime("%H:%M:%S")
         style = {"bundle_rejected": "red", "round_finished": "bold green", "paused": "yellow"}.get(kind, "")

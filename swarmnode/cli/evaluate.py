@@ -1,0 +1,45 @@
+"""``swarmnode eval``: score a node's policy on the fixed yardstick and print it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.config import load_config
+from swarmnode.node.evaluate import evaluate
+from swarmnode.paths import NodeHome
+from swarmnode.train.model import ModelError
+from swarmnode.train.tasks import TaskConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="score the node's newest checkpoint on the fixed yardstick",
+                       description="Score the policy of the node's newest checkpoint greedily on the fixed "
+                                   "held-out yardstick (per family and level) and print it.")
+    p.add_argument("--untrained", action="store_true", help="score the untrained policy (the base model) instead")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    add_config_flags(p)
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    cfg = load_config(given_flags(args), config_path=args.config).config
+    try:
+        # reasoning-gym's bf generator prints progress dots on stdout: keep stdout for the result
+        with contextlib.redirect_stdout(sys.stderr):
+            record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
+    except (TaskConfigError, ModelError) as exc:
+        print(f"swarmnode: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(record, indent=2, sort_keys=True))
+        return 0
+    print(f"yardstick after {record['round']} rounds: {record['score']:.3f} greedy on {record['questions']} "
+          f"held-out questions ({record['seconds']:.1f} s)")
+    for key, value in record["by_level"].items():
+        family, level = key.rsplit(":", 1)
+        print(f"  {family:<26} level {level:>4}  {value:.3f}")
+    return 0
