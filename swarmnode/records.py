@@ -8,7 +8,7 @@ project, so the wire format, the trainer and the node all depend on it and not o
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 LOCAL = "local"
 
@@ -59,8 +59,36 @@ class Group:
         return len(self.rewards) > 1 and max(self.rewards) - min(self.rewards) > 1e-6
 
 
+class JsonRecord:
+    """A frozen record that is one JSON line of a log (:class:`swarmnode.node.metrics.MetricsLog`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls: type[R], row: Mapping[str, Any]) -> R:
+        """The record of a JSON row; keys it does not know (a newer writer's) are ignored.
+
+        Raises ValueError naming the first missing field or the first value of the wrong kind.
+        """
+        values = {}
+        for f in fields(cls):
+            if f.name not in row:
+                if f.default is not MISSING or f.default_factory is not MISSING:
+                    continue
+                raise ValueError(f"no '{f.name}'")
+            value = row[f.name]
+            if not _fits(value, f.type):
+                raise ValueError(f"'{f.name}' is {value!r}")
+            values[f.name] = value
+        return cls(**values)
+
+
+R = TypeVar("R", bound=JsonRecord)
+
+
 @dataclass(frozen=True)
-class RoundRecord:
+class RoundRecord(JsonRecord):
     """What one finished round did: a line of ``metrics.jsonl``, a row of ``/v1/rounds``."""
 
     round: int
@@ -94,26 +122,18 @@ class RoundRecord:
     levels: Mapping[str, int] = field(default_factory=dict)
     level_moves: Mapping[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
+@dataclass(frozen=True)
+class YardstickRecord(JsonRecord):
+    """The policy's greedy score on the fixed yardstick (:mod:`swarmnode.train.yardstick`): a
+    line of ``yardstick.jsonl``, a row of ``/v1/yardstick``."""
 
-    @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> "RoundRecord":
-        """The record of a JSON row; keys it does not know (a newer writer's) are ignored.
-
-        Raises ValueError naming the first missing field or the first value of the wrong kind.
-        """
-        values = {}
-        for f in fields(cls):
-            if f.name not in row:
-                if f.default is not MISSING or f.default_factory is not MISSING:
-                    continue
-                raise ValueError(f"no '{f.name}'")
-            value = row[f.name]
-            if not _fits(value, f.type):
-                raise ValueError(f"'{f.name}' is {value!r}")
-            values[f.name] = value
-        return cls(**values)
+    round: int  # rounds trained when it was taken
+    started_at: float
+    score: float | None
+    by_family: Mapping[str, float]
+    by_level: Mapping[str, float]  # keys "family:level"
+    questions: int
+    seconds: float
 
 
 def _fits(value: Any, annotation: str) -> bool:

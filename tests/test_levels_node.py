@@ -13,7 +13,7 @@ from swarmnode.node.checkpoint import latest_checkpoint, save_checkpoint
 from swarmnode.node.round import Node, RoundAbandoned, signal_rates
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
-from swarmnode.records import Group, Question
+from swarmnode.records import Group, Question, YardstickRecord
 from swarmnode.swarm.link import SoloLink
 from swarmnode.train.curriculum import WINDOW, Levels, level_range
 from swarmnode.train.model import load_base_model
@@ -42,7 +42,7 @@ def make_node(tiny_model_dir, tmp_path):
     def make(scorer: Scorer | None = None) -> Node:
         state = NodeState()
         return Node(cfg, NodeHome(tmp_path / "home").create(), Policy(base, cfg), TaskSource(families, 1),
-                    scorer or Scorer(families), SoloLink(), state, 1, Levels(families))
+                    scorer or Scorer(families), SoloLink(), state, 1, levels=Levels(families))
 
     return make
 
@@ -52,9 +52,9 @@ def test_a_round_records_its_levels_and_a_finished_round_moves_and_checkpoints_t
     start = level_range(FAMILY)[0]
     assert node.levels.level(FAMILY) == start
     row = node.run_round(0)
-    assert row["levels"] == {FAMILY: start}
-    assert row["level_moves"] == {FAMILY: start + 1}
-    assert row["signal_rate"] == 0.0 and row["signal_rate_local"] == 0.0 and row["signal_rate_external"] is None
+    assert row.levels == {FAMILY: start}
+    assert row.level_moves == {FAMILY: start + 1}
+    assert row.signal_rate == 0.0 and row.signal_rate_local == 0.0 and row.signal_rate_external is None
     assert node.levels.level(FAMILY) == start  # not committed until the round is finished
     node.finish_round(row)
     assert node.levels.level(FAMILY) == start + 1 and node.state.levels == {FAMILY: start + 1}
@@ -62,7 +62,7 @@ def test_a_round_records_its_levels_and_a_finished_round_moves_and_checkpoints_t
     # a restarted node (kill -9 after the checkpoint) comes back at the level it reached
     again = make_node()
     assert again.resume() == 1 and again.levels.level(FAMILY) == start + 1
-    assert again.run_round(1)["levels"] == {FAMILY: start + 1}
+    assert again.run_round(1).levels == {FAMILY: start + 1}
 
 
 def test_an_abandoned_round_leaves_the_levels_and_a_redone_round_draws_the_same_questions(make_node):
@@ -95,13 +95,14 @@ def test_the_yardstick_is_recorded_once_per_due_round_and_survives_a_restart(mak
     node.resume()
     assert node.yardstick_due()
     record = node.run_yardstick()
-    assert record["round"] == 0 and record["questions"] > 0 and 0.0 <= record["score"] <= 1.0
+    assert record.round == 0 and record.questions > 0 and 0.0 <= record.score <= 1.0
     low = level_range(FAMILY)[0]
-    assert set(record["by_level"]) == {f"{FAMILY}:{lv}" for lv in range(low, low + yardstick.LEVELS)}
-    assert record["questions"] == yardstick.LEVELS * yardstick.PER_LEVEL
-    assert not node.yardstick_due() and node.state.yardstick == [record]
+    assert set(record.by_level) == {f"{FAMILY}:{lv}" for lv in range(low, low + yardstick.LEVELS)}
+    assert record.questions == yardstick.LEVELS * yardstick.PER_LEVEL
+    assert not node.yardstick_due() and node.state.yardstick == [record.to_json()]
+    assert YardstickRecord.from_json(json.loads(node.home.yardstick_file.read_text())) == record
     # same adapter, greedy decoding: the same score
-    assert node.run_yardstick()["score"] == record["score"]
+    assert node.run_yardstick().score == record.score
     again = make_node()
     again.resume()
     assert [r["round"] for r in again.state.yardstick] == [0]

@@ -211,5 +211,5 @@ class Daemon:
         if record is None:
             log.info("yardstick abandoned: stopping")
             return
-        log.info("yardstick after %d rounds: %.3f on %d held-out questions (%.1f s)", record["round"],
-                 record["score"], record["questions"], record["seconds"])
+        log.info("yardstick after %d rounds: %s on %d held-out questions (%.1f s)", record.round,
+                 "n/a" if record.score is None else f"{record.score:.3f}", record.questions, record.seconds)

@@ -1,4 +1,5 @@
-"""``<home>/metrics.jsonl``: one JSON line per finished round, no duplicates, no gaps.
+"""``<home>/metrics.jsonl``: one JSON line per finished round, no duplicates, no gaps (and
+``<home>/yardstick.jsonl`` alike, one line per yardstick record).
 
 A round's line is written before its checkpoint. A crash between the two leaves a line for
 a round the checkpoint does not have; :meth:`MetricsLog.truncate_after` drops it (and any
@@ -12,7 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from swarmnode.records import RoundRecord
+from typing import Generic
+
+from swarmnode.records import R, RoundRecord
 
 log = logging.getLogger(__name__)
 
@@ -21,11 +24,14 @@ class MetricsError(RuntimeError):
     """``metrics.jsonl`` could not be written; ``str()`` names the file and the reason."""
 
 
-class MetricsLog:
-    def __init__(self, path: Path):
-        self.path = path
+class MetricsLog(Generic[R]):
+    """A log of ``kind`` records, one per round number."""
 
-    def read(self) -> list[RoundRecord]:
+    def __init__(self, path: Path, kind: type[R] = RoundRecord):
+        self.path = path
+        self.kind = kind
+
+    def read(self) -> list[R]:
         """The complete rows; a torn or hand-mangled line is skipped with a warning."""
         if not self.path.exists():
             return []
@@ -38,17 +44,17 @@ class MetricsLog:
                     row = json.loads(line)
                     if not isinstance(row, dict):
                         raise ValueError("not an object")
-                    record = RoundRecord.from_json(row)
+                    record = self.kind.from_json(row)
                 except ValueError as exc:
                     log.warning("%s line %d is not a metrics row (%s); ignoring it", self.path, n, exc)
                     continue
                 rows.append(record)
         return rows
 
-    def truncate_after(self, last_round: int | None) -> list[RoundRecord]:
+    def truncate_after(self, last_round: int | None) -> list[R]:
         """Keep only rows of rounds <= ``last_round`` (None keeps none), one per round; return them."""
         rows = self.read()
-        kept: dict[int, RoundRecord] = {}
+        kept: dict[int, R] = {}
         if last_round is not None:
             for row in rows:
                 if row.round <= last_round:
@@ -75,7 +81,7 @@ class MetricsLog:
             fh.seek(-1, os.SEEK_END)
             return fh.read(1) == b"\n"
 
-    def append(self, record: RoundRecord) -> None:
+    def append(self, record: R) -> None:
         """Add one row; raises MetricsError (a half-written line is dropped on the next resume)."""
         try:
             with open(self.path, "a", encoding="utf-8") as fh:

@@ -25,7 +25,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.paths import NodeHome
 from swarmnode.train.policy import Generation, Policy
-from swarmnode.records import Group, Question, RoundRecord
+from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
 from swarmnode.node.state import NodeState
 from swarmnode.node.threads import ThreadPolicy
 from swarmnode.swarm.link import SwarmLink
@@ -112,7 +112,7 @@ class Node:
         # None leaves torch's thread count alone (the experiment runs several nodes in one process)
         self.threads = threads
         self.metrics = MetricsLog(home.metrics_file)
-        self.yardstick_log = MetricsLog(home.yardstick_file)
+        self.yardstick_log = MetricsLog(home.yardstick_file, YardstickRecord)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
         # Levels of the families (None: every family at its task-file config, no ladder).
@@ -219,8 +219,8 @@ class Node:
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
-        for row in self.yardstick_log.truncate_after(self.next_round):
-            self.state.emit("yardstick", record=row)
+        for yardstick in self.yardstick_log.truncate_after(self.next_round):
+            self.state.emit("yardstick", record=yardstick.to_json())
         self.state.emit("levels", levels=dict(self.levels.levels))
         return self.next_round
 
@@ -230,7 +230,7 @@ class Node:
         return bool(every) and self.next_round % every == 0 and not any(
             row["round"] == self.next_round for row in self.state.yardstick)
 
-    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> dict | None:
+    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
         """Score the current policy on the fixed yardstick of its task mix; record and return it.
 
         Its row's ``round`` is the number of rounds trained (``next_round``). Runs between
@@ -241,7 +241,7 @@ class Node:
         score = score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec), should_stop)
         if score is None:
             return None
-        record = {"round": self.next_round, "started_at": started, **score}
+        record = YardstickRecord(round=self.next_round, started_at=started, **score)
         self.yardstick_log.append(record)
-        self.state.emit("yardstick", record=record)
+        self.state.emit("yardstick", record=record.to_json())
         return record
