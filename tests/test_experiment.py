@@ -114,28 +114,3 @@ def test_cli_rejects_bad_configs(tiny_model_dir, tmp_path, capsys):
     assert "is not I/J" in capsys.readouterr().err
     assert main(["experiment", "--nodes", "1", "--configs", "1/1", "--model", str(tiny_model_dir),
                  "--out", str(tmp_path)]) == 2
-
-
-def test_mixed_adapter_batch_matches_per_adapter_generation(tiny_model_dir):
-    """One batch across adapters samples what each adapter samples alone (near-greedy)."""
-    import torch
-
-    from swarmnode.config import NodeConfig
-    from swarmnode.train.model import load_base_model
-    from swarmnode.train.policy import Policy
-
-    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
-    policies: list[Policy] = []
-    for i in range(3):
-        torch.manual_seed(i)
-        policies.append(Policy(base, NodeConfig(), adapter=f"a{i}", shared=policies[0] if policies else None))
-        with torch.no_grad():
-            for p in policies[-1].params:
-                p.normal_(0, 0.3)
-    prompts = [p.prompt(q) for p in policies for q in ("Calculate 1 + 2.", "Is 2000 a leap year?")]
-    adapters = [p.adapter for p in policies for _ in range(2)]
-    mixed = policies[0].generate(prompts, 2, max_new_tokens=6, temperature=1e-4, adapters=adapters).texts
-    alone = [t for p in policies
-             for t in p.generate(prompts[:2], 2, max_new_tokens=6, temperature=1e-4).texts]
-    assert mixed == alone
-    assert len({tuple(t) for t in alone[::2]}) == 3  # the adapters really differ

@@ -9,10 +9,7 @@ import sys
 
 from swarmnode.cli.flags import add_config_flags, given_flags
 from swarmnode.config import load_config
-from swarmnode.node.evaluate import evaluate
 from swarmnode.paths import NodeHome
-from swarmnode.train.model import ModelError
-from swarmnode.train.tasks import TaskConfigError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
+    # torch comes with these: imported only when eval runs (see cli/start.py)
+    from swarmnode.node.evaluate import evaluate
+    from swarmnode.train.model import ModelError
+    from swarmnode.train.tasks import TaskConfigError
+
     try:
         # reasoning-gym's bf generator prints progress dots on stdout: keep stdout for the result
         with contextlib.redirect_stdout(sys.stderr):

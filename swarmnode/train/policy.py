@@ -109,20 +109,16 @@ class Policy:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
-                 should_stop: Callable[[], bool] = lambda: False,
-                 adapters: Sequence[str] | None = None) -> Generation:
+                 should_stop: Callable[[], bool] = lambda: False) -> Generation:
         """Sample ``n`` responses per prompt in one batch, each ending at ``</answer>`` or EOS.
 
-        ``adapters`` (one adapter name per prompt) samples each prompt with that adapter of the
-        shared model, all in the same batch (PEFT mixed-adapter batches); default: this policy's.
         See :mod:`swarmnode.train.sampler` for why this is not ``model.generate``.
         """
         self.activate()
         self.model.eval()
         rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
                       temperature=temperature, stop_string=ANSWER_CLOSE, eos_id=self._eos,
-                      token_texts=self.token_texts, device=self.device, should_stop=should_stop,
-                      adapter_names=adapters)
+                      token_texts=self.token_texts, device=self.device, should_stop=should_stop)
         release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
         texts = [[self.tokenizer.decode(row, skip_special_tokens=True) for row in group] for group in ids]

@@ -42,14 +42,12 @@ class TokenTexts:
 @torch.no_grad()
 def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
            stop_string: str, eos_id: int | None, token_texts: TokenTexts, device: torch.device,
-           should_stop: Callable[[], bool] = lambda: False,
-           adapter_names: Sequence[str] | None = None) -> list[list[int]]:
+           should_stop: Callable[[], bool] = lambda: False) -> list[list[int]]:
     """Token ids of ``n`` sampled completions of each prompt, prompt-major (row i*n+j).
 
     A row ends at EOS (included) or at the token whose text completes ``stop_string``
     (included), or after ``max_new_tokens``. ``should_stop()`` true ends every row at once.
-    ``adapter_names`` (one per prompt) runs each prompt's rows with that PEFT adapter, all in
-    one batch. ``temperature`` 0 decodes greedily (the yardstick). The caller sets the random
+    ``temperature`` 0 decodes greedily (the yardstick). The caller sets the random
     seed and puts the model in eval mode.
     """
     if max_new_tokens < 1 or not prompts:
@@ -67,9 +65,8 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     step = PREFILL_PROMPTS if shared else len(prompts)
     logits, caches = [], []
     for a in range(0, len(prompts), step):
-        extra = {} if adapter_names is None else {"adapter_names": list(adapter_names[a:a + step])}
         out = model(input_ids=ids[a:a + step], attention_mask=attn[a:a + step],
-                    position_ids=positions[a:a + step], use_cache=True, logits_to_keep=1, **extra)
+                    position_ids=positions[a:a + step], use_cache=True, logits_to_keep=1)
         logits.append(out.logits[:, -1, :])
         caches.append(out.past_key_values)
         del out
@@ -84,7 +81,6 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     logits = torch.cat(logits).repeat_interleave(n, dim=0)
     attn = attn.repeat_interleave(n, dim=0)
     next_pos = positions[:, -1:].repeat_interleave(n, dim=0) + 1
-    row_adapters = None if adapter_names is None else [a for a in adapter_names for _ in range(n)]
 
     texts = token_texts.texts
     keep_chars = len(stop_string) - 1
@@ -112,10 +108,8 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
                 keep_rows(cache, index)
                 attn, next_pos, tokens = attn[index], next_pos[index], tokens[index]
                 rows = [rows[i] for i in keep]
-            if row_adapters is not None:
-                extra = {"adapter_names": [row_adapters[r] for r in rows]}
             attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=-1)
             logits = model(input_ids=tokens, attention_mask=attn, position_ids=next_pos, past_key_values=cache,
-                           use_cache=True, **extra).logits[:, -1, :]
+                           use_cache=True).logits[:, -1, :]
             next_pos = next_pos + 1
     return generated
