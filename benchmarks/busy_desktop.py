@@ -103,18 +103,23 @@ def worker(args: argparse.Namespace) -> None:
         policy = ThreadPolicy(threads)
         policy.start()
         tokens, seconds, used = 0, 0.0, []
+        deadline = time.perf_counter() + args.run_limit_s
         for _ in range(args.repeats):
+            if time.perf_counter() > deadline:
+                break
             used.append(policy.check_phase())
             torch.manual_seed(0)
             t0 = time.perf_counter()
             rows = sample(policy_model.model, policy_model.tokenizer, prompts, args.completions,
                           max_new_tokens=args.max_new_tokens, temperature=cfg.temperature, stop_string=_NEVER,
-                          eos_id=None, token_texts=policy_model.token_texts, device=policy_model.device)
+                          eos_id=None, token_texts=policy_model.token_texts, device=policy_model.device,
+                          should_stop=lambda: time.perf_counter() > deadline)
             dt = time.perf_counter() - t0
             n = sum(len(r) for r in rows)
             tokens, seconds = tokens + n, seconds + dt
             policy.end_round(n / dt)
-        print(_RESULT + json.dumps({"tokens_per_second": tokens / seconds, "threads_used": used}), flush=True)
+        print(_RESULT + json.dumps({"tokens_per_second": tokens / seconds, "threads_used": used,
+                                    "cut": time.perf_counter() > deadline}), flush=True)
 
 
 class Worker:
@@ -165,7 +170,7 @@ def measure(args: argparse.Namespace, worker: Worker, policies: list[int]) -> tu
                 runs.setdefault((condition, threads), []).append(res)
                 name = "auto" if threads == 0 else str(threads)
                 print(f"pass {p + 1} {condition:9s} {name:>4s}: {res['tokens_per_second']:6.1f} tok/s, threads "
-                      f"{res['threads_used']}" + (f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s"
+                      f"{res['threads_used']}" + (" (cut at --run-limit-s)" if res["cut"] else "") + (f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s"
                                                  if comp else ""), flush=True)
     return runs, alone
 
@@ -204,6 +209,9 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2, help="every condition and policy once per pass")
     ap.add_argument("--burst-s", type=float, default=1.0, help="the bursty program's busy (and idle) stretch")
     ap.add_argument("--alone-s", type=float, default=5.0, help="seconds the competitor runs alone per pass")
+    ap.add_argument("--run-limit-s", type=float, default=60.0,
+                    help="a run that takes longer is cut there and its rate taken from the tokens it made "
+                         "(at background priority, more threads than free cores can be 100x slower)")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--node-priority", choices=("background", "normal"), default="background",
                     help="the node side's priority (the node's default is background; 'normal' only to check "
@@ -221,7 +229,8 @@ def main() -> None:
     policies = [0, *range(1, physical_cores() + 1)]
     t0, load_before = time.perf_counter(), os.getloadavg()[0]
     passed = [f"--questions={args.questions}", f"--completions={args.completions}",
-              f"--max-new-tokens={args.max_new_tokens}", f"--repeats={args.repeats}", f"--model={args.model}", f"--node-priority={args.node_priority}"]
+              f"--max-new-tokens={args.max_new_tokens}", f"--repeats={args.repeats}", f"--model={args.model}",
+              f"--node-priority={args.node_priority}", f"--run-limit-s={args.run_limit_s}"]
     node = Worker(passed)
     try:
         runs, alone = measure(args, node, policies)
