@@ -62,47 +62,41 @@ class NodeHeader(Static):
         self.update(text)
 
 
-class RewardChart(PlotextPlot):
-    """Mean reward per round, and per task family."""
+class FamilyChart(PlotextPlot):
+    """A score in [0, 1] per round: one line per task family, and one for all of them."""
 
-    def show(self, rows: list[dict]) -> None:
+    def draw(self, title: str, xlabel: str, rows: list[dict], by_family: str, overall: str, label: str) -> None:
         plt = self.plt
         plt.clear_data()
-        plt.title("reward per round")
-        plt.xlabel("round")
+        plt.title(title)
+        plt.xlabel(xlabel)
         plt.ylim(0, 1)
         if rows:
             rounds = [r["round"] for r in rows]
             step = max(1, math.ceil((rounds[-1] - rounds[0]) / 6))
             plt.xticks(list(range(rounds[0], rounds[-1] + 1, step)))
-            families = sorted({f for r in rows for f in r.get("reward_by_task", {})})
-            for family in families:
-                points = [(r["round"], r["reward_by_task"][family]) for r in rows
-                          if family in r.get("reward_by_task", {})]
+            for family in sorted({f for r in rows for f in r.get(by_family, {})}):
+                points = [(r["round"], r[by_family][family]) for r in rows if family in r.get(by_family, {})]
                 plt.plot([x for x, _ in points], [y for _, y in points], label=family, marker="braille")
-            plt.plot(rounds, [r["reward_mean"] for r in rows], label="mean", marker="braille", color="white")
+            plt.plot(rounds, [r[overall] for r in rows], label=label, marker="braille", color="white")
         self.refresh()
 
 
-class YardstickChart(PlotextPlot):
+class RewardChart(FamilyChart):
+    """Mean reward per round, and per task family."""
+
+    def show(self, rows: list[dict]) -> None:
+        self.draw("reward per round", "round", rows, "reward_by_task", "reward_mean", "mean")
+
+
+class YardstickChart(FamilyChart):
     """The fixed yardstick's greedy score against rounds trained: overall and per family."""
 
     records: list[dict] = []
 
     def show(self, records: list[dict]) -> None:
         self.records = records
-        plt = self.plt
-        plt.clear_data()
-        plt.title("yardstick (greedy, fixed held-out set)")
-        plt.xlabel("rounds trained")
-        plt.ylim(0, 1)
-        if records:
-            rounds = [r["round"] for r in records]
-            for family in sorted({f for r in records for f in r.get("by_family", {})}):
-                points = [(r["round"], r["by_family"][family]) for r in records if family in r.get("by_family", {})]
-                plt.plot([x for x, _ in points], [y for _, y in points], label=family, marker="braille")
-            plt.plot(rounds, [r["score"] for r in records], label="all", marker="braille", color="white")
-        self.refresh()
+        self.draw("yardstick (greedy, fixed held-out set)", "rounds trained", records, "by_family", "score", "all")
 
 
 class Dashboard(App):
