@@ -110,7 +110,9 @@ def test_disk_full_mid_run_stops_cleanly_and_resumes_once_space_is_back(tmp_path
         while latest_checkpoint(home / "checkpoints").round < 3:  # the copy starts at round 1
             assert node.poll() is None and time.time() < deadline, node.stderr.read()[-3000:]
             time.sleep(0.05)
-        with open(mount / "filler", "wb") as fh:  # fill the disk while the node runs
+        # Fill the disk while the node runs. Unbuffered: a buffered file would raise the same
+        # ENOSPC again when closing, on whatever part of the last write it still held.
+        with open(mount / "filler", "wb", buffering=0) as fh:
             try:
                 while True:
                     fh.write(b"\0" * 65536)
