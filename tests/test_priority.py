@@ -25,11 +25,18 @@ def test_background_renices_every_thread_and_later_ones_inherit_it():
         what = apply_priority("background")
         later_nice = []
         t = threading.Thread(target=lambda: later_nice.append(os.getpriority(os.PRIO_PROCESS, 0))); t.start(); t.join()
-        tasks = {int(x): os.getpriority(os.PRIO_PROCESS, int(x)) for x in os.listdir("/proc/self/task")}
-        done.set(); early.join()
+        tasks = {}
+        try:
+            for x in os.listdir("/proc/self/task"):
+                try:
+                    tasks[int(x)] = os.getpriority(os.PRIO_PROCESS, int(x))
+                except ProcessLookupError:  # t's entry can outlive its join for a moment
+                    pass
+        finally:  # else a failure above leaves `early` waiting and the child never exits
+            done.set(); early.join()
         print(json.dumps({"what": what, "tasks": list(tasks.values()), "later": later_nice[0]}))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     import json
 
     result = json.loads(out.strip().splitlines()[-1])
