@@ -135,6 +135,10 @@ class NodeConfig:
                                      "only private-range addresses of its own and a bootstrap peer on a "
                                      "public address; see docs/protocol.md).",
                             choices=("auto", "public", "private"), section="swarm")
+    fetch_per_round: int = _key(8, "K: the most peers' bundles this node fetches, verifies and re-scores per "
+                                   "round, sampled over the peers that announced one (hivemind transport), "
+                                   "so its cost per round stays flat however large the swarm grows.",
+                                minimum=1, section="swarm")
     external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool.",
                                   choices=("uniform", "reward-weighted"), section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",

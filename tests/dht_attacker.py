@@ -3,17 +3,18 @@
 For ``tests/test_dht_abuse.py``. It joins the swarm through ``--peer``, then writes, as fast
 as hivemind lets it, one of:
 
-* ``heads``: ``--count`` heads records under ``<swarm>/heads``, each validly signed by a
-  fresh key over the swarm's head format, pointing at rounds nobody stored; half expire
-  three years ahead, half within the head TTL (the ones a validator cannot refuse by expiry);
-* ``rounds``: ``--count`` rounds records of about ``--size`` bytes under ``<swarm>/rounds/<r>``,
+* ``announcements``: ``--count`` announcements, each in its signer's shard and validly signed
+  by a fresh key over the swarm's announcement format, naming rounds nobody stored; half
+  expire three years ahead, half within the announcement TTL (the ones a validator cannot
+  refuse by expiry);
+* ``rounds``: ``--count`` bundle records of about ``--size`` bytes under their sender's and round's key,
   each a valid bundle signed by one of ``--keys`` keys of its own (the subkey is its
   PeerID), expiring four years ahead; then ``--count // 5`` more with an expiry within the
   bundle TTL (the ones only a byte budget can stop).
 
 It uses hivemind's public API only (``DHT``, ``run_coroutine``, ``DHTNode.store_many``, a
-``RecordValidatorBase`` that signs the heads records) and swarmnode's identity and bundle
-code only to make keys and valid bundles. Prints ``{"event": "ready"}`` once joined, then
+``RecordValidatorBase`` that signs the announcements) and swarmnode's identity, bundle code
+and key layout only to make keys, valid bundles and the keys they go under. Prints ``{"event": "ready"}`` once joined, then
 ``{"event": "done", "stored": N, "seconds": S}`` and stays up until stdin closes.
 """
 
@@ -38,16 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport.hivemind_dht import (ANNOUNCE_DOMAIN, ANNOUNCE_SHARDS, announce_key,  # noqa: E402
+                                                    bundle_key, shard_of)
 from transport_node import make_bundle  # noqa: E402
 
 YEAR = 365 * 86400.0
 
 
-class HeadSigner(RecordValidatorBase):
-    """Signs heads records for whichever of its keys the subkey names, as the swarm's format asks."""
+class AnnouncementSigner(RecordValidatorBase):
+    """Signs announcements for whichever of its keys the subkey names, as the swarm's format asks."""
 
     def __init__(self, swarm: str, keys: dict[bytes, Identity]):
-        self.heads_id = DHTID.generate(source=f"{swarm}/heads").to_bytes()
+        self.shard_ids = {DHTID.generate(source=announce_key(swarm, s)).to_bytes() for s in range(ANNOUNCE_SHARDS)}
         self.keys = keys
 
     def validate(self, record: DHTRecord) -> bool:
@@ -55,9 +58,9 @@ class HeadSigner(RecordValidatorBase):
 
     def sign_value(self, record: DHTRecord) -> bytes:
         identity = self.keys.get(record.subkey)
-        if record.key != self.heads_id or identity is None:
+        if record.key not in self.shard_ids or identity is None:
             return record.value
-        message = (b"swarmnode-head-v1\x00" + record.key + record.subkey
+        message = (ANNOUNCE_DOMAIN + record.key + record.subkey
                    + struct.pack(">d", record.expiration_time) + record.value)
         return record.value + identity.sign(message)
 
@@ -65,18 +68,18 @@ class HeadSigner(RecordValidatorBase):
         return record.value
 
 
-async def _store_heads(_dht, node, *, swarm: str, first: int, n: int) -> int:
-    """Heads ``first``..``first + n`` (made here: hivemind's command pipe carries little)."""
+async def _store_announcements(_dht, node, *, swarm: str, first: int, n: int) -> int:
+    """Announcements ``first``..``first + n`` (made here: hivemind's command pipe carries little)."""
     rng = random.Random(first)
     now = get_dht_time()
-    chunk = [_head_key(i) for i in range(first, first + n)]
+    chunk = [_announcer_key(i) for i in range(first, first + n)]
     expirations = [now + 3 * YEAR if i % 2 else now + 100 for i in range(first, first + n)]
-    done = await node.store_many([f"{swarm}/heads"] * n, [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
+    done = await node.store_many([announce_key(swarm, shard_of(i.peer_id)) for i in chunk], [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
                                  subkeys=[i.peer_id for i in chunk])
     return sum(bool(v) for v in done.values())
 
 
-def _head_key(i: int) -> Identity:
+def _announcer_key(i: int) -> Identity:
     return Identity.from_seed(hashlib.sha256(b"junk-head-%d" % i).digest())
 
 
@@ -90,7 +93,7 @@ async def _store_rounds(_dht, node, *, swarm: str, first: int, n: int, far: bool
         round_no = first + i
         data = make_bundle(identity, swarm, round_no, size, rng)
         expiry = get_dht_time() + (4 * YEAR if far else 250.0)
-        done = await node.store_many([f"{swarm}/rounds/{round_no}"], [data], [expiry], subkeys=[identity.peer_id])
+        done = await node.store_many([bundle_key(swarm, identity.peer_id, round_no)], [data], [expiry], subkeys=[identity.peer_id])
         stored += sum(bool(v) for v in done.values())
     return stored
 
@@ -103,25 +106,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", required=True)
     parser.add_argument("--swarm", required=True)
-    parser.add_argument("--mode", choices=("heads", "rounds"), required=True)
+    parser.add_argument("--mode", choices=("announcements", "rounds"), required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--size", type=int, default=143_000)
     parser.add_argument("--keys", type=int, default=60)
     args = parser.parse_args()
 
-    if args.mode == "heads":
-        ids = [_head_key(i) for i in range(args.count)]
-        signer = HeadSigner(args.swarm, {MSGPackSerializer.dumps(i.peer_id): i for i in ids})
+    if args.mode == "announcements":
+        ids = [_announcer_key(i) for i in range(args.count)]
+        signer = AnnouncementSigner(args.swarm, {MSGPackSerializer.dumps(i.peer_id): i for i in ids})
     else:
-        signer = HeadSigner(args.swarm, {})
+        signer = AnnouncementSigner(args.swarm, {})
     dht = hivemind.DHT(initial_peers=[args.peer], start=True, record_validators=[signer],
                        host_maddrs=["/ip4/127.0.0.1/tcp/0"])
     print(json.dumps({"event": "ready"}), flush=True)
     t0 = time.monotonic()
     stored = 0
-    if args.mode == "heads":
+    if args.mode == "announcements":
         for start in range(0, args.count, 500):
-            stored += dht.run_coroutine(partial(_store_heads, swarm=args.swarm, first=start,
+            stored += dht.run_coroutine(partial(_store_announcements, swarm=args.swarm, first=start,
                                                 n=min(500, args.count - start)))
     else:
         for first, n, far in ((10**9, args.count, True), (2 * 10**9, args.count // 5, False)):

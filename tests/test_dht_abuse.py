@@ -4,9 +4,9 @@ its own process, its own keys) against real honest nodes (tests/transport_node.p
 * Storage: 6,000 rounds records of ~143 KB (10x issue 15's attack) expiring four years
   ahead, then 1,200 more expiring within the TTL, all valid bundles signed by the attacker's
   60 keys. The honest node's DHT process must grow by less than 50 MB, and count what it refused.
-* Junk heads: heads records validly signed by fresh keys, pointing at rounds nobody stored.
-  The honest nodes' exchange rate must stay at least 0.8x the quiet rate. The issue names
-  20,000 heads; :data:`JUNK_HEADS` says how many this test writes (see its comment).
+* Junk announcements: announcements validly signed by fresh keys, naming rounds nobody stored.
+  The honest nodes' exchange rate must stay at least 0.8x the quiet rate. Issue 15 names
+  20,000 (then "heads"); :data:`JUNK_ANNOUNCEMENTS` says how many this test writes (see its comment).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 # The full 20,000 of the issue: writing them takes the attacker about 20 s here.
-JUNK_HEADS = 20_000
+JUNK_ANNOUNCEMENTS = 20_000
 
 
 def rss_mb(pid: int) -> float:
@@ -123,16 +123,16 @@ def exchange_rate(a: ProcNode, b: ProcNode, first_round: int, seconds: float) ->
     return rate
 
 
-def test_junk_heads_do_not_choke_the_exchange(nodes, tmp_path):
+def test_junk_announcements_do_not_choke_the_exchange(nodes, tmp_path):
     a = nodes(ProcNode, "hivemind", 0, stderr_path=tmp_path / "a.err").ready()
     b = nodes(ProcNode, "hivemind", 1, bootstrap=a.addresses[:1], stderr_path=tmp_path / "b.err").ready()
     wait_for(lambda: a.peer_id in b.peers() and b.peer_id in a.peers(), 60, "the honest nodes to join")
     quiet = exchange_rate(a, b, 0, 20)
-    attacker = nodes(Attacker, a.addresses[0], "heads", JUNK_HEADS, tmp_path / "attacker.err")
+    attacker = nodes(Attacker, a.addresses[0], "announcements", JUNK_ANNOUNCEMENTS, tmp_path / "attacker.err")
     attacker.wait("ready", 60)
     done = attacker.wait("done", 300)
     under_attack = exchange_rate(a, b, 100, 40)
-    print(f"\njunk heads: {done['stored']} stores in {done['seconds']:.0f} s; exchange {quiet:.2f}/s quiet, "
+    print(f"\njunk announcements: {done['stored']} stores in {done['seconds']:.0f} s; exchange {quiet:.2f}/s quiet, "
           f"{under_attack:.2f}/s under attack; refusals {a.refusals()}")
     assert quiet > 1.0
     assert under_attack >= 0.8 * quiet

@@ -263,31 +263,39 @@ import dataclasses, json, random
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer as S
 from transport_node import identity_for, make_bundle
-from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, heads_key, record_key_id, rounds_key
+from swarmnode.swarm.transport.hivemind_dht import (SwarmRecordValidator, announce_key, bundle_key, record_key_id,
+                                                    shard_of, ANNOUNCE_SHARDS)
 
 alice, mallory = identity_for(1), identity_for(2)
 checker = SwarmRecordValidator("sw")            # any node's view
-signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs her heads
+signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs her announcements
 bundle = make_bundle(alice, "sw", 7, 2000, random.Random(0))
 
 def rec(key, subkey, value, exp=1e9):
     return DHTRecord(record_key_id(key), S.dumps(subkey), S.dumps(value), exp)
 
 out = {}
-out["valid bundle"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle))
-out["someone else's subkey"] = checker.validate(rec(rounds_key("sw", 7), mallory.peer_id, bundle))
-out["another round's key"] = checker.validate(rec(rounds_key("sw", 8), alice.peer_id, bundle))
-out["another swarm"] = SwarmRecordValidator("other").validate(rec(rounds_key("other", 7), alice.peer_id, bundle))
-out["garbage"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, b"SNB\\x01" + bytes(200)))
-out["not bytes"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, 12))
-out["no subkey"] = checker.validate(rec(rounds_key("sw", 7), None, bundle))
-head = rec(heads_key("sw"), alice.peer_id, 7, exp=123.5)
+out["valid bundle"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle))
+out["someone else's subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle))
+out["another round's key"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle))
+out["another swarm"] = SwarmRecordValidator("other").validate(rec(bundle_key("other", alice.peer_id, 7), alice.peer_id, bundle))
+out["garbage"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"SNB\\x01" + bytes(200)))
+out["not bytes"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, 12))
+out["no subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), None, bundle))
+home = announce_key("sw", shard_of(alice.peer_id))
+head = rec(home, alice.peer_id, 7, exp=123.5)
 signed = dataclasses.replace(head, value=signer.sign_value(head))
 out["signed head"] = checker.validate(signed)
 out["unsigned head"] = checker.validate(head)
 out["head with a later expiration"] = checker.validate(dataclasses.replace(signed, expiration_time=999.0))
-out["head moved to another subkey"] = checker.validate(dataclasses.replace(signed, subkey=S.dumps(mallory.peer_id)))
-forged = rec(heads_key("sw"), mallory.peer_id, 7)
+out["head moved to another subkey"] = checker.validate(dataclasses.replace(signed, subkey=S.dumps(mallory.peer_id),
+                                                                       key=record_key_id(announce_key("sw", shard_of(mallory.peer_id)))))
+away = rec(announce_key("sw", (shard_of(alice.peer_id) + 1) % ANNOUNCE_SHARDS), alice.peer_id, 7, exp=123.5)
+out["head in another shard"] = checker.validate(dataclasses.replace(away, value=signer.sign_value(away)))
+old_head = rec("sw/heads", alice.peer_id, 7, exp=123.5)
+out["version 1 head"] = checker.validate(old_head)
+out["version 1 rounds record"] = checker.validate(rec("sw/rounds/7", alice.peer_id, bundle))
+forged = rec(home, mallory.peer_id, 7)
 out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
 out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
 
@@ -298,16 +306,16 @@ from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_jso
 from swarmnode.swarm.transport.hivemind_dht import BUNDLE_TTL, _COUNTS
 now = get_dht_time()
 three_years = now + 3 * 365 * 86400
-out["bundle, expiry in TTL"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle, exp=now + BUNDLE_TTL))
-out["bundle, expiry 3 years ahead"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, bundle, exp=three_years))
+out["bundle, expiry in TTL"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle, exp=now + BUNDLE_TTL))
+out["bundle, expiry 3 years ahead"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle, exp=three_years))
 old = encode_bundle(alice, swarm="sw", round_no=7, model="m", groups=[], created=time.time() - 600)
-out["old bundle re-stored with a fresh expiry"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, old, exp=now + 200))
-out["old bundle with its own expiry"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, old, exp=now - 300 + 30))
+out["old bundle re-stored with a fresh expiry"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, old, exp=now + 200))
+out["old bundle with its own expiry"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, old, exp=now - 300 + 30))
 body = canonical_json({"sender": alice.peer_id, "swarm": "sw", "round": 7, "junk": "x" * 1000})
 not_a_bundle = MAGIC + bytes([VERSION]) + alice.public_key + alice.sign(SIGNING_DOMAIN + body) + zstandard.ZstdCompressor().compress(body)
-out["signed envelope, not a bundle"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, not_a_bundle, exp=now + 100))
-out["oversized record"] = checker.validate(rec(rounds_key("sw", 7), alice.peer_id, b"x" * 400_000, exp=now + 100))
-far_head = rec(heads_key("sw"), alice.peer_id, 7, exp=three_years)
+out["signed envelope, not a bundle"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, not_a_bundle, exp=now + 100))
+out["oversized record"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"x" * 400_000, exp=now + 100))
+far_head = rec(home, alice.peer_id, 7, exp=three_years)
 out["head expiring in 3 years"] = checker.validate(dataclasses.replace(far_head, value=signer.sign_value(far_head)))
 out["counted"] = {k: v for k, v in sorted(_COUNTS.items())}
 print(json.dumps(out))
@@ -322,16 +330,19 @@ def test_hivemind_record_validator():
         "valid bundle": True, "someone else's subkey": False, "another round's key": False,
         "another swarm": False, "garbage": False, "not bytes": False, "no subkey": False,
         "signed head": True, "unsigned head": False, "head with a later expiration": False,
-        "head moved to another subkey": False, "others' heads are not signed": True,
+        "head moved to another subkey": False, "head in another shard": False, "version 1 head": False,
+        "version 1 rounds record": False, "others' heads are not signed": True,
         "strip restores the value": True,
         "bundle, expiry in TTL": True, "bundle, expiry 3 years ahead": False,
         "old bundle re-stored with a fresh expiry": False, "old bundle with its own expiry": True,
         "signed envelope, not a bundle": False, "oversized record": False, "head expiring in 3 years": False,
         # malformed: not bytes, no subkey, the unsigned head; bad_signature: the head's later
-        # expiry, the head moved; foreign_key: another's subkey, round, swarm.
+        # expiry, the head moved (to its new signer's shard); foreign_key: another's subkey,
+        # round, swarm; old_version: the two version 1 records; wrong_shard: the one it names.
         "counted": {"refused_bad_envelope": 1, "refused_bad_signature": 2, "refused_far_expiry": 2,
                     "refused_foreign_key": 3, "refused_malformed": 3, "refused_not_a_bundle": 1,
-                    "refused_too_large": 1, "refused_unsigned_expiry": 1},
+                    "refused_old_version": 2, "refused_too_large": 1, "refused_unsigned_expiry": 1,
+                    "refused_wrong_shard": 1},
     }
 
 

@@ -80,6 +80,7 @@ class NetworkLink:
     async def start(self) -> None:
         self.transport.set_handler(self._on_message)
         self.transport.set_reject_handler(self.exchange.reject)
+        self.transport.set_established(self.exchange.standing.is_established)
         await self.transport.start()
         self._watch = asyncio.create_task(self._watch_peers(), name="peer-watch")
 

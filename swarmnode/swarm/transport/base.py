@@ -163,6 +163,7 @@ class Transport(ABC):
         self.stats = TransportStats()
         self._handler: MessageHandler | None = None
         self._reject_handler: RejectHandler | None = None
+        self._established: Callable[[str], bool] | None = None
         self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_task: asyncio.Task | None = None
@@ -180,6 +181,12 @@ class Transport(ABC):
         drops itself (a relay check) whose author it authenticated, so it is counted like the
         bundles the node rejects."""
         self._reject_handler = handler
+
+    def set_established(self, established: Callable[[str], bool]) -> None:
+        """Which peers have a record at this node (its :class:`~swarmnode.swarm.standing.Standing`),
+        for a transport that chooses whom to fetch: newcomers share a minority of the fetches.
+        Without it such a transport takes the peers it has received from or routes to."""
+        self._established = established
 
     async def start(self) -> None:
         """Open the transport; returns once it listens, whether or not any peer answers.

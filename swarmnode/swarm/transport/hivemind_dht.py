@@ -1,30 +1,36 @@
 """The ``hivemind`` transport (the default): bundles as records of a hivemind DHT.
 
-Keys, as RL Swarm's GenRL backend does it, one subkey per peer:
+Records, version 2 of the layout (``docs/protocol.md`` section 3), one subkey per peer:
 
-* ``<swarm>/rounds/<round>``, subkey = sender PeerID, value = the signed bundle bytes,
-  expiring after :data:`BUNDLE_TTL`.
-* ``<swarm>/heads``, subkey = sender PeerID, value = the sender's latest round (an int)
-  signed with the node key over key, subkey, round and expiration. Readers poll this small
-  record to learn which round keys hold something new: rounds are per-node counters, so a
-  reader cannot guess them from its own.
+* ``<swarm>/v2/bundle/<PeerID>/<round>``, subkey = that PeerID, value = the signed bundle
+  bytes, expiring after :data:`BUNDLE_TTL`. One key per peer and round, so a reader fetches
+  exactly the peers it chose and nothing else.
+* ``<swarm>/v2/announce/<shard>``, subkey = sender PeerID, value = the sender's latest round
+  (an int) signed with the node key over key, subkey, round and expiration. A peer announces
+  in one shard only, ``shard_of(PeerID)`` of :data:`ANNOUNCE_SHARDS`, so no key is hot: each
+  holds about N / :data:`ANNOUNCE_SHARDS` announcements.
+
+A node's cost per round is bounded whatever the swarm's size (issue 13): it fetches at most
+``fetch_per_round`` (K) bundles a round of its own (the budget is refilled by K at each
+publish, carrying at most K over), chosen among the peers with an unfetched announcement by
+:data:`FETCH_SHARE` (uniform over peers, a crowd of newcomers as one), and it reads
+:data:`SHARDS_PER_POLL` announcement shards a poll only while it has budget and too few
+candidates to spend it on. A fetch that finds nothing is never retried; it is counted against
+the announcer (``missing_payload``).
 
 :class:`SwarmRecordValidator` runs in every node's DHT and refuses any record a peer could
-forge or that this swarm's protocol does not need: a rounds record must be a valid bundle
+forge or that this swarm's protocol does not need: a bundle record must be a valid bundle
 (:func:`~swarmnode.swarm.bundle.open_envelope`, then
-:func:`~swarmnode.swarm.bundle.parse_payload`) signed by the subkey's PeerID, for this swarm
-and this key's round, expiring no later than its signed ``created`` + :data:`BUNDLE_TTL` (+
-:data:`PUBLISH_SLACK`); a heads record must carry the subkey owner's signature, which covers
-its expiry; no record may expire later than its kind's TTL (+ :data:`MAX_CLOCK_SKEW`) from now,
-or exceed its kind's size. hivemind runs the validator on what it stores *and* on what it
-reads, so it holds no per-signer state; :class:`BoundedStorage` (installed in the DHT process
-in place of hivemind's unbounded storage and cache) bounds bytes per signer and in total.
-Refusals are counted in the DHT process and read back with :func:`_counters`.
-
-Heads that lead nowhere cost a bounded number of fetches (:data:`_MISSING_RECORD_TRIES`, a
-failed fetch included), and one poll fetches the rounds of at most :data:`FETCH_HEADS_PER_POLL`
-peers, split by :class:`~swarmnode.swarm.standing.PeerShare` between peers whose records
-arrived before and the rest as one crowd.
+:func:`~swarmnode.swarm.bundle.parse_payload`) signed by the subkey's PeerID, for this swarm,
+under the key of its sender and round, expiring no later than its signed ``created`` +
+:data:`BUNDLE_TTL` (+ :data:`PUBLISH_SLACK`); an announcement must sit in its signer's shard and
+carry the subkey owner's signature, which covers its expiry; no record may expire later than
+its kind's TTL (+ :data:`MAX_CLOCK_SKEW`) from now, or exceed its kind's size. Records of the
+version 1 layout (``<swarm>/heads``, ``<swarm>/rounds/<round>``) are refused as
+``old_version``. hivemind runs the validator on what it stores *and* on what it reads, so it
+holds no per-signer state; :class:`BoundedStorage` (installed in the DHT process in place of
+hivemind's unbounded storage and cache) bounds bytes per signer and in total. Refusals are
+counted in the DHT process and read back with :func:`_counters`.
 
 hivemind's DHT runs in a forked process and talks over a pipe. Every call goes through
 :meth:`HivemindTransport._call`, which sends from a worker thread (never blocking the event
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -68,39 +75,43 @@ from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdent
 log = logging.getLogger("swarmnode.swarm.transport")
 
 BUNDLE_TTL = 300.0
-HEAD_TTL = 120.0
+ANNOUNCE_TTL = 120.0
 POLL_INTERVAL = 1.0
 DHT_SHUTDOWN_S = 10.0
-HEAD_DOMAIN = b"swarmnode-head-v1\x00"
+LAYOUT_VERSION = 2
+ANNOUNCE_DOMAIN = b"swarmnode-announce-v2\x00"
+# 16 divides 256, so one byte of a PeerID's hash picks a shard without bias.
+ANNOUNCE_SHARDS = 16
+SHARDS_PER_POLL = 4
 _SIGNATURE = 64
 _CALL_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0
-_MISSING_RECORD_TRIES = 5
 # How far a writer's clock may run ahead of this node's, for record expirations.
 MAX_CLOCK_SKEW = 30.0
 # Peers before the signed-expiry rule set a bundle record's expiry to "now + TTL" when they
 # store it, a moment after the bundle was created; this much later than created + TTL is allowed.
 PUBLISH_SLACK = 60.0
-MAX_HEAD_BYTES = 96  # a msgpack int (at most 9 bytes) and the 64-byte signature, with room
-MAX_ROUNDS_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
+MAX_ANNOUNCE_BYTES = 96  # a msgpack int (at most 9 bytes) and the 64-byte signature, with room
+MAX_BUNDLE_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
 STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records
 CACHE_BYTES = 8 * 1024 * 1024  # records peers ask this node to cache
 SIGNER_BYTES = 1024 * 1024  # one signer's records in either (a few large bundles, hundreds of usual ones)
-# Signers held under one key (the heads key holds one per peer): every read of a key returns
-# all of them, and every store traverses nodes that return them, so this bounds what a crowd
-# of keys makes each read cost. Signers already held may always refresh their record.
+# Signers held under one key (an announcement shard holds one per peer of the shard): every
+# read of a key returns all of them, and every store traverses nodes that return them, so
+# this bounds what a crowd of keys makes each read cost. Signers already held may always
+# refresh their record.
 SUBKEYS_PER_KEY = 1024
 ENTRY_OVERHEAD = 512  # bytes a stored record costs beyond its value (keys, expiry, Python objects)
-FETCH_HEADS_PER_POLL = 16
-_CATCH_UP = 4  # most rounds of one peer fetched in one poll
-# One poll's fetches: peers whose records arrived before (or connected, in the routing table)
-# each alike; every other head, as one crowd, at most a quarter of them.
+FETCH_PER_ROUND = 8
+# A round's fetches: peers whose records arrived before (or connected, in the routing table)
+# each alike; every other announcer, as one crowd, at most a quarter of them.
 FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
 _DELIVERED_MEMORY = 4096
+_ANNOUNCED_MEMORY = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY  # every announcement the shards can hold
 # A record is replaced only by one expiring this much later: hivemind keeps a heap entry per
 # store until it expires, so each record's re-stores are held to 1 / _MIN_REFRESH a second.
 _MIN_REFRESH = 0.25
-_VERIFIED_CACHE = 65_536  # records already checked (the heads record is re-read every poll)
+_VERIFIED_CACHE = 65_536  # announcements already checked (a shard is re-read while candidates are few)
 
 # Counters of the process the validator and storage run in (the DHT process), read back by
 # ``_counters``: refusals by reason, records evicted to keep within budget.
@@ -112,12 +123,17 @@ def _refuse(reason: str) -> bool:
     return False
 
 
-def rounds_key(swarm: str, round_no: int) -> str:
-    return f"{swarm}/rounds/{round_no}"
+def bundle_key(swarm: str, peer_id: str, round_no: int) -> str:
+    return f"{swarm}/v{LAYOUT_VERSION}/bundle/{peer_id}/{round_no}"
 
 
-def heads_key(swarm: str) -> str:
-    return f"{swarm}/heads"
+def announce_key(swarm: str, shard: int) -> str:
+    return f"{swarm}/v{LAYOUT_VERSION}/announce/{shard}"
+
+
+def shard_of(peer_id: str) -> int:
+    """The one announcement shard of ``peer_id``."""
+    return hashlib.sha256(peer_id.encode()).digest()[0] % ANNOUNCE_SHARDS
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -129,16 +145,18 @@ def _write_private(path: str, data: bytes) -> None:
 class SwarmRecordValidator(RecordValidatorBase):
     """Accepts only records this swarm's protocol writes, each within its bounds (see the
     module doc); refusals are counted by reason (``far_expiry``, ``too_large``,
-    ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``unsigned_expiry``, ``malformed``).
+    ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``wrong_shard``,
+    ``old_version``, ``unsigned_expiry``, ``malformed``).
 
-    ``identity`` (the local node's) signs the local node's heads records; a validator without
-    one only checks. Stateless but for a memory of heads records already found valid (the
-    heads record is re-read every poll; its signatures are not checked again).
+    ``identity`` (the local node's) signs the local node's announcements; a validator without
+    one only checks. Stateless but for a memory of announcements already found valid (a
+    shard is re-read while candidates are few; its signatures are not checked again).
     """
 
     def __init__(self, swarm: str, identity: NodeIdentity | None = None):
         self.swarm = swarm
-        self._heads_id = record_key_id(heads_key(swarm))
+        self._shards = {record_key_id(announce_key(swarm, shard)): shard for shard in range(ANNOUNCE_SHARDS)}
+        self._old_heads_id = record_key_id(f"{swarm}/heads")
         self._identity = identity
         self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
         self._verified: OrderedDict[tuple[bytes, bytes, float], None] = OrderedDict()
@@ -153,36 +171,42 @@ class SwarmRecordValidator(RecordValidatorBase):
             return _refuse("malformed")
 
     def _validate(self, record: DHTRecord) -> bool:
-        heads = record.key == self._heads_id
-        if len(record.value) > (MAX_HEAD_BYTES if heads else MAX_ROUNDS_RECORD_BYTES):
+        if record.key == self._old_heads_id:
+            return _refuse("old_version")
+        shard = self._shards.get(record.key)
+        announcement = shard is not None
+        if len(record.value) > (MAX_ANNOUNCE_BYTES if announcement else MAX_BUNDLE_RECORD_BYTES):
             return _refuse("too_large")
         # Checked before the cache: what was valid stays valid as time passes, except this.
-        if record.expiration_time > get_dht_time() + (HEAD_TTL if heads else BUNDLE_TTL) + MAX_CLOCK_SKEW:
+        ttl = ANNOUNCE_TTL if announcement else BUNDLE_TTL
+        if record.expiration_time > get_dht_time() + ttl + MAX_CLOCK_SKEW:
             return _refuse("far_expiry")
-        if not heads:
-            return self._check_rounds(record)
-        seen = (record.subkey, record.value, record.expiration_time)  # small: a head is at most 96 bytes
+        if shard is None:
+            return self._check_bundle(record)
+        seen = (record.subkey, record.value, record.expiration_time)  # small: at most 96 bytes
         if seen in self._verified:
             self._verified.move_to_end(seen)
             return True
-        ok = self._check_head(record)
+        ok = self._check_announcement(record, shard)
         if ok:
             self._verified[seen] = None
             while len(self._verified) > _VERIFIED_CACHE:
                 self._verified.popitem(last=False)
         return ok
 
-    def _check_head(self, record: DHTRecord) -> bool:
+    def _check_announcement(self, record: DHTRecord, shard: int) -> bool:
         subkey = MSGPackSerializer.loads(record.subkey)
         body, signature = record.value[:-_SIGNATURE], record.value[-_SIGNATURE:]
         if (not isinstance(subkey, str) or len(signature) != _SIGNATURE
                 or type(MSGPackSerializer.loads(body)) is not int):
             return _refuse("malformed")
-        if not verify_signature(public_key_from_peer_id(subkey), self._head_message(record, body), signature):
+        if shard_of(subkey) != shard:  # one shard a peer, or a key could buy a place in every shard
+            return _refuse("wrong_shard")
+        if not verify_signature(public_key_from_peer_id(subkey), self._signed_message(record, body), signature):
             return _refuse("bad_signature")
         return True
 
-    def _check_rounds(self, record: DHTRecord) -> bool:
+    def _check_bundle(self, record: DHTRecord) -> bool:
         subkey = MSGPackSerializer.loads(record.subkey)
         value = MSGPackSerializer.loads(record.value)
         if not isinstance(subkey, str) or not isinstance(value, bytes):
@@ -195,25 +219,27 @@ class SwarmRecordValidator(RecordValidatorBase):
             bundle = parse_payload(payload, "")
         except BundleRejected:
             return _refuse("not_a_bundle")
-        if (sender != subkey or bundle.swarm != self.swarm
-                or record.key != record_key_id(rounds_key(self.swarm, bundle.round))):
+        if sender != subkey or bundle.swarm != self.swarm:
             return _refuse("foreign_key")
+        if record.key != record_key_id(bundle_key(self.swarm, sender, bundle.round)):
+            old = record.key == record_key_id(f"{self.swarm}/rounds/{bundle.round}")
+            return _refuse("old_version" if old else "foreign_key")
         # The record's expiry is not signed; the bundle's creation time is.
         if record.expiration_time > bundle.created + BUNDLE_TTL + PUBLISH_SLACK:
             return _refuse("unsigned_expiry")
         return True
 
     def sign_value(self, record: DHTRecord) -> bytes:
-        if self._identity is not None and record.key == self._heads_id and record.subkey == self._own_subkey:
-            return record.value + self._identity.sign(self._head_message(record, record.value))
+        if self._identity is not None and record.key in self._shards and record.subkey == self._own_subkey:
+            return record.value + self._identity.sign(self._signed_message(record, record.value))
         return record.value
 
     def strip_value(self, record: DHTRecord) -> bytes:
-        return record.value[:-_SIGNATURE] if record.key == self._heads_id else record.value
+        return record.value[:-_SIGNATURE] if record.key in self._shards else record.value
 
     @staticmethod
-    def _head_message(record: DHTRecord, body: bytes) -> bytes:
-        return HEAD_DOMAIN + record.key + record.subkey + struct.pack(">d", record.expiration_time) + body
+    def _signed_message(record: DHTRecord, body: bytes) -> bytes:
+        return ANNOUNCE_DOMAIN + record.key + record.subkey + struct.pack(">d", record.expiration_time) + body
 
 
 class BoundedStorage(DHTLocalStorage):
@@ -403,40 +429,48 @@ async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no
         data = fh.read()
     os.unlink(path)
     now = get_dht_time()
-    # The bundle first: once a reader sees the head, the record it points to is already stored.
+    # The bundle first: once a reader sees the announcement, the record it names is already stored.
     # Its expiry is bound to the signed creation time (validators refuse a later one).
-    if not await node.store(rounds_key(swarm, round_no), data, created + BUNDLE_TTL, subkey=peer_id):
+    if not await node.store(bundle_key(swarm, peer_id, round_no), data, created + BUNDLE_TTL, subkey=peer_id):
         raise RuntimeError("no DHT node accepted the bundle record")
-    if not await node.store(heads_key(swarm), round_no, now + HEAD_TTL, subkey=peer_id):
-        raise RuntimeError("no DHT node accepted the head record")
+    if not await node.store(announce_key(swarm, shard_of(peer_id)), round_no, now + ANNOUNCE_TTL, subkey=peer_id):
+        raise RuntimeError("no DHT node accepted the announcement")
 
 
-async def _poll_heads(_dht: Any, node: DHTNode, *, swarm: str) -> tuple[dict[str, int], list[str]]:
-    found = await node.get(heads_key(swarm), latest=True)
-    heads: dict[str, int] = {}
-    if found is not None and hasattr(found.value, "items"):
-        for subkey, item in found.value.items():
-            if isinstance(subkey, str) and type(item.value) is int:
-                heads[subkey] = item.value
+async def _read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
+                              shards: list[int]) -> tuple[dict[str, int], list[str]]:
+    """The announcements in ``shards`` (peer -> round), and the peers connected now."""
+    announced: dict[str, int] = {}
+    if shards:
+        found = await node.get_many([announce_key(swarm, s) for s in shards],
+                                    sufficient_expiration_time=float("inf"))
+        for result in found.values():
+            if result is None or not hasattr(result.value, "items"):
+                continue
+            for subkey, item in result.value.items():
+                if isinstance(subkey, str) and type(item.value) is int:
+                    announced[subkey] = item.value
     # A peer counts once it is in the DHT's routing table, not when p2pd merely holds a
     # connection to it: p2pd accepts connections before the DHT on top of it answers (a peer
     # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
     # such a connection for a join, a node would never ping again and never exchange a record.
     routed = routed_peers(node)
     peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
-    return heads, peers
+    return announced, peers
 
 
-async def _fetch_rounds(_dht: Any, node: DHTNode, *, swarm: str, rounds: list[int]) -> list[tuple[int, str, bytes]]:
-    keys = {rounds_key(swarm, r): r for r in rounds}
+async def _fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
+                         wanted: list[tuple[str, int]]) -> list[tuple[str, int, bytes]]:
+    """The bundle records of the (peer, round) pairs ``wanted`` that were found."""
+    keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
     found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
     records = []
     for key, result in found.items():
+        peer, round_no = keys[key]
         if result is None or not hasattr(result.value, "items"):
             continue
-        for subkey, item in result.value.items():
-            if isinstance(subkey, str) and isinstance(item.value, bytes):
-                records.append((keys[key], subkey, item.value))
+        records.extend((peer, round_no, item.value) for subkey, item in result.value.items()
+                       if subkey == peer and isinstance(item.value, bytes))
     return records
 
 
@@ -462,25 +496,31 @@ class HivemindTransport(Transport):
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
                  listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL,
-                 private: bool = False):
+                 private: bool = False, fetch_per_round: int = FETCH_PER_ROUND):
         """``private``: the node cannot accept inbound connections, so it runs as a DHT client
         (stores and reads at public DHT servers, never listed in a routing table) and reports
-        no address."""
+        no address. ``fetch_per_round``: K, the most peers' bundles fetched per round of this
+        node (0: none, for a node that only serves the DHT)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
         self.private = private
+        self.fetch_per_round = fetch_per_round
+        self._budget = float(fetch_per_round)  # fetches left; each publish adds K, at most K carried over
+        self._newcomer_budget = FETCH_SHARE.newcomers(fetch_per_round)  # of those, for newcomers, this round
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
-        self._heads_done: dict[str, int] = {}   # peer -> latest round fetched, or given up on
-        self._heads_tries: dict[tuple[str, int], int] = {}
+        self._announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when read)
+        self._fetched: dict[str, int] = {}  # peer -> latest round fetched (or found missing)
+        self._shard_order: list[int] = []
         self._delivered: OrderedDict[str, None] = OrderedDict()  # peers whose records arrived, newest last
         self._rng = random.Random()
         self._dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
         self._polls = 0
         self._poll_failed = False
+        self._warned_old_version = False
         self._spool: str | None = None  # private directory: the key for p2pd, bundles for the DHT process
         self._spooled = 0
 
@@ -553,6 +593,8 @@ class HivemindTransport(Transport):
         await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
                                  path=path, created=float(open_envelope(data)[1]["created"])))
+        self._budget = min(self._budget + self.fetch_per_round, 2.0 * self.fetch_per_round)
+        self._newcomer_budget = FETCH_SHARE.newcomers(self.fetch_per_round)
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -562,7 +604,7 @@ class HivemindTransport(Transport):
             return False
 
     def peers(self) -> list[str]:
-        """Connected peers in the DHT's routing table, as of the last poll (see :func:`_poll_heads`)."""
+        """Connected peers in the DHT's routing table, as of the last poll (see :func:`_read_announcements`)."""
         return list(self._peers)
 
     def addresses(self) -> list[str]:
@@ -603,7 +645,7 @@ class HivemindTransport(Transport):
                 if not self._poll_failed:  # one line per outage, not one per second
                     log.warning("hivemind transport: reading the swarm's records failed: %r", exc)
                 self._poll_failed = True
-            # A poll that took long (a large heads record) is followed by as long a pause: the
+            # A poll that took long (large shards) is followed by as long a pause: the
             # DHT process serves one call at a time, and publishing must not wait behind polls.
             await asyncio.sleep(max(self.poll_interval, time.monotonic() - started))
 
@@ -621,44 +663,84 @@ class HivemindTransport(Transport):
                 await asyncio.sleep(backoff.next_delay())
 
     async def _poll_once(self) -> None:
-        heads, self._peers = await self._call(partial(_poll_heads, swarm=self.swarm))
+        now = time.monotonic()
+        while self._announced and next(iter(self._announced.values()))[1] < now - ANNOUNCE_TTL:
+            self._announced.popitem(last=False)
+        # Shards are read only while the budget has nothing to go to: the reads a round costs
+        # stop growing once the shards hold more peers than K, however many more.
+        wanted = int(self._budget) > len(self._candidates())
+        announced, self._peers = await self._call(partial(_read_announcements, swarm=self.swarm,
+                                                          shards=self._next_shards() if wanted else []))
         self._polls += 1
         if self._polls % 10 == 1:
             self._dht_counters = await self._call(_counters)
-        # Only heads announced now are remembered: junk keys come and go, memory must not grow.
-        self._heads_done = {p: r for p, r in self._heads_done.items() if heads.get(p) is not None}
-        fresh = {peer: r for peer, r in heads.items()
-                 if peer != self.identity.peer_id and self._heads_done.get(peer) != r}
-        self._heads_tries = {k: n for k, n in self._heads_tries.items() if fresh.get(k[0]) == k[1]}
-        if not fresh:
+            self._warn_old_version()
+        for peer, round_no in announced.items():
+            if peer != self.identity.peer_id:
+                self._announced.pop(peer, None)
+                self._announced[peer] = (round_no, now)
+        while len(self._announced) > _ANNOUNCED_MEMORY:
+            self._announced.popitem(last=False)
+        self._fetched = {p: r for p, r in self._fetched.items() if p in self._announced}
+        candidates = self._candidates()
+        if not candidates or self._budget < 1:
             return
-        routed = set(self._peers)
-        chosen = FETCH_SHARE.pick(FETCH_HEADS_PER_POLL, dict.fromkeys(fresh, 1),
-                                  lambda p: p in self._delivered or p in routed, self._rng)
-        # The rounds since the last one fetched (up to _CATCH_UP): a peer may have published
-        # several times since the last poll; of a peer not fetched before, the head and the one before.
-        rounds = set()
+        chosen = self._choose(candidates)
+        if not chosen:
+            return
+        # Spent before the fetch: a fetch that fails or finds nothing costs as much as one that works.
+        self._budget -= len(chosen)
         for peer in chosen:
-            head, done = fresh[peer], self._heads_done.get(peer)
-            first = done + 1 if done is not None and done < head else head - 1
-            rounds.update(range(max(first, head - _CATCH_UP + 1, 0), head + 1))
-        for peer in chosen:
-            # The try counts before the fetch: a fetch that fails or times out is a try too.
-            key = (peer, fresh[peer])
-            tries = self._heads_tries.pop(key, 0) + 1
-            if tries >= _MISSING_RECORD_TRIES:
-                self._heads_done[peer] = fresh[peer]  # given up: this head costs nothing more
-            else:  # the head may have arrived before its record reached the nodes we asked
-                self._heads_tries[key] = tries
-        records = await self._call(partial(_fetch_rounds, swarm=self.swarm, rounds=sorted(rounds)))
-        for round_no, sender, data in records:
-            if sender == self.identity.peer_id:
-                continue
+            self._fetched[peer] = candidates[peer]
+        records = await self._call(partial(_fetch_bundles, swarm=self.swarm,
+                                           wanted=[(p, candidates[p]) for p in chosen]))
+        found = set()
+        for peer, _round, data in records:
+            found.add(peer)
             self._deliver(data)
-            if fresh.get(sender) == round_no:
-                self._heads_done[sender] = round_no
-                self._heads_tries.pop((sender, round_no), None)
-            self._delivered[sender] = None
-            self._delivered.move_to_end(sender)
+            self._delivered.pop(peer, None)
+            self._delivered[peer] = None
             while len(self._delivered) > _DELIVERED_MEMORY:
                 self._delivered.popitem(last=False)
+        if self._reject_handler is not None:
+            for peer in set(chosen) - found:  # announced a record the DHT does not hold
+                self._reject_handler(peer, "missing_payload")
+
+    def _choose(self, candidates: dict[str, int]) -> list[str]:
+        """Whom to fetch now: a :data:`FETCH_SHARE` draw of K over the candidates, within the
+        budget, newcomers within their share of this round's K."""
+        if self._established is not None:
+            established = self._established
+        else:  # a transport without a node's standing: peers it heard from or routes to
+            routed = set(self._peers)
+            established = lambda p: p in self._delivered or p in routed  # noqa: E731
+        chosen = []
+        for peer in FETCH_SHARE.pick(self.fetch_per_round, dict.fromkeys(candidates, 1), established, self._rng):
+            if len(chosen) >= int(self._budget):
+                break
+            if not established(peer):
+                if self._newcomer_budget < 1:
+                    continue
+                self._newcomer_budget -= 1
+            chosen.append(peer)
+        return chosen
+
+    def _candidates(self) -> dict[str, int]:
+        """Announced rounds not fetched yet, by peer."""
+        return {p: r for p, (r, _) in self._announced.items() if self._fetched.get(p, -1) < r}
+
+    def _next_shards(self) -> list[int]:
+        """The next :data:`SHARDS_PER_POLL` shards of a shuffled cycle over all of them."""
+        if len(self._shard_order) < SHARDS_PER_POLL:
+            rest = [s for s in range(ANNOUNCE_SHARDS) if s not in self._shard_order]
+            self._rng.shuffle(rest)
+            self._shard_order += rest
+        shards, self._shard_order = self._shard_order[:SHARDS_PER_POLL], self._shard_order[SHARDS_PER_POLL:]
+        return shards
+
+    def _warn_old_version(self) -> None:
+        if self._dht_counters.get("refused_old_version") and not self._warned_old_version:
+            self._warned_old_version = True
+            log.warning("hivemind transport: peers of an older swarmnode (DHT layout v1) write to this swarm; "
+                        "they and this node (layout v%d) cannot exchange bundles until they upgrade",
+                        LAYOUT_VERSION)
