@@ -107,6 +107,7 @@ FETCH_PER_ROUND = 8
 # each alike; every other announcer, as one crowd, at most a quarter of them.
 FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
 _DELIVERED_MEMORY = 4096
+_RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first
 _ANNOUNCED_MEMORY = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY  # every announcement the shards can hold
 # A record is replaced only by one expiring this much later: hivemind keeps a heap entry per
 # store until it expires, so each record's re-stores are held to 1 / _MIN_REFRESH a second.
@@ -514,7 +515,7 @@ class HivemindTransport(Transport):
         self._addresses: list[str] = []
         self._announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when read)
         self._fetched: dict[str, int] = {}  # peer -> latest round fetched (or found missing)
-        self._shard_order: list[int] = []
+        self._shard_order: list[int] = []  # the rest of the current shuffled cycle
         self._delivered: OrderedDict[str, None] = OrderedDict()  # peers whose records arrived, newest last
         self._rng = random.Random()
         self._dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
@@ -666,11 +667,14 @@ class HivemindTransport(Transport):
         now = time.monotonic()
         while self._announced and next(iter(self._announced.values()))[1] < now - ANNOUNCE_TTL:
             self._announced.popitem(last=False)
-        # Shards are read only while the budget has nothing to go to: the reads a round costs
-        # stop growing once the shards hold more peers than K, however many more.
-        wanted = int(self._budget) > len(self._candidates())
-        announced, self._peers = await self._call(partial(_read_announcements, swarm=self.swarm,
-                                                          shards=self._next_shards() if wanted else []))
+        established = self._established_now()
+        # Shards are read only while the budget has too few candidates to go to: the reads a
+        # round costs stop growing once the shards hold more peers than K, however many more.
+        candidates = self._candidates()
+        known = sum(1 for p in candidates if established(p))
+        fetchable = known + min(len(candidates) - known, self._newcomer_budget)
+        shards = self._next_shards() if int(self._budget) > fetchable else []
+        announced, self._peers = await self._call(partial(_read_announcements, swarm=self.swarm, shards=shards))
         self._polls += 1
         if self._polls % 10 == 1:
             self._dht_counters = await self._call(_counters)
@@ -682,18 +686,14 @@ class HivemindTransport(Transport):
         while len(self._announced) > _ANNOUNCED_MEMORY:
             self._announced.popitem(last=False)
         self._fetched = {p: r for p, r in self._fetched.items() if p in self._announced}
-        candidates = self._candidates()
-        if not candidates or self._budget < 1:
-            return
-        chosen = self._choose(candidates)
+        chosen = self._choose(self._candidates(), established)
         if not chosen:
             return
         # Spent before the fetch: a fetch that fails or finds nothing costs as much as one that works.
         self._budget -= len(chosen)
-        for peer in chosen:
-            self._fetched[peer] = candidates[peer]
-        records = await self._call(partial(_fetch_bundles, swarm=self.swarm,
-                                           wanted=[(p, candidates[p]) for p in chosen]))
+        wanted = [(p, self._announced[p][0]) for p in chosen]
+        self._fetched.update(wanted)
+        records = await self._call(partial(_fetch_bundles, swarm=self.swarm, wanted=wanted))
         found = set()
         for peer, _round, data in records:
             found.add(peer)
@@ -706,15 +706,18 @@ class HivemindTransport(Transport):
             for peer in set(chosen) - found:  # announced a record the DHT does not hold
                 self._reject_handler(peer, "missing_payload")
 
-    def _choose(self, candidates: dict[str, int]) -> list[str]:
+    def _established_now(self) -> Callable[[str], bool]:
+        if self._established is not None:
+            return self._established
+        routed = set(self._peers)  # a transport without a node's standing: peers it heard from or routes to
+        return lambda p: p in self._delivered or p in routed
+
+    def _choose(self, candidates: dict[str, int], established: Callable[[str], bool]) -> list[str]:
         """Whom to fetch now: a :data:`FETCH_SHARE` draw of K over the candidates, within the
         budget, newcomers within their share of this round's K."""
-        if self._established is not None:
-            established = self._established
-        else:  # a transport without a node's standing: peers it heard from or routes to
-            routed = set(self._peers)
-            established = lambda p: p in self._delivered or p in routed  # noqa: E731
-        chosen = []
+        chosen: list[str] = []
+        if self._budget < 1 or not candidates:
+            return chosen
         for peer in FETCH_SHARE.pick(self.fetch_per_round, dict.fromkeys(candidates, 1), established, self._rng):
             if len(chosen) >= int(self._budget):
                 break
@@ -730,12 +733,16 @@ class HivemindTransport(Transport):
         return {p: r for p, (r, _) in self._announced.items() if self._fetched.get(p, -1) < r}
 
     def _next_shards(self) -> list[int]:
-        """The next :data:`SHARDS_PER_POLL` shards of a shuffled cycle over all of them."""
-        if len(self._shard_order) < SHARDS_PER_POLL:
-            rest = [s for s in range(ANNOUNCE_SHARDS) if s not in self._shard_order]
-            self._rng.shuffle(rest)
-            self._shard_order += rest
-        shards, self._shard_order = self._shard_order[:SHARDS_PER_POLL], self._shard_order[SHARDS_PER_POLL:]
+        """Up to :data:`SHARDS_PER_POLL` shards: first those of peers fetched lately (their next
+        round is the likeliest news), then the next of a shuffled cycle over all shards."""
+        recent = [shard_of(p) for p in list(self._delivered)[-_RECENT_PEERS:]]
+        shards = list(dict.fromkeys(self._rng.sample(recent, len(recent))))[:SHARDS_PER_POLL // 2]
+        while len(shards) < min(SHARDS_PER_POLL, ANNOUNCE_SHARDS):
+            if not self._shard_order:
+                self._shard_order = self._rng.sample(range(ANNOUNCE_SHARDS), ANNOUNCE_SHARDS)
+            shard = self._shard_order.pop()
+            if shard not in shards:
+                shards.append(shard)
         return shards
 
     def _warn_old_version(self) -> None:
