@@ -594,6 +594,11 @@ class HivemindTransport(Transport):
         await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
                                  path=path, created=float(open_envelope(data)[1]["created"])))
+        self._next_round()
+
+    def _next_round(self) -> None:
+        """This node published a round: K more fetches (at most K carried over), and the
+        newcomers' share of them."""
         self._budget = min(self._budget + self.fetch_per_round, 2.0 * self.fetch_per_round)
         self._newcomer_budget = FETCH_SHARE.newcomers(self.fetch_per_round)
 

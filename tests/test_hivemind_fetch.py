@@ -1,0 +1,104 @@
+"""The hivemind transport's choice of what to read and fetch (DHT layout 2), with the DHT
+process replaced by a fake swarm of announcements: a round costs at most K fetches however
+many peers announce, Sybils get at most their share, and a missing payload costs one fetch."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+pytest.importorskip("hivemind")
+
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport import hivemind_dht as hd  # noqa: E402
+
+
+class FakeSwarm:
+    """Stands in for the DHT process: announcements by shard, and which payloads exist."""
+
+    def __init__(self):
+        self.rounds: dict[str, int] = {}
+        self.stored: set[str] = set()  # peers whose announced round has a payload
+        self.shard_reads = 0
+        self.fetched: list[str] = []
+
+    def announce(self, peer: str, round_no: int, *, payload: bool) -> None:
+        self.rounds[peer] = round_no
+        (self.stored.add if payload else self.stored.discard)(peer)
+
+    async def call(self, coro):
+        if coro is hd._counters:
+            return {}
+        fn, kw = coro.func, coro.keywords
+        if fn is hd._read_announcements:
+            self.shard_reads += len(kw["shards"])
+            shards = set(kw["shards"])
+            return {p: r for p, r in self.rounds.items() if hd.shard_of(p) in shards}, []
+        if fn is hd._fetch_bundles:
+            self.fetched += [p for p, _ in kw["wanted"]]
+            return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored]
+        raise AssertionError(fn)
+
+
+def peer(name: str) -> str:
+    return Identity.from_seed(name.encode().ljust(32, b"\0")[:32]).peer_id
+
+
+def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
+    t = hd.HivemindTransport(Identity.from_seed(bytes(32)), "sw", fetch_per_round=k)
+    t._call = swarm.call
+    t._rng = random.Random(0)
+    t.set_established(established.__contains__)
+    delivered, rejected = [], []
+    t.set_handler(delivered.append)
+    t.set_reject_handler(lambda author, reason: rejected.append((author, reason)))
+    return t, delivered, rejected
+
+
+def run_round(t, polls: int = 6) -> None:
+    t._next_round()
+    for _ in range(polls):
+        asyncio.run(t._poll_once())
+
+
+def test_sybils_get_at_most_their_share_and_each_missing_payload_costs_one_fetch():
+    swarm = FakeSwarm()
+    honest = [peer(f"honest-{i}") for i in range(4)]
+    sybils = [peer(f"sybil-{i}") for i in range(50)]
+    t, delivered, rejected = make_transport(swarm, set(honest))
+    for r in range(1, 9):
+        before = len(swarm.fetched)
+        for p in honest:
+            swarm.announce(p, r, payload=True)
+        for p in sybils:  # every round a new round, never a payload
+            swarm.announce(p, r, payload=False)
+        run_round(t)
+        this_round = swarm.fetched[before:]
+        assert len(this_round) <= 2 * 8  # at most K fresh plus K carried over
+        assert sorted(p for p in this_round if p in honest) == sorted(honest)  # every honest peer, once
+        assert len([p for p in this_round if p in sybils]) <= 2  # a quarter of K, as one crowd
+    sybil_fetches = [p for p in swarm.fetched if p in sybils]
+    assert 0 < len(sybil_fetches) <= 16
+    # One fetch each, counted against its announcer; nothing of theirs delivered.
+    assert sorted(rejected) == sorted((p, "missing_payload") for p in sybil_fetches)
+    assert len(delivered) == 4 * 8 and all(d.split(b"/")[0].decode() in honest for d in delivered)
+
+
+def test_a_rounds_fetches_stay_at_k_and_shard_reads_stop_however_many_peers_announce():
+    costs = {}
+    for n in (8, 64, 2000):
+        swarm = FakeSwarm()
+        peers = [peer(f"p-{n}-{i}") for i in range(n)]
+        t, delivered, _ = make_transport(swarm, set(peers))
+        for r in range(1, 5):
+            for p in peers:
+                swarm.announce(p, r, payload=True)
+            run_round(t, polls=10)
+        costs[n] = (len(swarm.fetched), swarm.shard_reads)
+        assert len(swarm.fetched) <= 4 * 8 + 8  # K a round, plus the K it starts with
+        assert len(set(delivered)) == len(delivered)
+    # Past K peers, more peers cost no more fetches, and fewer shard reads, not more.
+    assert costs[2000][0] == costs[64][0]
+    assert costs[2000][1] <= costs[64][1] <= costs[8][1]
