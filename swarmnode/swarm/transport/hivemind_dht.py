@@ -507,7 +507,8 @@ class HivemindTransport(Transport):
         self.private = private
         self.fetch_per_round = fetch_per_round
         self._budget = float(fetch_per_round)  # fetches left; each publish adds K, at most K carried over
-        self._newcomer_budget = FETCH_SHARE.newcomers(fetch_per_round)  # of those, for newcomers, this round
+        self._newcomers_fetched = 0  # this round
+        self._shards_seen: set[int] = set()  # shards read since start, until all have been
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
@@ -597,10 +598,9 @@ class HivemindTransport(Transport):
         self._next_round()
 
     def _next_round(self) -> None:
-        """This node published a round: K more fetches (at most K carried over), and the
-        newcomers' share of them."""
+        """This node published a round: K more fetches (at most K carried over)."""
         self._budget = min(self._budget + self.fetch_per_round, 2.0 * self.fetch_per_round)
-        self._newcomer_budget = FETCH_SHARE.newcomers(self.fetch_per_round)
+        self._newcomers_fetched = 0
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -677,9 +677,11 @@ class HivemindTransport(Transport):
         # round costs stop growing once the shards hold more peers than K, however many more.
         candidates = self._candidates()
         known = sum(1 for p in candidates if established(p))
-        fetchable = known + min(len(candidates) - known, self._newcomer_budget)
+        fetchable = known + min(len(candidates) - known, self._newcomer_room(established))
         shards = self._next_shards() if int(self._budget) > fetchable else []
         announced, self._peers = await self._call(partial(_read_announcements, swarm=self.swarm, shards=shards))
+        if len(self._shards_seen) < ANNOUNCE_SHARDS:
+            self._shards_seen.update(shards)
         self._polls += 1
         if self._polls % 10 == 1:
             self._dht_counters = await self._call(_counters)
@@ -723,15 +725,28 @@ class HivemindTransport(Transport):
         chosen: list[str] = []
         if self._budget < 1 or not candidates:
             return chosen
+        room = self._newcomer_room(established)
         for peer in FETCH_SHARE.pick(self.fetch_per_round, dict.fromkeys(candidates, 1), established, self._rng):
             if len(chosen) >= int(self._budget):
                 break
             if not established(peer):
-                if self._newcomer_budget < 1:
+                if room < 1:
                     continue
-                self._newcomer_budget -= 1
+                room -= 1
+                self._newcomers_fetched += 1
             chosen.append(peer)
         return chosen
+
+    def _newcomer_room(self, established: Callable[[str], bool]) -> int:
+        """Fetches newcomers may still take this round: their share of K, or, once every shard
+        has been read, what the established announcers leave of K if more (a node that knows
+        few peers yet fills its round with newcomers; one that knows many gives them only
+        their share)."""
+        share = FETCH_SHARE.newcomers(self.fetch_per_round)
+        if len(self._shards_seen) == ANNOUNCE_SHARDS:  # every shard read once: the announcers are known
+            regulars = sum(1 for p in self._announced if established(p))
+            share = max(share, self.fetch_per_round - regulars)
+        return max(0, share - self._newcomers_fetched)
 
     def _candidates(self) -> dict[str, int]:
         """Announced rounds not fetched yet, by peer."""
