@@ -11,6 +11,10 @@ its home's outgoing connections and forwards nothing inbound that its home did n
 (no port forwarding), so nothing in ``public`` can open a connection to a home. Every
 address lives in namespaces this module creates; nothing is routed to or from the host's own
 namespace. :meth:`NatLab.remove` deletes the namespaces (and so every veth and rule in them).
+
+:class:`SwitchLab` is a flat LAN instead: N namespaces, one address each, all on one Linux
+bridge that lives in a "switch" namespace of its own, so that each namespace's interface
+counters are one node's traffic (``benchmarks/swarm_scale.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from typing import TypeVar
 
 PUBLIC_IP = "10.77.1.1"
 HOME_IP = "192.168.1.2"
@@ -52,30 +57,35 @@ def _run(*cmd: str, stdin: str | None = None) -> None:
         raise RuntimeError(f"`{' '.join(cmd)}` failed: {result.stderr.strip()}")
 
 
-class NatLab:
-    """Create with :meth:`build`; always :meth:`remove` (the test's fixture does, even on failure)."""
+def netns_exec(namespace: str) -> list[str]:
+    """The command prefix that runs a command inside ``namespace``."""
+    return ["ip", "netns", "exec", namespace]
+
+
+_Lab = TypeVar("_Lab", bound="_Namespaces")
+
+
+class _Namespaces:
+    """What the labs share: creating namespaces, veth pairs between them, and removing them all.
+
+    A subclass lists the tools it needs in ``TOOLS`` and builds its network in ``_build``."""
+
+    TOOLS: tuple[str, ...] = ("ip",)
 
     def __init__(self) -> None:
-        tag = uuid.uuid4().hex[:6]
-        self.tag = tag
-        self.public, self.r1, self.r2, self.home1, self.home2 = (f"sn{tag}-{n}" for n in
-                                                                  ("pub", "r1", "r2", "h1", "h2"))
-        self.namespaces = [self.public, self.r1, self.r2, self.home1, self.home2]
+        self.tag = uuid.uuid4().hex[:6]
         self._created: list[str] = []
 
-    @staticmethod
-    def check() -> None:
-        """Raise LabUnavailable unless root with `ip` and `nft` can build the lab."""
+    @classmethod
+    def check(cls) -> None:
+        """Raise LabUnavailable unless root with the ``TOOLS`` can build the lab."""
         if os.geteuid() != 0:
             raise LabUnavailable("network namespaces need root (CI runs as root)")
-        for tool in ("ip", "nft"):
+        for tool in cls.TOOLS:
             if shutil.which(tool) is None:
                 raise LabUnavailable(f"`{tool}` not found (Debian: apt-get install iproute2 nftables)")
 
-    def exec_prefix(self, namespace: str) -> list[str]:
-        return ["ip", "netns", "exec", namespace]
-
-    def build(self) -> "NatLab":
+    def build(self: _Lab) -> _Lab:
         """Build the network; LabUnavailable (saying why) where this machine cannot. Call
         :meth:`remove` afterwards either way: a half-built lab is removed the same way."""
         self.check()
@@ -86,10 +96,55 @@ class NatLab:
         return self
 
     def _build(self) -> None:
+        raise NotImplementedError
+
+    def _add_namespace(self, ns: str) -> None:
+        _run("ip", "netns", "add", ns)
+        self._created.append(ns)
+        self._in(ns, "ip", "link", "set", "lo", "up")
+
+    def _in(self, ns: str, *cmd: str, stdin: str | None = None) -> None:
+        _run(*netns_exec(ns), *cmd, stdin=stdin)
+
+    def _link(self, ns_a: str, if_a: str, ip_a: str | None, ns_b: str, if_b: str, ip_b: str | None,
+              prefix_len: int = 24) -> None:
+        """A veth pair between two namespaces, an address at each end that has one (None: none)."""
+        _run("ip", "link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b, "netns", ns_b)
+        for ns, iface, ip in ((ns_a, if_a, ip_a), (ns_b, if_b, ip_b)):
+            if ip is not None:
+                self._in(ns, "ip", "addr", "add", f"{ip}/{prefix_len}", "dev", iface)
+            self._in(ns, "ip", "link", "set", iface, "up")
+
+    def can_connect(self, from_ns: str, ip: str, port: int) -> bool:
+        """Whether a TCP connection from ``from_ns`` to ``ip:port`` opens (2 s limit)."""
+        probe = ("import socket,sys\ns=socket.socket();s.settimeout(2)\n"
+                 f"sys.exit(0 if s.connect_ex(({ip!r},{port}))==0 else 1)")
+        return subprocess.run([*netns_exec(from_ns), sys.executable, "-c", probe], timeout=20).returncode == 0
+
+    def remove(self) -> None:
+        for ns in reversed(self._created):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
+        self._created.clear()
+
+
+class NatLab(_Namespaces):
+    """Create with :meth:`build`; always :meth:`remove` (the test's fixture does, even on failure)."""
+
+    TOOLS = ("ip", "nft")
+
+    def __init__(self) -> None:
+        super().__init__()
+        tag = self.tag
+        self.public, self.r1, self.r2, self.home1, self.home2 = (f"sn{tag}-{n}" for n in
+                                                                  ("pub", "r1", "r2", "h1", "h2"))
+        self.namespaces = [self.public, self.r1, self.r2, self.home1, self.home2]
+
+    def exec_prefix(self, namespace: str) -> list[str]:
+        return netns_exec(namespace)
+
+    def _build(self) -> None:
         for ns in self.namespaces:
-            _run("ip", "netns", "add", ns)
-            self._created.append(ns)
-            self._in(ns, "ip", "link", "set", "lo", "up")
+            self._add_namespace(ns)
         t = self.tag
         self._link(self.public, f"sn{t}p1", PUBLIC_IP, self.r1, f"sn{t}w1", "10.77.1.2")
         self._link(self.public, f"sn{t}p2", "10.77.2.1", self.r2, f"sn{t}w2", "10.77.2.2")
@@ -103,23 +158,38 @@ class NatLab:
             self._in(router, "nft", "-f", "-", stdin=_ROUTER_RULES.format(wan=wan, lan=lan))
             self._in(home, "ip", "route", "add", "default", "via", "192.168.1.1")
 
-    def _in(self, ns: str, *cmd: str, stdin: str | None = None) -> None:
-        _run(*self.exec_prefix(ns), *cmd, stdin=stdin)
 
-    def _link(self, ns_a: str, if_a: str, ip_a: str, ns_b: str, if_b: str, ip_b: str) -> None:
-        """A veth pair between two namespaces, one /24 address at each end."""
-        _run("ip", "link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b, "netns", ns_b)
-        for ns, iface, ip in ((ns_a, if_a, ip_a), (ns_b, if_b, ip_b)):
-            self._in(ns, "ip", "addr", "add", f"{ip}/24", "dev", iface)
-            self._in(ns, "ip", "link", "set", iface, "up")
+class SwitchLab(_Namespaces):
+    """``n`` node namespaces on one bridge: node ``i`` is alone in its namespace with
+    :meth:`address` ``(i)`` on a veth whose other end is a port of the bridge in ``switch``.
 
-    def can_connect(self, from_ns: str, ip: str, port: int) -> bool:
-        """Whether a TCP connection from ``from_ns`` to ``ip:port`` opens (2 s limit)."""
-        probe = ("import socket,sys\ns=socket.socket();s.settimeout(2)\n"
-                 f"sys.exit(0 if s.connect_ex(({ip!r},{port}))==0 else 1)")
-        return subprocess.run([*self.exec_prefix(from_ns), sys.executable, "-c", probe], timeout=20).returncode == 0
+    Nothing is routed to or from the host's namespace, and only the node's own traffic crosses
+    its veth, so the counters in ``/proc/<pid of a process in it>/net/dev`` are that node's
+    bytes. Create with :meth:`build`; always :meth:`remove`, even after a failed build."""
 
-    def remove(self) -> None:
-        for ns in reversed(self._created):
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
-        self._created.clear()
+    SUBNET = "10.78"  # /16: addresses 10.78.0.1 to 10.78.255.250
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        if not 0 < n <= 250 * 256:
+            raise ValueError(f"a SwitchLab holds 1 to {250 * 256} nodes, not {n}")
+        self.n = n
+        self.switch = f"sn{self.tag}-sw"
+        self.namespaces = [f"sn{self.tag}-{i}" for i in range(n)]
+
+    def address(self, i: int) -> str:
+        return f"{self.SUBNET}.{i // 250}.{i % 250 + 1}"
+
+    def exec_prefix(self, i: int) -> list[str]:
+        """The command prefix that runs a command in node ``i``'s namespace."""
+        return netns_exec(self.namespaces[i])
+
+    def _build(self) -> None:
+        self._add_namespace(self.switch)
+        self._in(self.switch, "ip", "link", "add", "br0", "type", "bridge")
+        self._in(self.switch, "ip", "link", "set", "br0", "up")
+        for i, ns in enumerate(self.namespaces):
+            self._add_namespace(ns)
+            port = f"sn{self.tag}s{i}"  # interface names: 15 characters at most
+            self._link(self.switch, port, None, ns, f"sn{self.tag}n{i}", self.address(i), prefix_len=16)
+            self._in(self.switch, "ip", "link", "set", port, "master", "br0")

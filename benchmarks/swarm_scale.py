@@ -1,0 +1,397 @@
+"""A node's cost per round as the swarm grows: N network-only nodes on one machine.
+
+Every node is ``tests/transport_node.py`` in its own OS process (hivemind adds a forked DHT
+process and a ``p2pd`` daemon to each), alone in a network namespace of its own with one
+address on a Linux bridge (``tests/natlab.py``'s :class:`SwitchLab`; the bridge lives in a
+"switch" namespace, never the host's). Node 0 starts first; the others bootstrap from its
+namespace address. Once every node has a peer and node 0 sees most of the others, and a few
+seconds more, come ``--rounds`` measured rounds ``--round-s`` apart: each round every node
+publishes one valid signed bundle of about ``--size`` wire bytes (incompressible random text;
+the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
+text, issue 13's yardstick). Then one more round's wait for stragglers, and every node is
+stopped (and killed, whatever happened). Usage, from the
+repository root, as root (namespaces need it; without them, see below)::
+
+    PYTHONPATH=. python benchmarks/swarm_scale.py [--nodes 8 16 32 64] [--transports hivemind libp2p]
+        [--rounds 4] [--round-s 15] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
+
+Columns, each per node per measured round unless said otherwise (mean over the N nodes):
+
+* ``recv MB`` / ``sent MB``: bytes in / out of the node's namespace interface (the veth; ``lo``
+  excluded) from ``/proc/<node pid>/net/dev``, read before the first publish and at the end of
+  the last measured round, divided by the rounds. Wire bytes: TCP/IP headers, ARP and
+  retransmissions included. 1 MB = 10^6 bytes.
+* ``CPU s``: user + system CPU seconds of the node process and all its descendants
+  (``/proc/<pid>/stat`` utime+stime, plus cutime+cstime so helpers that exit inside the window
+  still count), over the same window.
+* ``RSS MB``: resident memory of the node's process tree at the end of the window, in MiB
+  (summed over the processes, so pages a forked helper shares with its parent count twice; the
+  JSON also has ``pss_mb``, which counts them once).
+* ``bundles in``: distinct bundles of *other* nodes, published in the measured rounds, that the
+  node's handler received by the end of the straggler wait; mean and min over the nodes.
+  Repeated deliveries of one bundle are not counted (the JSON has them as ``duplicates``).
+* ``delivery``: ``bundles in`` (mean) / min(N - 1, K), K = ``--fetch-per-round``: the share of
+  the bundles a node is meant to fetch each round. Above 1 where a transport delivers every
+  bundle to every node although only K are needed.
+* ``p50 s`` / ``p95 s``: delivery latency, the receiver's clock when its handler runs minus the
+  sender's clock just before ``publish`` (one machine, one clock), over every first receipt.
+* ``cores``: CPU seconds of all N node trees together / wall seconds of the window: the share
+  of this machine's cores the whole swarm uses (``nproc`` bounds it).
+
+Where namespaces cannot be built (not root, no ``ip``, the kernel refuses), the nodes use
+127.0.0.1, the byte columns read ``n/a`` and one line says why. A transport whose node is not
+ready within ``--ready-timeout`` s (or that lacks memory headroom: ``--min-free-mb``) or whose
+nodes do not join within ``--join-timeout`` s is reported for that N, and its larger N skipped.
+Nodes start ``--start-batch`` at a time. A line under the table says where the publishes of a
+round took so long that the rounds ran longer than ``--round-s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from natlab import LabUnavailable, SwitchLab  # noqa: E402
+from relay_memory import _pss_kb, _status_kb  # noqa: E402
+from transport_latency import percentile  # noqa: E402
+from transport_node import ProcNode, descendants, wait_for  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SETTLE_S = 3.0
+
+
+# -- /proc readers --------------------------------------------------------------------------
+
+
+def parse_net_dev(text: str) -> tuple[int, int]:
+    """(received, sent) bytes summed over the interfaces of a ``/proc/net/dev`` text, ``lo`` left out."""
+    rx = tx = 0
+    for line in text.splitlines()[2:]:
+        name, sep, counters = line.partition(":")  # a long name can touch its first number
+        if not sep or name.strip() == "lo":
+            continue
+        fields = counters.split()
+        rx += int(fields[0])
+        tx += int(fields[8])
+    return rx, tx
+
+
+def net_bytes(pid: int) -> tuple[int, int]:
+    """(received, sent) bytes of the network namespace that process ``pid`` is in."""
+    return parse_net_dev(Path(f"/proc/{pid}/net/dev").read_text())
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime + cutime + cstime of process ``pid`` in seconds; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / CLK_TCK  # stat fields 14 to 17
+
+
+@dataclass
+class TreeUsage:
+    cpu_s: float
+    rss_mb: float
+    pss_mb: float
+    processes: int
+
+
+def tree_usage(pid: int, memory: bool = True) -> TreeUsage:
+    """CPU seconds (:func:`cpu_s`) and memory of ``pid`` and its live descendants together."""
+    pids = [pid, *descendants(pid)]
+    rss = sum(_status_kb(p, "VmRSS") for p in pids) if memory else 0
+    pss = sum(_pss_kb(p) for p in pids) if memory else 0
+    return TreeUsage(sum(cpu_s(p) for p in pids), rss / 1024, pss / 1024, len(pids))
+
+
+def mem_available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+# -- what the nodes reported ------------------------------------------------------------------
+
+
+def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], rounds: int,
+               fetch_per_round: int) -> dict[str, Any]:
+    """Delivery figures from the ``published`` events (by digest, each with the publishing node's
+    index as ``node``) and each node's ``message`` events: distinct external bundles per node per
+    round (mean, min), the delivery ratio against min(N - 1, K), and latency over first receipts."""
+    n = len(messages)
+    per_node: list[float] = []
+    duplicates = 0
+    latencies: list[float] = []
+    for i, received in enumerate(messages):
+        first: dict[str, float] = {}
+        for m in received:
+            event = published.get(m["digest"])
+            if event is None or event["node"] == i:
+                continue
+            if m["digest"] in first:
+                duplicates += 1
+                first[m["digest"]] = min(first[m["digest"]], m["t_recv"])
+            else:
+                first[m["digest"]] = m["t_recv"]
+        per_node.append(len(first) / rounds)
+        latencies += [t - published[d]["t_pub"] for d, t in first.items()]
+    wanted = min(n - 1, fetch_per_round)
+    mean = statistics.fmean(per_node) if per_node else 0.0
+    return {"received_mean": mean, "received_min": min(per_node, default=0.0),
+            "delivery_ratio": mean / wanted if wanted else None,
+            "delivery_ratio_min": min(per_node, default=0.0) / wanted if wanted else None,
+            "duplicates": duplicates / rounds / max(n, 1),
+            "latency_s_p50": percentile(latencies, 50) if latencies else None,
+            "latency_s_p95": percentile(latencies, 95) if latencies else None,
+            "latency_s_max": max(latencies, default=None)}
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+class RunFailed(Exception):
+    """This N cannot be measured here (a node not ready, no memory headroom, no join)."""
+
+
+def _stderr_tail(node: ProcNode, lines: int = 5) -> str:
+    if node.stderr_path is None or not node.stderr_path.exists():
+        return ""
+    tail = node.stderr_path.read_text(errors="replace").strip().splitlines()[-lines:]
+    return ("; its stderr ends: " + " | ".join(tail)) if tail else ""
+
+
+def start_swarm(nodes: list[ProcNode], transport: str, n: int, lab: SwitchLab | None, logs: Path,
+                args: argparse.Namespace) -> None:
+    """Start ``n`` nodes into ``nodes`` (the caller kills them all, whatever happens): node 0
+    first, then the others ``--start-batch`` at a time, each batch ready before the next."""
+    def spawn(i: int, bootstrap: list[str]) -> ProcNode:
+        if mem_available_mb() < args.min_free_mb:
+            raise RunFailed(f"only {mem_available_mb():.0f} MB of memory available before node {i} "
+                            f"(--min-free-mb {args.min_free_mb})")
+        node = ProcNode(transport, i, bootstrap=bootstrap,
+                        listen=f"/ip4/{lab.address(i)}/tcp/0" if lab else None,
+                        stderr_path=logs / f"{transport}-{n}-node{i}.err",
+                        prefix=lab.exec_prefix(i) if lab else ())
+        nodes.append(node)
+        return node
+
+    def ready(i: int) -> None:
+        try:
+            nodes[i].ready(args.ready_timeout)
+        except AssertionError as exc:
+            raise RunFailed(f"node {i} of {n} was not ready: {exc}{_stderr_tail(nodes[i])}") from None
+
+    spawn(0, [])
+    ready(0)
+    bootstrap = [a for a in nodes[0].addresses if lab is None or f"/ip4/{lab.address(0)}/" in a][:1]
+    if not bootstrap:
+        raise RunFailed(f"node 0 advertised no address to bootstrap from: {nodes[0].addresses}")
+    for first in range(1, n, args.start_batch):
+        batch = range(first, min(n, first + args.start_batch))
+        for i in batch:
+            spawn(i, bootstrap)
+        for i in batch:
+            ready(i)
+
+
+def wait_joined(nodes: list[ProcNode], timeout: float) -> None:
+    """Until every node has a peer and node 0 sees more than half of the others."""
+    n = len(nodes)
+    try:
+        wait_for(lambda: len(nodes[0].peers()) > (n - 1) / 2 and all(node.peers() for node in nodes[1:]),
+                 timeout, "every node to join")
+    except AssertionError:
+        alone = [i for i, node in enumerate(nodes) if not node.peers()]
+        raise RunFailed(f"not joined after {timeout:.0f} s: node 0 sees {len(nodes[0].peers())} of {n - 1} "
+                        f"peers; nodes with no peer: {alone[:10]}{'...' if len(alone) > 10 else ''}") from None
+
+
+def snapshot(nodes: list[ProcNode], with_net: bool, memory: bool = False) -> list[dict[str, Any]]:
+    """Per node: its tree's usage and (``with_net``) its namespace's counters, with the time."""
+    out = []
+    for node in nodes:
+        usage = tree_usage(node.proc.pid, memory)
+        rx, tx = net_bytes(node.proc.pid) if with_net else (None, None)
+        out.append({"t": time.monotonic(), "usage": usage, "rx": rx, "tx": tx})
+    return out
+
+
+def stop_all(nodes: list[ProcNode], timeout: float = 60) -> None:
+    """Ask every node to stop at once, then wait for them (the caller kills what is left)."""
+    for node in nodes:
+        with contextlib.suppress(OSError, ValueError):
+            node.send(cmd="stop")
+    deadline = time.monotonic() + timeout
+    for node in nodes:
+        with contextlib.suppress(AssertionError):
+            node.wait_event("stopped", max(0.1, deadline - time.monotonic()))
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """The measured rounds and the straggler wait: snapshots at the window's ends, what was
+    published (by digest, with the publishing node's index), and how late the last publish ended."""
+    before = snapshot(nodes, with_net)
+    published: dict[str, dict] = {}
+    start = time.monotonic()
+    end = start + args.rounds * args.round_s
+    for r in range(args.rounds):
+        time.sleep(max(0.0, start + r * args.round_s - time.monotonic()))
+        for node in nodes:
+            node.send(cmd="publish", round=r + 1, size=args.size)
+        for i, node in enumerate(nodes):
+            event = node.wait_event("published", max(60.0, args.round_s))
+            published[event["digest"]] = {**event, "node": i}
+    late_s = max(0.0, time.monotonic() - end)
+    time.sleep(max(0.0, end - time.monotonic()))
+    after = snapshot(nodes, with_net, memory=True)
+    time.sleep(args.round_s)  # stragglers: their deliveries count, their bytes and CPU do not
+    return {"before": before, "after": after, "published": published, "late_s": late_s}
+
+
+def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One transport at one N; raises RunFailed where this machine cannot hold it."""
+    nodes: list[ProcNode] = []
+    with_net = lab is not None
+    phase = "start"
+    t0 = time.monotonic()
+    try:
+        start_swarm(nodes, transport, n, lab, logs, args)
+        startup_s = time.monotonic() - t0
+        phase = "join"
+        wait_joined(nodes, args.join_timeout)
+        time.sleep(SETTLE_S)
+        phase = "measured rounds"
+        run = run_rounds(nodes, with_net, args)
+        result = deliveries(run["published"], [node.messages() for node in nodes], args.rounds,
+                            args.fetch_per_round)
+        phase = "stop"
+        stop_all(nodes)
+    except (AssertionError, OSError) as exc:  # a node died or stopped answering
+        dead = [i for i, node in enumerate(nodes) if node.proc.poll() is not None]
+        tail = _stderr_tail(nodes[dead[0]]) if dead else ""
+        raise RunFailed(f"{phase}: {exc}; nodes that exited: {dead[:10] or 'none'}{tail}") from None
+    finally:
+        for node in nodes:
+            node.kill()
+    before, after = run["before"], run["after"]
+    cpu = [a["usage"].cpu_s - b["usage"].cpu_s for a, b in zip(after, before)]
+    window_s = _mean([a["t"] for a in after]) - _mean([b["t"] for b in before])
+
+    def mb_per_round(key: str) -> list[float] | None:
+        return [(a[key] - b[key]) / 1e6 / args.rounds for a, b in zip(after, before)] if with_net else None
+
+    per_round = {"cpu_s": [c / args.rounds for c in cpu], "recv_mb": mb_per_round("rx"), "sent_mb": mb_per_round("tx")}
+    return {"transport": transport, "nodes": n, "rounds": args.rounds, "round_s": args.round_s,
+            "bundle_bytes": args.size, "fetch_per_round": args.fetch_per_round,
+            "network": "namespaces" if with_net else "loopback", "startup_s": round(startup_s, 1),
+            "publish_late_s": round(run["late_s"], 2),
+            "recv_mb": _mean(per_round["recv_mb"]) if with_net else None,
+            "sent_mb": _mean(per_round["sent_mb"]) if with_net else None,
+            "cpu_s": _mean(per_round["cpu_s"]),
+            "rss_mb": _mean([a["usage"].rss_mb for a in after]),
+            "rss_mb_max": max(a["usage"].rss_mb for a in after),
+            "pss_mb": _mean([a["usage"].pss_mb for a in after]),
+            "processes_per_node": _mean([a["usage"].processes for a in after]),
+            "cores": sum(cpu) / window_s if window_s > 0 else None,
+            **result, "per_node": per_round}
+
+
+# -- the table --------------------------------------------------------------------------------
+
+COLUMNS = ["transport", "N", "recv MB", "sent MB", "CPU s", "RSS MB", "bundles in (mean)", "bundles in (min)",
+           "delivery", "p50 s", "p95 s", "cores"]
+
+
+def table_row(r: dict[str, Any]) -> str:
+    def f(value: float | None, digits: int) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    cells = [r["transport"], str(r["nodes"]), f(r["recv_mb"], 3), f(r["sent_mb"], 3), f(r["cpu_s"], 2),
+             f(r["rss_mb"], 0), f(r["received_mean"], 1), f(r["received_min"], 1), f(r["delivery_ratio"], 2),
+             f(r["latency_s_p50"], 2), f(r["latency_s_p95"], 2), f(r["cores"], 2)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _raise_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so that every finally runs: nodes killed, namespaces removed
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--transports", nargs="+", default=["hivemind", "libp2p"], choices=["hivemind", "libp2p"])
+    parser.add_argument("--rounds", type=int, default=4, help="measured rounds")
+    parser.add_argument("--round-s", type=float, default=15.0, help="seconds between a node's publishes")
+    parser.add_argument("--size", type=int, default=8000, help="approximate wire bytes of one bundle")
+    parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K",
+                        help="bundles a node is meant to fetch a round (the delivery ratio's yardstick)")
+    parser.add_argument("--start-batch", type=int, default=8, help="nodes started at once")
+    parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds for a node to start")
+    parser.add_argument("--join-timeout", type=float, default=180.0, help="seconds for the nodes to find peers")
+    parser.add_argument("--min-free-mb", type=float, default=1500.0,
+                        help="start no node while less memory than this is available")
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    parser.add_argument("--logs", metavar="DIR", help="keep every node's stderr here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or min(args.nodes) < 2:
+        parser.error("need --rounds >= 1 and every --nodes >= 2")
+    signal.signal(signal.SIGTERM, _raise_exit)
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    notes: list[str] = []
+    lab: SwitchLab | None = SwitchLab(max(args.nodes))
+    with contextlib.ExitStack() as stack:
+        logs = Path(args.logs) if args.logs else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        logs.mkdir(parents=True, exist_ok=True)
+        stack.callback(lab.remove)
+        try:
+            lab.build()
+            network = f"one network namespace per node on a bridge ({lab.SUBNET}.0.0/16)"
+        except LabUnavailable as exc:
+            lab.remove()
+            lab = None
+            network = f"127.0.0.1: bytes are n/a because network namespaces are unavailable: {exc}"
+        print(f"{args.rounds} rounds of {args.round_s:g} s, bundles of about {args.size} bytes, "
+              f"K = {args.fetch_per_round}, {os.cpu_count()} cores; network: {network}\n", flush=True)
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "---|" * len(COLUMNS), flush=True)
+        for transport in args.transports:
+            for n in sorted(args.nodes):
+                try:
+                    r = measure(transport, n, lab, logs, args)
+                except RunFailed as exc:
+                    failures.append(f"{transport} N={n}: {exc}; larger N skipped")
+                    break
+                results.append(r)
+                print(table_row(r), flush=True)
+                if r["publish_late_s"] > 0:
+                    notes.append(f"{transport} N={n}: the last round's publishes ended {r['publish_late_s']:.1f} s "
+                                 f"after the window: the rounds took longer than --round-s")
+    if notes or failures:
+        print("\n" + "\n".join(notes + failures), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"network": network, "results": results, "notes": notes,
+                                               "failures": failures}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

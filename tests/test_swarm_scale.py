@@ -1,0 +1,130 @@
+"""benchmarks/swarm_scale.py's measuring parts, and tests/natlab.py's SwitchLab (slow, root only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from natlab import LabUnavailable, SwitchLab  # noqa: E402
+from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage  # noqa: E402
+
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 9999999 100 0 0 0 0 0 0 9999999 100 0 0 0 0 0 0
+  eth0: 1200 10 0 0 0 0 0 0 340 4 0 0 0 0 0 0
+sn0a1b2cs12345:70000 50 0 0 0 0 0 0 80000 60 0 0 0 0 0 0
+"""
+
+
+def test_net_dev_sums_every_interface_but_loopback_even_a_name_touching_its_counters():
+    assert parse_net_dev(NET_DEV) == (1200 + 70000, 340 + 80000)
+    assert parse_net_dev(NET_DEV.split("  eth0")[0]) == (0, 0)  # loopback only
+
+
+_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint('done', flush=True)\n"
+
+
+def test_cpu_of_a_process_tree_counts_a_busy_child_alive_and_after_it_is_reaped():
+    me = os.getpid()
+    before_tree, before_self = tree_usage(me), cpu_s(me)
+    child = subprocess.Popen([sys.executable, "-c", _BURN + "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "done\n"
+        alive = tree_usage(me)
+        assert alive.processes >= 2
+        assert alive.cpu_s - before_tree.cpu_s >= 0.45  # the child's half second, while it lives
+        assert cpu_s(me) - before_self < 0.4  # ... and not because this process was busy
+        assert alive.rss_mb > 5 and alive.pss_mb > 1
+    finally:
+        child.communicate("", timeout=30)
+    reaped = tree_usage(me)  # the child is gone: its CPU now sits in this process's cutime
+    assert reaped.processes < alive.processes
+    assert reaped.cpu_s >= alive.cpu_s - 0.01
+    assert cpu_s(999_999_999) == 0.0  # a process that does not exist costs nothing
+
+
+def test_deliveries_count_distinct_external_bundles_and_first_receipts():
+    t = 1000.0
+    published = {"a1": {"node": 0, "t_pub": t}, "b1": {"node": 1, "t_pub": t}, "c1": {"node": 2, "t_pub": t},
+                 "a2": {"node": 0, "t_pub": t + 15}, "b2": {"node": 1, "t_pub": t + 15},
+                 "c2": {"node": 2, "t_pub": t + 15}}
+
+    def got(digest: str, after: float) -> dict:
+        return {"digest": digest, "t_recv": published[digest]["t_pub"] + after}
+
+    messages = [
+        [got("b1", 0.1), got("c1", 0.2), got("b2", 0.3), got("c2", 0.4)],  # all four
+        [got("a1", 0.5), got("a1", 0.05), got("b1", 0.0), got("c2", 0.6), {"digest": "old", "t_recv": t}],
+        [got("a1", 2.0)],  # missed three
+    ]
+    result = deliveries(published, messages, rounds=2, fetch_per_round=8)
+    assert result["received_mean"] == pytest.approx((4 + 2 + 1) / 3 / 2)
+    assert result["received_min"] == 0.5
+    assert result["delivery_ratio"] == pytest.approx(result["received_mean"] / 2)  # min(N - 1, K) = 2
+    assert result["duplicates"] == pytest.approx(1 / 2 / 3)  # node 1's second a1
+    # first receipts: 0.1 0.2 0.3 0.4 | 0.05 (not 0.5) 0.6 | 2.0; own and unknown bundles left out
+    assert result["latency_s_p50"] == pytest.approx(0.3)
+    assert result["latency_s_p95"] == pytest.approx(2.0)
+    assert deliveries(published, messages, rounds=2, fetch_per_round=1)["delivery_ratio"] == \
+        pytest.approx(result["received_mean"])
+
+
+def test_a_row_without_namespaces_says_na_for_bytes():
+    row = {"transport": "libp2p", "nodes": 8, "recv_mb": None, "sent_mb": None, "cpu_s": 0.25, "rss_mb": 93.4,
+           "received_mean": 7.0, "received_min": 6.5, "delivery_ratio": 1.0, "latency_s_p50": 0.02,
+           "latency_s_p95": None, "cores": 0.1}
+    assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 |"
+
+
+_SERVER = """import socket, sys
+s = socket.socket(); s.bind((sys.argv[1], 4300)); s.listen(); print("listening", flush=True)
+c, _ = s.accept(); n = 0
+while chunk := c.recv(65536): n += len(chunk)
+print(n, flush=True)
+"""
+_CLIENT = "import socket, sys\nsocket.create_connection((sys.argv[1], 4300), timeout=10).sendall(b'x' * 200_000)\n"
+
+
+def _counters(lab: SwitchLab, i: int) -> tuple[int, int]:
+    out = subprocess.run([*lab.exec_prefix(i), "cat", "/proc/net/dev"], capture_output=True, text=True, timeout=30)
+    return parse_net_dev(out.stdout)
+
+
+@pytest.mark.slow
+def test_switch_lab_connects_its_namespaces_and_counts_each_ones_bytes():
+    lab = SwitchLab(3)
+    server = None
+    try:
+        try:
+            lab.build()
+        except LabUnavailable as exc:
+            pytest.skip(str(exc))
+        names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+        assert {lab.switch, *lab.namespaces} <= names
+        assert len({lab.address(i) for i in range(3)}) == 3
+        server = subprocess.Popen([*lab.exec_prefix(0), sys.executable, "-c", _SERVER, lab.address(0)],
+                                  stdout=subprocess.PIPE, text=True)
+        assert server.stdout.readline() == "listening\n"
+        before = [_counters(lab, i) for i in range(3)]
+        subprocess.run([*lab.exec_prefix(1), sys.executable, "-c", _CLIENT, lab.address(0)], check=True, timeout=30)
+        assert server.stdout.readline() == "200000\n"
+        time.sleep(0.2)
+        after = [_counters(lab, i) for i in range(3)]
+        rx0, tx1 = after[0][0] - before[0][0], after[1][1] - before[1][1]
+        assert 200_000 <= rx0 < 300_000 and 200_000 <= tx1 < 300_000
+        assert after[2][0] - before[2][0] < 20_000  # the bridge learned where node 0 is: no flooding to node 2
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(10)
+        lab.remove()
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.tag not in left
