@@ -150,6 +150,9 @@ class NullTransport:
     def set_reject_handler(self, handler) -> None:
         self.reject_handler = handler
 
+    def set_established(self, established) -> None:
+        self.established = established
+
     async def start(self) -> None:
         pass
 
