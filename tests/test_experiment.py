@@ -41,6 +41,7 @@ def _run(settings: Settings) -> Experiment:
 def test_arm_parsing():
     assert [a.label for a in parse_arms("8/0, 4/4,4/4:rw")] == ["8/0", "4/4", "4/4:rw"]
     assert Arm.parse("4/4:rw").sampling == "reward-weighted"
+    assert Arm.parse("4/4:lv").sampling == "level-aware" and Arm.parse("4/4:lv").label == "4/4:lv"
     for bad in ("4", "4/x", "0/0", "4/4:zz", "-1/2"):
         with pytest.raises(ExperimentError):
             Arm.parse(bad)

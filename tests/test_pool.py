@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import ExternalPool, PeerTable
+from swarmnode.swarm.pool import ExternalPool, PeerTable, level_weight
 from swarmnode.records import Group
 from swarmnode.records import Question
 
@@ -98,7 +98,7 @@ def test_sampling_is_deterministic_given_the_rng():
     pool = ExternalPool()
     for peer in "ABCDE":
         pool.add(1, groups(peer, 5))
-    for mode in ("uniform", "reward-weighted"):
+    for mode in ("uniform", "reward-weighted", "level-aware"):
         a = pool.sample(6, random.Random(42), mode=mode)
         b = pool.sample(6, random.Random(42), mode=mode)
         assert [g.question for g in a] == [g.question for g in b]
@@ -117,6 +117,37 @@ def test_reward_weighted_prefers_higher_rewards():
     assert counts["reward-weighted"]["hi"] / 600 > 0.75
     assert 0.4 < counts["uniform"]["hi"] / 600 < 0.6
     assert counts["reward-weighted"]["lo"] > 0  # the floor keeps low-reward groups possible
+
+
+def leveled(peer: str, tag: str, level: int | None, rewards: list[float], family: str = "chain_sum") -> Group:
+    return Group(Question(family, f"q-{peer}-{tag}", "1", {}, level), ["a", "b", "c", "d"], rewards, source=peer)
+
+
+def test_level_weight_prefers_near_levels_and_more_signal():
+    own = {"chain_sum": 3}
+    split = [0.0, 0.0, 1.0, 1.0]  # spread 0.5: the most a group can teach
+    assert level_weight(leveled("P", "a", 3, split), own) > level_weight(leveled("P", "b", 5, split), own)
+    assert level_weight(leveled("P", "c", 3, split), own) > level_weight(leveled("P", "d", 3, [0, 0, 0, 1.0]), own)
+    # Unknown either side: as far as one level away.
+    one_off = level_weight(leveled("P", "e", 4, split), own)
+    assert level_weight(leveled("P", "f", None, split), own) == one_off
+    assert level_weight(leveled("P", "g", 3, split, family="basic_arithmetic"), own) == one_off
+
+
+def test_level_aware_draws_groups_near_this_nodes_level():
+    pool = ExternalPool()
+    pool.add(1, [leveled(f"N{i}", "near", 2, [0.0, 0.0, 1.0, 1.0]) for i in range(10)])
+    pool.add(1, [leveled(f"F{i}", "far", 9, [0.0, 0.0, 1.0, 1.0]) for i in range(10)])
+    rng = random.Random(3)
+    counts = {"uniform": Counter(), "level-aware": Counter()}
+    for mode in counts:
+        for _ in range(300):
+            counts[mode].update(g.question.question.rsplit("-", 1)[1]
+                                for g in pool.sample(2, rng, mode=mode, levels={"chain_sum": 2}))
+    # Weights 0.55 vs 0.069 (seven levels away): about 89% "near" for the first draw.
+    assert counts["level-aware"]["near"] / 600 > 0.75
+    assert 0.4 < counts["uniform"]["near"] / 600 < 0.6
+    assert counts["level-aware"]["far"] > 0
 
 
 def test_bad_mode_and_caps():

@@ -30,7 +30,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from swarmnode.config import NodeConfig
 from swarmnode.experiment.report import CSV_FIELDS, peak_rss_mb, read_rows, write_reports
@@ -84,8 +84,9 @@ class InProcessLink:
                 if other is not self.exchange:
                     other.receive(data)
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
-        return self.exchange.draw(round_no, n, rng)
+    def draw_external(self, round_no: int, n: int, rng: random.Random,
+                      levels: Mapping[str, int] | None = None) -> list[Group]:
+        return self.exchange.draw(round_no, n, rng, levels)
 
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0

@@ -13,7 +13,7 @@ from typing import Any
 
 from swarmnode.config import NodeConfig
 
-SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted"}
+SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware"}
 # Settings that may change when a run is resumed: they do not change what a round computes.
 RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads")
 
@@ -32,7 +32,8 @@ class Arm:
 
     @property
     def label(self) -> str:
-        return f"{self.local}/{self.external}" + ("" if self.sampling == "uniform" else ":rw")
+        suffix = {mode: tag for tag, mode in SAMPLING_SUFFIX.items()}[self.sampling]
+        return f"{self.local}/{self.external}" + (f":{suffix}" if suffix else "")
 
     @property
     def slug(self) -> str:
@@ -40,14 +41,15 @@ class Arm:
 
     @classmethod
     def parse(cls, text: str) -> "Arm":
-        """``"4/4"`` (uniform external sampling) or ``"4/4:rw"`` (reward-weighted)."""
+        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted) or ``"4/4:lv"`` (level-aware)."""
         body, _, suffix = text.strip().partition(":")
         try:
             local, external = (int(x) for x in body.split("/"))
         except ValueError:
             raise ExperimentError(f"config '{text}' is not I/J (e.g. 4/4 or 4/4:rw)") from None
         if suffix not in SAMPLING_SUFFIX:
-            raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (only ':rw', reward-weighted)")
+            raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (':rw' reward-weighted, "
+                                  f"':lv' level-aware)")
         if local < 0 or external < 0 or local + external == 0:
             raise ExperimentError(f"config '{text}': I and J must be >= 0 and not both 0")
         return cls(local, external, SAMPLING_SUFFIX[suffix])

@@ -166,7 +166,7 @@ class Node:
         cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
         rng = random.Random(f"{self.seed}:{r}:train")
         # 4. Training set: I local + J external groups (external ones re-scored on arrival).
-        external = self.swarm.draw_external(r, cfg.external, rng)
+        external = self.swarm.draw_external(r, cfg.external, rng, rollout.levels)
         train, dropped = select_training_set(rollout.groups, external, cfg.local, cfg.external, rng)
         # 6. One GRPO update.
         self._phase("training", should_stop)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
@@ -100,12 +100,13 @@ class Exchange:
         self._emit("bundle_accepted", peer=bundle.sender, round=bundle.round, groups=len(rescored))
         return verdict
 
-    def draw(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+    def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).
-        ``round_no`` is this node's round: it is the clock of peers' probation."""
+        ``round_no`` is this node's round: it is the clock of peers' probation. ``levels``:
+        this node's family levels, for ``level-aware`` sampling."""
         self.standing.advance(round_no)
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
-                                max_peer_share=self.cfg.max_peer_share)
+                                max_peer_share=self.cfg.max_peer_share, levels=levels)
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and

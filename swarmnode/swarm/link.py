@@ -12,7 +12,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import random
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from swarmnode.records import Group
 
@@ -23,8 +23,10 @@ class SwarmLink(Protocol):
     def share(self, round_no: int, groups: list[Group]) -> None:
         """Offer this round's local groups to the swarm; must return at once (never blocks a round)."""
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
-        """Up to ``n`` peers' groups, already re-scored by this node's own verifier."""
+    def draw_external(self, round_no: int, n: int, rng: random.Random,
+                      levels: Mapping[str, int] | None = None) -> list[Group]:
+        """Up to ``n`` peers' groups, already re-scored by this node's own verifier; ``levels``
+        (this node's family levels) steer ``level-aware`` sampling."""
 
     def peer_count(self) -> int:
         """Peers currently connected."""
@@ -40,7 +42,8 @@ class SoloLink:
     def share(self, round_no: int, groups: list[Group]) -> None:
         pass
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+    def draw_external(self, round_no: int, n: int, rng: random.Random,
+                      levels: Mapping[str, int] | None = None) -> list[Group]:
         return []
 
     def peer_count(self) -> int:
@@ -124,8 +127,9 @@ class NetworkLink:
         data = self.exchange.outgoing(round_no, groups)
         asyncio.run_coroutine_threadsafe(self.transport.publish(round_no, data), self.loop)
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
-        return self.exchange.draw(round_no, n, rng)
+    def draw_external(self, round_no: int, n: int, rng: random.Random,
+                      levels: Mapping[str, int] | None = None) -> list[Group]:
+        return self.exchange.draw(round_no, n, rng, levels)
 
     def peer_count(self) -> int:
         return len(self._known_peers)

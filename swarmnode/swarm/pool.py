@@ -11,9 +11,10 @@ equal share of the room it competes for.
 Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerShare`: with a
 :class:`~swarmnode.swarm.standing.Standing`, peers without a record (newcomers) hold at most
 ``newcomer_share`` of the pool and get at most that share of a round's draws, together. The
-J external groups of a round are drawn peer first (each eligible peer equally likely, or in
-``reward-weighted`` mode weighted by the mean reward of its eligible groups), then one group
-of that peer (uniform, or reward-weighted), with a cap on any one peer's share.
+J external groups of a round are drawn peer first (each eligible peer equally likely, or
+weighted by the mean weight of its eligible groups: by reward in ``reward-weighted`` mode, by
+nearness to this node's own level and by signal in ``level-aware`` mode), then one group of
+that peer (uniform, or by the same weights), with a cap on any one peer's share.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
 reason, last round and the sender-reported mean reward (never used for training).
@@ -24,17 +25,18 @@ Both are thread-safe: transports deliver from their own threads.
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 from swarmnode.records import Group
 
-SAMPLING_MODES = ("uniform", "reward-weighted")
+SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware")
 # Added to every group's mean reward in reward-weighted sampling, so a group whose responses
 # all scored low (yet differ) can still be drawn.
 REWARD_FLOOR = 0.05
@@ -46,6 +48,17 @@ class _Entry:
     round_no: int  # as the sender declared it: for display and ``min_round`` only, never for age
     seq: int  # arrival order at this node
     group: Group
+
+
+def level_weight(group: Group, levels: Mapping[str, int]) -> float:
+    """A group's weight in ``level-aware`` sampling: ``1 / (1 + |its level - this node's level
+    of its family|)`` (0.5 where either is unknown, as one level apart), times its signal for
+    this node, the spread of its re-scored rewards (population standard deviation, at most 0.5
+    for rewards in [0, 1]) plus :data:`REWARD_FLOOR`. A sender's level claim only steers what
+    this node draws; its rewards here are this node's own."""
+    own = levels.get(group.question.family)
+    near = 0.5 if own is None or group.level is None else 1.0 / (1.0 + abs(group.level - own))
+    return near * (statistics.pstdev(group.rewards) + REWARD_FLOOR)
 
 
 class ExternalPool:
@@ -118,7 +131,8 @@ class ExternalPool:
             del self._by_round[entry.round_no]
 
     def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: str = "uniform",
-               max_peer_share: float = 0.5, min_round: int | None = None) -> list[Group]:
+               max_peer_share: float = 0.5, min_round: int | None = None,
+               levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
         :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
         newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
@@ -126,7 +140,8 @@ class ExternalPool:
         ``uniform`` draws each eligible peer with equal chance, then one of its eligible groups
         with equal chance; ``reward-weighted`` weights a group by its mean (receiver) reward
         plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
-        sending more groups never raises a peer's chance).
+        sending more groups never raises a peer's chance); ``level-aware`` likewise, a group
+        weighing :func:`level_weight` against this node's ``levels`` (family -> level).
         """
         if mode not in SAMPLING_MODES:
             raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
@@ -140,8 +155,10 @@ class ExternalPool:
                 if eligible:
                     candidates[peer] = eligible
             established = {p: self._established(p) for p in candidates}
-        weights = {p: [1.0 if mode == "uniform" else max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR
-                       for g in gs] for p, gs in candidates.items()}
+        weigh = {"uniform": lambda g: 1.0,
+                 "reward-weighted": lambda g: max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR,
+                 "level-aware": lambda g: level_weight(g, levels or {})}[mode]
+        weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
                            None if mode == "uniform" else {p: sum(w) / len(w) for p, w in weights.items()})
