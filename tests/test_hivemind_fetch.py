@@ -49,7 +49,7 @@ def peer(name: str) -> str:
 def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
     t = hd.HivemindTransport(Identity.from_seed(bytes(32)), "sw", fetch_per_round=k)
     t._call = swarm.call
-    t._rng = random.Random(0)
+    t._plan.rng = random.Random(0)
     t.set_established(established.__contains__)
     delivered, rejected = [], []
     t.set_handler(delivered.append)
@@ -58,7 +58,7 @@ def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
 
 
 def run_round(t, polls: int = 6) -> None:
-    t._next_round()
+    t._plan.next_round()
     for _ in range(polls):
         asyncio.run(t._poll_once())
 

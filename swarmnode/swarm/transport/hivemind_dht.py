@@ -11,12 +11,11 @@ Records, version 2 of the layout (``docs/protocol.md`` section 3), one subkey pe
   holds about N / :data:`ANNOUNCE_SHARDS` announcements.
 
 A node's cost per round is bounded whatever the swarm's size (issue 13): it fetches at most
-``fetch_per_round`` (K) bundles a round of its own (the budget is refilled by K at each
-publish, carrying at most K over), chosen among the peers with an unfetched announcement by
-:data:`FETCH_SHARE` (uniform over peers, a crowd of newcomers as one), and it reads
-:data:`SHARDS_PER_POLL` announcement shards a poll only while it has budget and too few
-candidates to spend it on. A fetch that finds nothing is never retried; it is counted against
-the announcer (``missing_payload``).
+``fetch_per_round`` (K) bundles a round of its own, chosen over the announcing peers by
+:class:`~swarmnode.swarm.transport.pull.PullPlan`, and it reads :data:`SHARDS_PER_POLL`
+announcement shards a poll only while the plan has too few candidates to spend its budget
+on. A fetch that finds nothing is never retried; it is counted against the announcer
+(``missing_payload``).
 
 :class:`SwarmRecordValidator` runs in every node's DHT and refuses any record a peer could
 forge or that this swarm's protocol does not need: a bundle record must be a valid bundle
@@ -49,7 +48,6 @@ import logging
 import os
 import shutil
 import heapq
-import random
 import struct
 import tempfile
 import threading
@@ -69,13 +67,12 @@ from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValu
                                        record_key_id, replace_storage, routed_peers)
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
-from swarmnode.swarm.standing import PeerShare
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
+from swarmnode.swarm.transport.pull import ANNOUNCE_TTL, FETCH_PER_ROUND, PullPlan
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
 BUNDLE_TTL = 300.0
-ANNOUNCE_TTL = 120.0
 POLL_INTERVAL = 1.0
 DHT_SHUTDOWN_S = 10.0
 LAYOUT_VERSION = 2
@@ -102,11 +99,6 @@ SIGNER_BYTES = 1024 * 1024  # one signer's records in either (a few large bundle
 # refresh their record.
 SUBKEYS_PER_KEY = 1024
 ENTRY_OVERHEAD = 512  # bytes a stored record costs beyond its value (keys, expiry, Python objects)
-FETCH_PER_ROUND = 8
-# A round's fetches: peers whose records arrived before (or connected, in the routing table)
-# each alike; every other announcer, as one crowd, at most a quarter of them.
-FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
-_DELIVERED_MEMORY = 4096
 _RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first
 _ANNOUNCED_MEMORY = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY  # every announcement the shards can hold
 # A record is replaced only by one expiring this much later: hivemind keeps a heap entry per
@@ -505,20 +497,14 @@ class HivemindTransport(Transport):
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
         self.private = private
-        self.fetch_per_round = fetch_per_round
-        self._budget = float(fetch_per_round)  # fetches left; each publish adds K, at most K carried over
-        self._newcomers_fetched = 0  # this round
+        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY)
         self._shards_seen: set[int] = set()  # shards read since start, until all have been
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
         self._poll_task: asyncio.Task | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
-        self._announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when read)
-        self._fetched: dict[str, int] = {}  # peer -> latest round fetched (or found missing)
         self._shard_order: list[int] = []  # the rest of the current shuffled cycle
-        self._delivered: OrderedDict[str, None] = OrderedDict()  # peers whose records arrived, newest last
-        self._rng = random.Random()
         self._dht_counters: dict[str, int] = {}  # the DHT process's _counters, as of the last poll
         self._polls = 0
         self._poll_failed = False
@@ -595,12 +581,7 @@ class HivemindTransport(Transport):
         await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
                                  path=path, created=float(open_envelope(data)[1]["created"])))
-        self._next_round()
-
-    def _next_round(self) -> None:
-        """This node published a round: K more fetches (at most K carried over)."""
-        self._budget = min(self._budget + self.fetch_per_round, 2.0 * self.fetch_per_round)
-        self._newcomers_fetched = 0
+        self._plan.next_round()
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -669,97 +650,42 @@ class HivemindTransport(Transport):
                 await asyncio.sleep(backoff.next_delay())
 
     async def _poll_once(self) -> None:
-        now = time.monotonic()
-        while self._announced and next(iter(self._announced.values()))[1] < now - ANNOUNCE_TTL:
-            self._announced.popitem(last=False)
-        established = self._established_now()
+        plan = self._plan
         # Shards are read only while the budget has too few candidates to go to: the reads a
         # round costs stop growing once the shards hold more peers than K, however many more.
-        candidates = self._candidates()
-        known = sum(1 for p in candidates if established(p))
-        fetchable = known + min(len(candidates) - known, self._newcomer_room(established))
-        shards = self._next_shards() if int(self._budget) > fetchable else []
+        wanted = plan.wants_announcements(plan.established(self._established, self._peers))
+        shards = self._next_shards() if wanted else []
         announced, self._peers = await self._call(partial(_read_announcements, swarm=self.swarm, shards=shards))
-        if len(self._shards_seen) < ANNOUNCE_SHARDS:
-            self._shards_seen.update(shards)
         self._polls += 1
         if self._polls % 10 == 1:
             self._dht_counters = await self._call(_counters)
             self._warn_old_version()
-        for peer, round_no in announced.items():
-            if peer != self.identity.peer_id:
-                self._announced.pop(peer, None)
-                self._announced[peer] = (round_no, now)
-        while len(self._announced) > _ANNOUNCED_MEMORY:
-            self._announced.popitem(last=False)
-        self._fetched = {p: r for p, r in self._fetched.items() if p in self._announced}
-        chosen = self._choose(self._candidates(), established)
+        self._shards_seen.update(shards)
+        plan.census_done = len(self._shards_seen) == ANNOUNCE_SHARDS
+        plan.note_announced(announced, time.monotonic())
+        chosen = plan.choose(plan.established(self._established, self._peers))
         if not chosen:
             return
-        # Spent before the fetch: a fetch that fails or finds nothing costs as much as one that works.
-        self._budget -= len(chosen)
-        wanted = [(p, self._announced[p][0]) for p in chosen]
-        self._fetched.update(wanted)
-        records = await self._call(partial(_fetch_bundles, swarm=self.swarm, wanted=wanted))
+        records = await self._call(partial(_fetch_bundles, swarm=self.swarm, wanted=chosen))
         found = set()
         for peer, _round, data in records:
             found.add(peer)
             self._deliver(data)
-            self._delivered.pop(peer, None)
-            self._delivered[peer] = None
-            while len(self._delivered) > _DELIVERED_MEMORY:
-                self._delivered.popitem(last=False)
+            plan.note_delivered(peer)
         if self._reject_handler is not None:
-            for peer in set(chosen) - found:  # announced a record the DHT does not hold
-                self._reject_handler(peer, "missing_payload")
-
-    def _established_now(self) -> Callable[[str], bool]:
-        if self._established is not None:
-            return self._established
-        routed = set(self._peers)  # a transport without a node's standing: peers it heard from or routes to
-        return lambda p: p in self._delivered or p in routed
-
-    def _choose(self, candidates: dict[str, int], established: Callable[[str], bool]) -> list[str]:
-        """Whom to fetch now: a :data:`FETCH_SHARE` draw of K over the candidates, within the
-        budget, newcomers within their share of this round's K."""
-        chosen: list[str] = []
-        if self._budget < 1 or not candidates:
-            return chosen
-        room = self._newcomer_room(established)
-        for peer in FETCH_SHARE.pick(self.fetch_per_round, dict.fromkeys(candidates, 1), established, self._rng):
-            if len(chosen) >= int(self._budget):
-                break
-            if not established(peer):
-                if room < 1:
-                    continue
-                room -= 1
-                self._newcomers_fetched += 1
-            chosen.append(peer)
-        return chosen
-
-    def _newcomer_room(self, established: Callable[[str], bool]) -> int:
-        """Fetches newcomers may still take this round: their share of K, or, once every shard
-        has been read, what the established announcers leave of K if more (a node that knows
-        few peers yet fills its round with newcomers; one that knows many gives them only
-        their share)."""
-        share = FETCH_SHARE.newcomers(self.fetch_per_round)
-        if len(self._shards_seen) == ANNOUNCE_SHARDS:  # every shard read once: the announcers are known
-            regulars = sum(1 for p in self._announced if established(p))
-            share = max(share, self.fetch_per_round - regulars)
-        return max(0, share - self._newcomers_fetched)
-
-    def _candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet, by peer."""
-        return {p: r for p, (r, _) in self._announced.items() if self._fetched.get(p, -1) < r}
+            for peer, _round in chosen:
+                if peer not in found:  # announced a record the DHT does not hold
+                    self._reject_handler(peer, "missing_payload")
 
     def _next_shards(self) -> list[int]:
         """Up to :data:`SHARDS_PER_POLL` shards: first those of peers fetched lately (their next
         round is the likeliest news), then the next of a shuffled cycle over all shards."""
-        recent = [shard_of(p) for p in list(self._delivered)[-_RECENT_PEERS:]]
-        shards = list(dict.fromkeys(self._rng.sample(recent, len(recent))))[:SHARDS_PER_POLL // 2]
+        rng = self._plan.rng
+        recent = [shard_of(p) for p in self._plan.recent(_RECENT_PEERS)]
+        shards = list(dict.fromkeys(rng.sample(recent, len(recent))))[:SHARDS_PER_POLL // 2]
         while len(shards) < min(SHARDS_PER_POLL, ANNOUNCE_SHARDS):
             if not self._shard_order:
-                self._shard_order = self._rng.sample(range(ANNOUNCE_SHARDS), ANNOUNCE_SHARDS)
+                self._shard_order = rng.sample(range(ANNOUNCE_SHARDS), ANNOUNCE_SHARDS)
             shard = self._shard_order.pop()
             if shard not in shards:
                 shards.append(shard)
