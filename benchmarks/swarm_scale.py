@@ -4,16 +4,16 @@ Every node is ``tests/transport_node.py`` in its own OS process (hivemind adds a
 process and a ``p2pd`` daemon to each), alone in a network namespace of its own with one
 address on a Linux bridge (``tests/natlab.py``'s :class:`SwitchLab`; the bridge lives in a
 "switch" namespace, never the host's). Node 0 starts first; the others bootstrap from its
-namespace address. Once every node has a peer and node 0 sees most of the others, and a few
-seconds more, come ``--rounds`` measured rounds ``--round-s`` apart: each round every node
-publishes one valid signed bundle of about ``--size`` wire bytes (incompressible random text;
-the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
+namespace address. Once every node has a peer and node 0 sees most of the others, a few
+seconds more and ``--warmup-rounds`` unmeasured rounds, come ``--rounds`` measured rounds
+``--round-s`` apart: each round every node publishes one valid signed bundle of about
+``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
 text, issue 13's yardstick). Then one more round's wait for stragglers, and every node is
 stopped (and killed, whatever happened). Usage, from the
 repository root, as root (namespaces need it; without them, see below)::
 
     PYTHONPATH=. python benchmarks/swarm_scale.py [--nodes 8 16 32 64] [--transports hivemind libp2p]
-        [--rounds 4] [--round-s 15] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
+        [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
 
 Columns, each per node per measured round unless said otherwise (mean over the N nodes):
 
@@ -247,8 +247,16 @@ def _mean(values: list[float]) -> float:
 
 
 def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) -> dict[str, Any]:
-    """The measured rounds and the straggler wait: snapshots at the window's ends, what was
-    published (by digest, with the publishing node's index), and how late the last publish ended."""
+    """The warm-up rounds (published, not measured: a pull transport's first round spends the
+    budget it starts with besides the round's own), then the measured rounds and the straggler
+    wait: snapshots at the window's ends, what was published in the measured rounds (by digest,
+    with the publishing node's index), and how late the last publish ended."""
+    for r in range(args.warmup_rounds):
+        for node in nodes:
+            node.send(cmd="publish", round=r + 1, size=args.size)
+        for node in nodes:
+            node.wait_event("published", max(60.0, args.round_s))
+        time.sleep(args.round_s)
     before = snapshot(nodes, with_net)
     published: dict[str, dict] = {}
     start = time.monotonic()
@@ -256,7 +264,7 @@ def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) 
     for r in range(args.rounds):
         time.sleep(max(0.0, start + r * args.round_s - time.monotonic()))
         for node in nodes:
-            node.send(cmd="publish", round=r + 1, size=args.size)
+            node.send(cmd="publish", round=args.warmup_rounds + r + 1, size=args.size)
         for i, node in enumerate(nodes):
             event = node.wait_event("published", max(60.0, args.round_s))
             published[event["digest"]] = {**event, "node": i}
@@ -340,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--transports", nargs="+", default=["hivemind", "libp2p"], choices=["hivemind", "libp2p"])
     parser.add_argument("--rounds", type=int, default=4, help="measured rounds")
+    parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds published before the measured ones")
     parser.add_argument("--round-s", type=float, default=15.0, help="seconds between a node's publishes")
     parser.add_argument("--size", type=int, default=8000, help="approximate wire bytes of one bundle")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K",
