@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -58,7 +59,7 @@ def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
 
 
 def run_round(t, polls: int = 6) -> None:
-    t._plan.next_round()
+    t._plan.next_round(time.monotonic())
     for _ in range(polls):
         asyncio.run(t._poll_once())
 

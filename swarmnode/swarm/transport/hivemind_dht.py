@@ -581,7 +581,7 @@ class HivemindTransport(Transport):
         await asyncio.to_thread(_write_private, path, data)
         await self._call(partial(_store, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
                                  path=path, created=float(open_envelope(data)[1]["created"])))
-        self._plan.next_round()
+        self._plan.next_round(time.monotonic())
 
     async def _dial(self, maddr: str) -> bool:
         try:

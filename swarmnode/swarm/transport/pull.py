@@ -14,6 +14,9 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   (``census_done``), what the established announcers leave of K if more. So a node that
   knows few peers yet fills its rounds with newcomers, and a crowd of fresh keys never takes
   a fetch from an established peer;
+* a candidate is an announcement seen since this node's round began: one seen before may
+  name a round its peer has replaced since, and a fetch of it would deliver a round late, so
+  the transport reads it again first;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
@@ -45,14 +48,17 @@ class PullPlan:
         self.ttl = ttl
         self.rng = rng or random.Random()
         self.budget = float(fetch_per_round)
+        self.round_began = float("-inf")  # monotonic time of this node's last publish
         self.census_done = False  # set by the transport once it has read every announcer
         self.announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when seen)
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
 
-    def next_round(self) -> None:
-        """This node published a round: K more fetches (at most K carried over)."""
+    def next_round(self, now: float) -> None:
+        """This node published a round at ``now`` (monotonic seconds): K more fetches (at
+        most K carried over)."""
+        self.round_began = now
         self.budget = min(self.budget + self.k, 2.0 * self.k)
         self._newcomers_fetched = 0
 
@@ -86,8 +92,9 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet, by peer."""
-        return {p: r for p, (r, _) in self.announced.items() if self.fetched.get(p, -1) < r}
+        """Announced rounds not fetched yet and seen this round, by peer."""
+        return {p: r for p, (r, seen) in self.announced.items()
+                if self.fetched.get(p, -1) < r and seen >= self.round_began}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
