@@ -236,7 +236,7 @@ class Libp2pTransport(Transport):
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
         self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY)
         self._announced: OrderedDict[str, Announcement] = OrderedDict()  # the plan's announcers' latest
-        self._hold_handler: Callable[[bytes], None] | None = None
+        self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time its holds are refused until
         self._thread: threading.Thread | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -250,10 +250,11 @@ class Libp2pTransport(Transport):
         self._addresses: list[str] = []
         self._warned_old_version = False
 
-    def set_hold_handler(self, handler: Callable[[bytes], None]) -> None:
-        """Call ``handler(data)`` on the asyncio loop for each bundle this node took to hold for
-        the private peer that signed it (a relay counts and judges them)."""
-        self._hold_handler = handler
+    def set_hold_filter(self, admit: Callable[[bytes], bool]) -> None:
+        """Ask ``admit(data)`` before holding a bundle a private peer pushed (signed by that
+        peer, checked before); False refuses it. It runs in the host thread: it must be
+        thread-safe and quick (a relay's rate limits and counts)."""
+        self._hold_filter = admit
 
     # -- asyncio side ----------------------------------------------------------------------
 
@@ -507,10 +508,9 @@ class Libp2pTransport(Transport):
         if reason is not None:
             self._reject_threadsafe(pusher, reason)
             return b""
+        if self._hold_filter is not None and not self._hold_filter(data):
+            return b""
         self.held.put(pusher, round_no, data)
-        loop, handler = self._loop, self._hold_handler
-        if handler is not None and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(handler, data)
         return _HELD_ACK
 
     async def _leave_with_holders(self, data: bytes) -> list[str]:
