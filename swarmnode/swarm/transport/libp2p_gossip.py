@@ -63,6 +63,7 @@ from libp2p.pubsub.pubsub import Pubsub
 
 from swarmnode.compat.libp2p import allow_redial, run_service, stop_seen_cache, subscribers
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
+from swarmnode.swarm.identity import public_key_from_peer_id
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
                                       peer_id_of, relay_rejection)
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
@@ -94,7 +95,7 @@ HELD_ROUNDS = 2             # rounds a public node holds for each private author
 HELD_BYTES = 8 * 1024 * 1024
 _HELD_ACK = b"held"
 _ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement is kept (PullPlan's memory too)
-_MAX_PEER_ID = 128
+_MAX_PEER_ID = 64         # characters; an Ed25519 PeerID has 52
 # An RPC batches announcements and gossipsub's control messages (IHAVE lists of message ids).
 _MAX_RPC_BYTES = 64 * 1024
 
@@ -165,11 +166,12 @@ def _is_count(value: Any) -> bool:
 
 
 def _is_peer_id(value: Any) -> bool:
+    """An Ed25519 PeerID, the only kind a swarmnode node key has."""
     if not isinstance(value, str) or not 0 < len(value) <= _MAX_PEER_ID:
         return False
     try:
-        ID.from_base58(value)
-    except Exception:
+        public_key_from_peer_id(value)
+    except ValueError:
         return False
     return True
 
