@@ -10,7 +10,7 @@ flooder keeps every bundle it announced (up to :data:`SERVED_ROUNDS`), so whatev
 pulls is junk or a bundle, never nothing. In the ``relay`` mix it also gossips a malformed
 announcement every hundred publishes::
 
-    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay]
+    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay] [--hostile H]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...]}`` once it listens, waits
 for ``--start-file`` to exist (if given) and for a peer to subscribe to the topic, prints
@@ -56,12 +56,12 @@ def hostile_bundle(identity: Identity, round_no: int) -> bytes:
     return encode_bundle(identity, swarm=SWARM, round_no=round_no, model="flood", groups=_groups(17))
 
 
-def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
-    """``n`` messages: 6 valid, 2 hostile and 2 garbage in every 10, all distinct."""
+def flood_mix(identity: Identity, n: int, first_round: int = 0, hostile: int = 2) -> list[bytes]:
+    """``n`` messages: 8 - ``hostile`` valid, ``hostile`` hostile and 2 garbage in every 10, all distinct."""
     out = []
     for i in range(first_round, first_round + n):
         kind = i % 10
-        if kind < 6:
+        if kind < 8 - hostile:
             out.append(valid_bundle(identity, i))
         elif kind < 8:
             out.append(hostile_bundle(identity, i))
@@ -99,6 +99,8 @@ async def main() -> None:
     ap.add_argument("--start-file")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     ap.add_argument("--swarm", default=SWARM, help="the swarm whose topic to flood")
+    ap.add_argument("--hostile", type=int, choices=range(9), default=2,
+                    help="flood mix: hostile bundles in every 10 messages")
     ap.add_argument("--mix", choices=("flood", "relay"), default="flood",
                     help="flood: flood_mix (valid, hostile, garbage); relay: relay_junk")
     args = ap.parse_args()
@@ -132,7 +134,7 @@ async def main() -> None:
     published, started = 0, time.monotonic()
     while time.monotonic() - started < args.seconds:
         # Distinct bytes throughout: receivers drop repeats of a message before any check.
-        batch = (flood_mix(identity, 100, published) if args.mix == "flood"
+        batch = (flood_mix(identity, 100, published, args.hostile) if args.mix == "flood"
                  else relay_junk(identity, 100, published, replayed))
         for data in batch:
             await transport.publish(published, data)
