@@ -136,7 +136,7 @@ class NodeConfig:
                                      "public address; see docs/protocol.md).",
                             choices=("auto", "public", "private"), section="swarm")
     fetch_per_round: int = _key(8, "K: the most peers' bundles this node fetches, verifies and re-scores per "
-                                   "round, sampled over the peers that announced one (hivemind transport), "
+                                   "round, sampled over the peers that announced one (both transports), "
                                    "so its cost per round stays flat however large the swarm grows.",
                                 minimum=1, section="swarm")
     external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool: 'uniform' "

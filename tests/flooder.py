@@ -1,13 +1,16 @@
-"""A hostile peer: a libp2p gossipsub node that publishes bundles as fast as it can.
+"""A hostile peer: a libp2p node that announces bundles as fast as it can and serves them.
 
 For ``tests/test_flood.py`` and ``benchmarks/flood.py``. It runs the real libp2p transport
-with its own outgoing check removed (so garbage leaves it too) and, once started, publishes a
-mix of valid bundles (a new round each), validly signed hostile bundles (too many groups)
-and garbage, one publish after the other with no pause (about 400 a second on one core; a
-tighter loop inside py-libp2p's trio thread starved the host's own stream writers and
-delivered nothing)::
+(protocol v2: announcements gossiped, bundles pulled) with its own outgoing check removed
+and, once started, publishes a mix of valid bundles (a new round each), validly signed
+hostile bundles (too many groups) and garbage, one publish after the other with no pause
+(about 400 a second on one core; a tighter loop inside py-libp2p's trio thread starved the
+host's own stream writers and delivered nothing). Each publish gossips an announcement; the
+flooder keeps every bundle it announced (up to :data:`SERVED_ROUNDS`), so whatever a peer
+pulls is junk or a bundle, never nothing. In the ``relay`` mix it also gossips a malformed
+announcement every hundred publishes::
 
-    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay]
+    python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay] [--hostile H]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...]}`` once it listens, waits
 for ``--start-file`` to exist (if given) and for a peer to subscribe to the topic, prints
@@ -34,6 +37,8 @@ from swarmnode.records import Question  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
+SERVED_ROUNDS = 4096
+BAD_ANNOUNCEMENT = b'{"round": "soon", "size": -1}'
 
 
 def _groups(n: int) -> list[Group]:
@@ -51,12 +56,12 @@ def hostile_bundle(identity: Identity, round_no: int) -> bytes:
     return encode_bundle(identity, swarm=SWARM, round_no=round_no, model="flood", groups=_groups(17))
 
 
-def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
-    """``n`` messages: 6 valid, 2 hostile and 2 garbage in every 10, all distinct."""
+def flood_mix(identity: Identity, n: int, first_round: int = 0, hostile: int = 2) -> list[bytes]:
+    """``n`` messages: 8 - ``hostile`` valid, ``hostile`` hostile and 2 garbage in every 10, all distinct."""
     out = []
     for i in range(first_round, first_round + n):
         kind = i % 10
-        if kind < 6:
+        if kind < 8 - hostile:
             out.append(valid_bundle(identity, i))
         elif kind < 8:
             out.append(hostile_bundle(identity, i))
@@ -65,13 +70,12 @@ def flood_mix(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
     return out
 
 
-def relay_junk(identity: Identity, n: int, first_round: int = 0) -> list[bytes]:
+def relay_junk(identity: Identity, n: int, first_round: int, replayed: bytes) -> list[bytes]:
     """``n`` messages a receiver drops, in turn: garbage, a valid bundle with one flipped
     byte, a bundle signed by another key (a stolen one) sent under ``identity`` (the relay
-    check drops these three), and the same valid bundle again and again (the first copy is
-    delivered, the rest are replays)."""
+    check drops these three), and ``replayed`` (a valid bundle) again and again (the first
+    copy is delivered, the rest are replays)."""
     stolen = Identity.from_seed(b"S" * 32)
-    replayed = valid_bundle(identity, 10**6)
     out = []
     for i in range(first_round, first_round + n):
         kind = i % 4
@@ -95,6 +99,8 @@ async def main() -> None:
     ap.add_argument("--start-file")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     ap.add_argument("--swarm", default=SWARM, help="the swarm whose topic to flood")
+    ap.add_argument("--hostile", type=int, choices=range(9), default=2,
+                    help="flood mix: hostile bundles in every 10 messages")
     ap.add_argument("--mix", choices=("flood", "relay"), default="flood",
                     help="flood: flood_mix (valid, hostile, garbage); relay: relay_junk")
     args = ap.parse_args()
@@ -103,7 +109,10 @@ async def main() -> None:
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
+    from swarmnode.swarm.transport.libp2p_gossip import BundleStore
+
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
+    transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)
     await transport.start()
     print(json.dumps({"event": "ready", "peer_id": identity.peer_id, "addresses": transport.addresses()}), flush=True)
     while args.start_file and not os.path.exists(args.start_file):
@@ -121,12 +130,17 @@ async def main() -> None:
         await asyncio.sleep(0.1)
     print("flooding", json.dumps({"mesh": [str(p) for p in router.mesh[topic]]}), flush=True)
 
+    replayed = valid_bundle(identity, 10**6)  # one copy for the whole run: pulls are seconds apart
     published, started = 0, time.monotonic()
     while time.monotonic() - started < args.seconds:
         # Distinct bytes throughout: receivers drop repeats of a message before any check.
-        for data in (flood_mix if args.mix == "flood" else relay_junk)(identity, 100, published):
+        batch = (flood_mix(identity, 100, published, args.hostile) if args.mix == "flood"
+                 else relay_junk(identity, 100, published, replayed))
+        for data in batch:
             await transport.publish(published, data)
             published += 1
+        if args.mix == "relay":
+            await transport._in_host(pubsub.publish, topic, BAD_ANNOUNCEMENT)
     seconds = time.monotonic() - started
     print(json.dumps({"event": "done", "published": published, "seconds": round(seconds, 1),
                       "rate": round(published / seconds)}), flush=True)

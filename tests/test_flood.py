@@ -255,14 +255,16 @@ def rounds_done(home: Path) -> int:
 
 @pytest.mark.timeout(600)
 async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
-    """A libp2p daemon bootstraps to a flooder that publishes as fast as it can (valid,
-    hostile and garbage mixed): it completes its rounds, its pool stays in its caps, and the
-    flooder is banned in /v1/peers, with one log line."""
+    """A libp2p daemon bootstraps to a flooder that announces as fast as it can and serves
+    what it announced (valid, hostile and garbage mixed): it completes its rounds, its pool
+    stays in its caps, and the flooder is banned in /v1/peers, with one log line."""
     rounds = 4
     home = tmp_path / "node"
     flog, nlog = tmp_path / "flooder.log", tmp_path / "node.log"
-    flooder = _start([sys.executable, str(TESTS / "flooder.py"), "--seconds", "300", "--start-file",
-                      str(tmp_path / "go")], flog)
+    # A puller takes about one bundle a second from one announcer (protocol v2): at the usual
+    # 2 hostile in 10, strikes would leak away about as fast as they come; 4 in 10 reach a ban.
+    flooder = _start([sys.executable, str(TESTS / "flooder.py"), "--seconds", "300", "--hostile", "4",
+                      "--start-file", str(tmp_path / "go")], flog)
     node = None
     try:
         addr = _wait_for(lambda: next((json.loads(line)["addresses"][0] for line in flog.read_text().splitlines()
@@ -297,9 +299,11 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
         assert flooder_row["pooled"] <= 128 and sum(p["pooled"] for p in table) <= 2048
     reasons = flooder_row["rejected_by_reason"]
     # Once banned, libp2p itself drops the flooder (Transport.block), so few or no messages
-    # reach the guard to be counted as "banned"; what got through before is counted.
-    assert reasons.get("too_many_groups", 0) > 0 and reasons.get("rate_limited", 0) > 0
-    # Garbage never gets past the libp2p topic validator, which counts it under the signed origin.
+    # reach the guard to be counted as "banned"; what got through before is counted. The node
+    # pulls at most K bundles a round (protocol v2), under the guard's rate: the ban comes
+    # from the hostile bundles, and nothing is rate_limited.
+    assert reasons.get("too_many_groups", 0) > 0
+    # Garbage never gets past the libp2p pull check, which counts it under the signed announcer.
     assert reasons.get("malformed", 0) > 0
     assert "swarmnode_rounds_total" in metrics
     text = nlog.read_text()

@@ -396,21 +396,24 @@ def test_hivemind_bounded_storage():
 
 
 def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
-    """A stock py-libp2p peer (tests/flooder.py, its own relay check removed) publishes
-    garbage, flipped bytes, a stolen key's bundles and replays: the receiver's topic
-    validator (or its repeat check) drops each, and reports it under the gossip message's
-    signed origin (issue 15)."""
+    """A stock py-libp2p peer (tests/flooder.py, its own relay check removed) announces and
+    serves garbage, flipped bytes, a stolen key's bundles and replays, and gossips malformed
+    announcements: the receiver's topic validator, its pull check or its repeat check drops
+    each, and reports it under the gossip message's signed origin (issue 15). The node
+    publishes a round a second: it pulls within the budget its rounds give it."""
     log = tmp_path / "flooder.log"
     flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",
-                                "--swarm", SWARM, "--seconds", "5", "--start-file", str(tmp_path / "go")],
+                                "--swarm", SWARM, "--seconds", "120", "--start-file", str(tmp_path / "go")],
                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
         ready = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
                                        if line.startswith('{"event": "ready"')), None), 60, "the flooder")
         node = spawn("libp2p", 5, bootstrap=ready["addresses"][:1])
         (tmp_path / "go").touch()
-        wait_for(lambda: {r["reason"] for r in node.rejected()}
-                 >= {"malformed", "bad_signature", "peer_id_mismatch", "replay"}, 60, "every kind of drop to be reported")
+        rounds = iter(range(10**6))
+        wait_for(lambda: node.publish(next(rounds), 1_000) and {r["reason"] for r in node.rejected()}
+                 >= {"malformed", "bad_signature", "peer_id_mismatch", "replay", "bad_announcement"}, 90,
+                 "every kind of drop to be reported")
         assert {r["author"] for r in node.rejected()} == {ready["peer_id"]}
         assert len(node.messages()) == 1  # the replayed bundle's first copy, and nothing else
     finally:

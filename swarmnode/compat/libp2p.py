@@ -48,3 +48,13 @@ def allow_redial(host: Any, peer: ID) -> None:
     evicts one. Not part of the host interface.
     """
     host.get_network().unblock_peer(peer)
+
+
+def subscribers(pubsub: Pubsub, topic: str) -> set[ID]:
+    """The connected peers that told ``pubsub`` they subscribe to ``topic``.
+
+    Contract (checked on 0.8.1): ``pubsub.peer_topics`` maps each topic to the set of peers
+    whose subscriptions pubsub received, whether or not this node subscribes to it; it is an
+    attribute of ``Pubsub``, not a method of its documented interface.
+    """
+    return set(pubsub.peer_topics.get(topic, ()))

@@ -1,18 +1,21 @@
 """``swarmnode relay``: a network-only node for swarm operators.
 
 A relay joins the swarm's transport as a *public* peer and does nothing else: it is a
-bootstrap peer other nodes dial, a DHT server that stores the records of nodes that cannot
-accept connections (hivemind: NAT'd nodes run as DHT clients and keep their records here),
-and a gossip peer whose mesh carries bundles between such nodes (libp2p). It loads no model,
+bootstrap peer other nodes dial, and it keeps the bundles of nodes that cannot accept
+connections where the others can fetch them (hivemind: NAT'd nodes run as DHT clients and
+keep their records in its DHT server; libp2p: they leave their bundles with it over the
+hold protocol, it serves them to pullers, and its gossip mesh carries the announcements). It
+pulls no bundle itself (``fetch_per_round`` 0). It loads no model,
 no task source and no verifier, and never imports torch (on hivemind it runs
 :class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server in its own
 process, instead of hivemind's torch-backed ``DHT``), so it fits a small VPS.
 
 It must not amplify garbage: what it stores or forwards passes the transport's own
 validators (hivemind's :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
-accepts only bundles signed by the subkey's owner; libp2p's topic validator forwards only
-bundles signed by the gossip author), and on libp2p the bundles it sees go through a
-:class:`~swarmnode.swarm.guard.PeerGuard`, whose ban blocks a flooding peer in the transport.
+accepts only bundles signed by the subkey's owner; libp2p holds only bundles signed by the
+peer that pushed them, and its topic validator forwards only well-formed announcements),
+and on libp2p the bundles pushed to it go through a :class:`~swarmnode.swarm.guard.PeerGuard`
+first, whose ban blocks a flooding peer in the transport.
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ class RelayError(RuntimeError):
 
 @dataclass
 class RelayCounts:
-    forwarded: int = 0      # bundles seen (and forwarded by the mesh) from peers in good standing
-    dropped: int = 0        # bundles from rate-limited or banned peers
+    """Written in the libp2p host thread (the hold filter), read for the status line."""
+
+    held: int = 0           # bundles taken to hold (libp2p) from peers in good standing
+    dropped: int = 0        # bundles refused from rate-limited or banned peers
     peers_seen: set[str] = field(default_factory=set)
 
 
@@ -74,20 +79,22 @@ class Relay:
 
             return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce)
         return create_transport(self.cfg.transport, identity, self.cfg.swarm, bootstrap=self.bootstrap,
-                                listen=self.cfg.listen, announce=self.cfg.announce, private=False)
+                                listen=self.cfg.listen, announce=self.cfg.announce, private=False,
+                                fetch_per_round=0)
 
-    def _on_bundle(self, data: bytes) -> None:
-        """A bundle the mesh delivered (already signature-checked by the topic validator)."""
+    def _admit_hold(self, data: bytes) -> bool:
+        """Whether to hold a bundle a private peer pushed (already checked to be signed by it)."""
         assert self._guard is not None
         _, reason = self._guard.admit(data)
         if reason is not None:
             self.counts.dropped += 1
-            return
+            return False
         sender = claimed_sender(data)
         if sender is not None:
             self._guard.judge(sender, None)  # authenticated: it gets its own bucket from now on
             self.counts.peers_seen.add(sender)
-        self.counts.forwarded += 1
+        self.counts.held += 1
+        return True
 
     async def run(self, on_ready: Callable[[list[str]], None]) -> int:
         loop = asyncio.get_running_loop()
@@ -99,7 +106,8 @@ class Relay:
         except (IdentityError, TransportError) as exc:
             raise RelayError(str(exc)) from None
         self._guard = PeerGuard(on_ban=lambda peer, seconds, _why: self.transport.block(peer, seconds))
-        self.transport.set_handler(self._on_bundle)
+        if hasattr(self.transport, "set_hold_filter"):  # libp2p: what private nodes leave here
+            self.transport.set_hold_filter(self._admit_hold)
         try:
             await self.transport.start()
         except TransportError as exc:
@@ -110,8 +118,8 @@ class Relay:
                 try:
                     await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
                 except asyncio.TimeoutError:
-                    log.info("relay: %d peers connected; %d bundles forwarded from %d peers, %d dropped",
-                             len(self.transport.peers()), self.counts.forwarded, len(self.counts.peers_seen),
+                    log.info("relay: %d peers connected; %d bundles held from %d peers, %d refused",
+                             len(self.transport.peers()), self.counts.held, len(self.counts.peers_seen),
                              self.counts.dropped)
             log.info("relay: stopping")
         finally:

@@ -1,4 +1,4 @@
-"""Transports: ``hivemind`` (DHT records, the default) and ``libp2p`` (gossipsub).
+"""Transports: ``hivemind`` (DHT records, the default) and ``libp2p`` (gossiped announcements, pulled bundles).
 
 hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
 protobuf's global pool), so :func:`create_transport` imports only the implementation asked
@@ -60,7 +60,6 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
     if private:
         log.info("reachability %s: this node is taken for one behind NAT; it only dials out and advertises "
                  "no address (set reachability = \"public\" if peers can dial it)", cfg.reachability)
-    if cfg.transport == "hivemind":  # libp2p's gossip pushes every bundle: nothing to choose from
-        extra.setdefault("fetch_per_round", cfg.fetch_per_round)
+    extra.setdefault("fetch_per_round", cfg.fetch_per_round)
     return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
                             announce=cfg.announce, private=private, **extra)
