@@ -85,7 +85,7 @@ def test_announcements_are_validated_and_refusals_reported():
 
 
 PER_ROUND_BOUND = """
-import asyncio, json
+import asyncio, json, time
 from collections import Counter
 from transport_node import identity_for
 from swarmnode.swarm.transport.libp2p_gossip import Announcement, Libp2pTransport, Pulled
