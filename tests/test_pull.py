@@ -25,7 +25,7 @@ def test_a_round_fetches_at_most_k_and_carries_at_most_k_over():
 
 
 def test_an_announcement_seen_before_this_round_is_read_again_before_it_is_fetched():
-    plan = PullPlan("me", 8, memory=100)
+    plan = PullPlan("me", 8, memory=100, reread=True)
     plan.note_announced({"a": 4}, now=10.0)
     plan.next_round(now=20.0)
     assert plan.candidates() == {} and plan.wants_announcements(everyone)
@@ -41,3 +41,11 @@ def test_announcements_expire_and_memory_is_bounded():
     assert len(plan.announced) == 5
     plan.note_announced({"late": 1}, now=100.0)
     assert list(plan.announced) == ["late"]
+
+
+def test_gossiped_announcements_stay_candidates_across_rounds():
+    plan = PullPlan("me", 8, memory=100)  # gossip: each peer's newest arrives as it is made
+    plan.note_announced({"a": 4}, now=10.0)
+    plan.next_round(now=20.0)
+    assert plan.choose(everyone) == [("a", 4)]
+

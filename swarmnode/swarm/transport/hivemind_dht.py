@@ -497,7 +497,7 @@ class HivemindTransport(Transport):
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
         self.private = private
-        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY)
+        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, reread=True)
         self._shards_seen: set[int] = set()  # shards read since start, until all have been
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()

@@ -14,9 +14,11 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   (``census_done``), what the established announcers leave of K if more. So a node that
   knows few peers yet fills its rounds with newcomers, and a crowd of fresh keys never takes
   a fetch from an established peer;
-* a candidate is an announcement seen since this node's round began: one seen before may
-  name a round its peer has replaced since, and a fetch of it would deliver a round late, so
-  the transport reads it again first;
+* with ``reread`` (a transport that reads announcements when it wants, like hivemind's
+  shards), a candidate is an announcement seen since this node's round began: one seen
+  before may name a round its peer has replaced since, and a fetch of it would deliver a
+  round late, so the transport reads it again first. A transport that is handed every
+  announcement as it is made (gossip) always holds each peer's newest;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
@@ -40,7 +42,7 @@ _DELIVERED_MEMORY = 4096
 
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
-                 ttl: float = ANNOUNCE_TTL, rng: random.Random | None = None):
+                 reread: bool = False, ttl: float = ANNOUNCE_TTL, rng: random.Random | None = None):
         """``fetch_per_round``: K (0: fetch nothing, for a node that only serves)."""
         self.own_peer_id = own_peer_id
         self.k = fetch_per_round
@@ -48,6 +50,7 @@ class PullPlan:
         self.ttl = ttl
         self.rng = rng or random.Random()
         self.budget = float(fetch_per_round)
+        self.reread = reread
         self.round_began = float("-inf")  # monotonic time of this node's last publish
         self.census_done = False  # set by the transport once it has read every announcer
         self.announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when seen)
@@ -92,9 +95,9 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet and seen this round, by peer."""
-        return {p: r for p, (r, seen) in self.announced.items()
-                if self.fetched.get(p, -1) < r and seen >= self.round_began}
+        """Announced rounds not fetched yet (with ``reread``, seen this round), by peer."""
+        since = self.round_began if self.reread else float("-inf")
+        return {p: r for p, (r, seen) in self.announced.items() if self.fetched.get(p, -1) < r and seen >= since}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
