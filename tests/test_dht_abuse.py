@@ -95,7 +95,11 @@ def test_a_storage_flood_leaves_the_honest_dht_within_50_mb(nodes, tmp_path):
     done = attacker.wait("done", 900)
     time.sleep(3.0)
     growth = rss_mb(pid) - before
-    refusals = wait_for(lambda: (r := honest.refusals()).get("refused_far_expiry") and r, 30, "counters")
+    # The transport reads its DHT process's counters every tenth poll: wait for a reading that
+    # has the second wave in it.
+    budget_met = ("evicted", "refused_storage_full", "refused_signer_full")
+    refusals = wait_for(lambda: (r := honest.refusals()).get("refused_far_expiry") and any(r.get(k) for k in budget_met)
+                        and r, 60, "counters that show the byte budget")
     print(f"\nstorage flood: {done['seconds']:.0f} s, honest DHT RSS {before:.0f} MB -> +{growth:.1f} MB, {refusals}")
     assert growth < 50
     assert refusals["refused_far_expiry"] >= 6000 * 0.9  # the attacker's own node takes some
