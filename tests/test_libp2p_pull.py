@@ -194,6 +194,8 @@ async def main():
 
     # A node that serves other bytes than it announced: digest_mismatch, nothing delivered.
     announced, served = make_bundle(liar.identity, SW, 3, 3000, rng), make_bundle(liar.identity, SW, 3, 3000, rng)
+    while len(served) > len(announced):  # a longer answer is cut off at the announced size, never hashed
+        served = make_bundle(liar.identity, SW, 3, 3000, rng)
     keep = liar.served.put
     liar.served.put = lambda author, round_no, data: keep(author, round_no, served)
     await liar.publish(3, announced)
