@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.train.curriculum import (BAND_HIGH, BAND_LOW, EASED_RUNGS, WINDOW, LevelError, Levels, check_record,
+from swarmnode.train.curriculum import (BAND_HIGH, BAND_LOW, DORMANT_WEIGHT, EASED_RUNGS, WINDOW, LevelError, Levels, check_record,
                                         level_config, level_range, parse_level_settings, start_level)
 from swarmnode.train.tasks import TaskSource, load_task_file
 
@@ -111,3 +111,35 @@ def test_level_settings_parse_clamp_and_refuse_garbage():
         with pytest.raises(LevelError):
             parse_level_settings(bad, ["bf"])
     assert start_level("base_conversion") == -2
+
+
+def test_a_family_without_signal_at_an_end_of_its_ladder_is_drawn_rarely_until_it_scores():
+    levels = Levels(NINE)
+    assert levels.dormant() == [] and set(levels.focus().values()) == {1.0}
+    levels.observe([("bf", 0.0)] * (WINDOW - 1))
+    assert levels.dormant() == [], "a window not yet full says nothing"
+    levels.observe([("bf", 0.0)])
+    assert levels.dormant() == ["bf"] and levels.focus()["bf"] == DORMANT_WEIGHT
+    # a low but non-zero mean is signal (some completions scored): not dormant
+    levels.observe([("propositional_logic", 0.01)] * WINDOW)
+    assert "propositional_logic" not in levels.dormant()
+    families = load_task_file(None)
+    source = TaskSource(families, 5)
+    drawn = [q.family for r in range(200) for q in source.sample(r, 8, levels.levels, levels.focus())]
+    even = [q.family for r in range(200) for q in source.sample(r, 8, levels.levels)]
+    assert drawn.count("bf") < even.count("bf") / 4 and drawn.count("bf") > 0, "rarely, never not at all"
+    levels.observe([("bf", 0.125)])  # one group scored: awake
+    assert levels.dormant() == []
+    # the top of a ladder, every completion right: dormant the other way
+    high = level_range("bf")[1]
+    top = Levels(NINE, start={"bf": high})
+    top.observe([("bf", 1.0)] * WINDOW)
+    assert top.dormant() == ["bf"] and top.level("bf") == high
+    # pinned levels keep the task file's weights, as before levels existed
+    pinned = Levels(NINE, adaptive=False, start={"bf": 0})
+    pinned.observe([("bf", 0.0)] * WINDOW)
+    assert pinned.dormant() == [] and pinned.focus() == {"bf": 1.0}
+    # the record a checkpoint keeps brings the dormancy back
+    restored = Levels(NINE)
+    restored.restore(levels.to_json())
+    assert restored.dormant() == levels.dormant()

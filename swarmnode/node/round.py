@@ -29,7 +29,7 @@ from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
 from swarmnode.node.state import NodeState
 from swarmnode.node.threads import ThreadPolicy
 from swarmnode.swarm.link import SwarmLink
-from swarmnode.train.curriculum import Levels
+from swarmnode.train.curriculum import DORMANT_WEIGHT, Levels
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
 from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
@@ -143,7 +143,7 @@ class Node:
         self.state.emit("round_started", round=r)
         # 1. Sample a batch of questions from this node's own task stream.
         levels = dict(self.levels.levels)
-        questions = self.tasks.sample(r, cfg.questions, levels)
+        questions = self.tasks.sample(r, cfg.questions, levels, self.levels.focus())
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
         n_threads = torch.get_num_threads()  # what decoding runs with, after _phase applied the policy
@@ -199,7 +199,14 @@ class Node:
         self.metrics.append(record)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
         if self._levels_after is not None and self._levels_after[0] == record.round:
+            before = set(self.levels.dormant())
             self.levels = self._levels_after[1]
+            after = set(self.levels.dormant())
+            for family in sorted(after - before):
+                log.info("%s: no signal at the end of its ladder (level %d), drawn at %.0f%% of its weight until it"
+                         " has some", family, self.levels.level(family), 100 * DORMANT_WEIGHT)
+            for family in sorted(before - after):
+                log.info("%s: signal again at level %d, drawn at its full weight", family, self.levels.level(family))
         self._levels_after = None
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
                         {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},

@@ -17,6 +17,14 @@ its new level before it moves again; the gap between the two bounds and the clea
 are the hysteresis that keeps a family from flapping. Only this node's own local groups
 move its levels: a peer's claimed level or rewards never do.
 
+A family that sits at an end of its ladder and whose last ``WINDOW`` groups were all
+all-equal at that end (mean reward 0 at its lowest rung, 1 at its top) has nothing to teach
+the node now: it is **dormant**, and the round draws its questions at :data:`DORMANT_WEIGHT`
+of its task-file weight (:meth:`Levels.focus`). It is still drawn, so the family wakes as
+soon as one of its groups scores something: the model may learn its format from the others.
+Without this, the embedded model spends 4 of its 9 families' questions on groups that carry
+no signal at any rung (docs/curriculum.md).
+
 Everything here is a pure function of the rewards fed in, so a node restored from a
 checkpoint (which stores :meth:`Levels.to_json`) moves exactly as it would have.
 """
@@ -36,6 +44,11 @@ from typing import Any
 BAND_LOW = 0.05
 BAND_HIGH = 0.5
 WINDOW = 3
+# A dormant family's share of the question draw, relative to its task-file weight: rare
+# enough that live families get the round, frequent enough (about one question in seven
+# rounds for each of four dormant families among nine, at 8 questions a round) to notice
+# when it wakes.
+DORMANT_WEIGHT = 0.1
 
 # Rungs below level 0, easiest first: rung i is level i - len(rungs). The packaged task
 # file's eased configs are the top eased rung; below them, smaller still. Starting rewards of
@@ -220,6 +233,24 @@ class Levels:
             else:
                 del window[:-WINDOW]  # only the newest WINDOW results ever count
         return moved
+
+    def dormant(self) -> list[str]:
+        """Families at an end of their ladder whose last ``WINDOW`` groups all scored that end
+        (every completion 0 at the lowest rung, every completion 1 at the top)."""
+        if not self.adaptive:
+            return []
+        out = []
+        for family, window in self.recent.items():
+            low, high = level_range(family)
+            level, last = self.levels[family], window[-WINDOW:]
+            if len(last) == WINDOW and ((level == low and max(last) <= 0.0) or (level == high and min(last) >= 1.0)):
+                out.append(family)
+        return out
+
+    def focus(self) -> dict[str, float]:
+        """Each family's multiplier on its task-file weight in the question draw."""
+        dormant = set(self.dormant())
+        return {f: DORMANT_WEIGHT if f in dormant else 1.0 for f in self.levels}
 
     def to_json(self) -> dict[str, Any]:
         """The record a checkpoint stores: ``{family: {"level": int, "recent": [float]}}``."""

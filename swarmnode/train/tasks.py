@@ -149,11 +149,15 @@ class TaskSource:
             self._datasets[key] = _make_dataset(family, config, seed)
         return self._datasets[key]
 
-    def sample(self, round_no: int, n: int, levels: Mapping[str, int] | None = None) -> list[Question]:
+    def sample(self, round_no: int, n: int, levels: Mapping[str, int] | None = None,
+               focus: Mapping[str, float] | None = None) -> list[Question]:
+        """``n`` questions of round ``round_no``; ``focus`` multiplies families' weights
+        (:meth:`swarmnode.train.curriculum.Levels.focus`; a family it lacks keeps 1)."""
         rng = random.Random(f"{self.seed}:{round_no}")
+        weights = [w * (focus or {}).get(name, 1.0) for name, w in zip(self.names, self.weights)]
         out = []
         for _ in range(n):
-            family = rng.choices(self.names, self.weights)[0]
+            family = rng.choices(self.names, weights)[0]
             level = (levels or {}).get(family)
             entry = self.dataset(family, level)[rng.randrange(_DATASET_SIZE)]
             out.append(Question(family, str(entry["question"]), str(entry["answer"]),
