@@ -49,3 +49,15 @@ def test_gossiped_announcements_stay_candidates_across_rounds():
     plan.next_round(now=20.0)
     assert plan.choose(everyone) == [("a", 4)]
 
+
+
+def test_an_announcements_detail_lives_and_dies_with_it():
+    plan = PullPlan("me", 4, memory=2)
+    plan.note_announced({"a": 1, "b": 1}, now=0.0, details={"a": "a-1"})
+    assert plan.detail("a") == "a-1" and plan.detail("b") is None and plan.detail("nobody") is None
+    plan.note_announced({"a": 2}, now=1.0, details={"a": "a-2"})
+    assert plan.detail("a") == "a-2", "the newest announcement's"
+    plan.note_announced({"c": 1}, now=2.0, details={"c": "c-1"})  # memory 2: b, the oldest, goes
+    assert plan.detail("b") is None and plan.detail("c") == "c-1"
+    plan.note_announced({}, now=2.0 + plan.ttl + 1)
+    assert plan.detail("a") is None and plan.detail("c") is None, "expired with its entry"

@@ -94,7 +94,7 @@ OWN_ROUNDS = 4              # rounds of its own a node serves
 HELD_ROUNDS = 2             # rounds a public node holds for each private author
 HELD_BYTES = 8 * 1024 * 1024
 _HELD_ACK = b"held"
-_ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement is kept (PullPlan's memory too)
+_ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement the PullPlan keeps
 _MAX_PEER_ID = 64         # characters; an Ed25519 PeerID has 52
 # An RPC batches announcements and gossipsub's control messages (IHAVE lists of message ids).
 _MAX_RPC_BYTES = 64 * 1024
@@ -237,7 +237,6 @@ class Libp2pTransport(Transport):
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
         self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY)
-        self._announced: OrderedDict[str, Announcement] = OrderedDict()  # the plan's announcers' latest
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time its holds are refused until
         self._thread: threading.Thread | None = None
@@ -345,11 +344,7 @@ class Libp2pTransport(Transport):
 
     def _note_announcement(self, author: str, announcement: Announcement) -> None:
         """An announcement gossip delivered (validated, signed by ``author``); on the asyncio loop."""
-        self._announced.pop(author, None)
-        self._announced[author] = announcement
-        while len(self._announced) > _ANNOUNCED_MEMORY:
-            self._announced.popitem(last=False)
-        self._plan.note_announced({author: announcement.round}, time.monotonic())
+        self._plan.note_announced({author: announcement.round}, time.monotonic(), {author: announcement})
 
     async def _pull_loop(self) -> None:
         while True:
@@ -362,11 +357,10 @@ class Libp2pTransport(Transport):
     async def _pull_once(self) -> None:
         """Pull what the plan allows now; deliver what checks out, report what does not."""
         plan = self._plan
-        chosen = [(peer, r) for peer, r in plan.choose(plan.established(self._established, self._peers))
-                  if peer in self._announced and self._announced[peer].round == r]
+        chosen = plan.choose(plan.established(self._established, self._peers))
         if not chosen:
             return
-        results = await self._fetch([(peer, self._announced[peer]) for peer, _ in chosen])
+        results = await self._fetch([(peer, plan.detail(peer)) for peer, _ in chosen])
         for (peer, _round), pulled in zip(chosen, results):
             if pulled.data is not None:
                 self._deliver(pulled.data, peer)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from swarmnode.swarm.standing import PeerShare
 
@@ -53,7 +53,8 @@ class PullPlan:
         self.reread = reread
         self.round_began = float("-inf")  # monotonic time of this node's last publish
         self.census_done = False  # set by the transport once it has read every announcer
-        self.announced: OrderedDict[str, tuple[int, float]] = OrderedDict()  # peer -> (round, when seen)
+        # peer -> (round, when seen, what the transport keeps of the announcement)
+        self.announced: OrderedDict[str, tuple[int, float, Any]] = OrderedDict()
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
@@ -65,17 +66,23 @@ class PullPlan:
         self.budget = min(self.budget + self.k, 2.0 * self.k)
         self._newcomers_fetched = 0
 
-    def note_announced(self, announced: Mapping[str, int], now: float) -> None:
-        """Announcements seen at ``now`` (monotonic seconds); this node's own are ignored."""
+    def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None) -> None:
+        """Announcements seen at ``now`` (monotonic seconds), peer -> round; this node's own are
+        ignored. ``details`` (peer -> anything) is kept with each, for :meth:`detail`."""
         while self.announced and next(iter(self.announced.values()))[1] < now - self.ttl:
             self.announced.popitem(last=False)
         for peer, round_no in announced.items():
             if peer != self.own_peer_id:
                 self.announced.pop(peer, None)
-                self.announced[peer] = (round_no, now)
+                self.announced[peer] = (round_no, now, (details or {}).get(peer))
         while len(self.announced) > self.memory:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
+
+    def detail(self, peer: str) -> Any:
+        """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
+        entry = self.announced.get(peer)
+        return None if entry is None else entry[2]
 
     def note_delivered(self, peer: str) -> None:
         self.delivered.pop(peer, None)
@@ -97,7 +104,7 @@ class PullPlan:
     def candidates(self) -> dict[str, int]:
         """Announced rounds not fetched yet (with ``reread``, seen this round), by peer."""
         since = self.round_began if self.reread else float("-inf")
-        return {p: r for p, (r, seen) in self.announced.items() if self.fetched.get(p, -1) < r and seen >= since}
+        return {p: r for p, (r, seen, _) in self.announced.items() if self.fetched.get(p, -1) < r and seen >= since}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
