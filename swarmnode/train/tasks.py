@@ -114,7 +114,7 @@ def _make_dataset(family: str, config: Mapping[str, Any], seed: int):
 
 
 class TaskSource:
-    """A node's deterministic question stream: round ``r`` at the same levels always yields the
+    """A node's deterministic question stream: round ``r`` at the same levels and focus always yields the
     same questions.
 
     Determinism per (seed, round, levels) is what lets a restarted node redo an abandoned
