@@ -1,7 +1,7 @@
 """What adaptive difficulty adds to a round, timed in isolation (microseconds per round).
 
-Per round the node now: draws its questions at per-family levels instead of one config,
-copies its levels and feeds them the round's group rewards, computes the signal rates, and
+Per round the node now: draws its questions at per-family levels instead of one config
+(dormant families weighed down), copies its levels and feeds them the round's group rewards, computes the signal rates, and
 writes the level record into the checkpoint's state.json (which a restart checks). This
 times each of those against the same work without levels, on the packaged nine families,
 8 questions x 8 rewards. A round of the embedded model takes tens of seconds, so anything
@@ -44,6 +44,7 @@ def main() -> None:
     levels = Levels(families)
     for lv in range(-2, 3):  # build every dataset the timed draws touch (a one-off per level)
         source.sample(0, 8, {f: max(lv, levels.levels[f]) for f in families})
+    levels.observe([(f, 0.0) for f in ("arc_1d", "bf", "binary_matrix", "decimal_arithmetic")] * 3)  # dormant
     rng = random.Random(0)
     groups = [Group(q, ["x"] * 8, [rng.random() for _ in range(8)]) for q in source.sample(1, 8, levels.levels)]
 
@@ -56,7 +57,10 @@ def main() -> None:
 
     rows = [
         ("draw 8 questions, task-file configs (before)", per_call_us(lambda: source.sample(3, 8), args.repeat)),
-        ("draw 8 questions at levels", per_call_us(lambda: source.sample(3, 8, levels.levels), args.repeat)),
+        ("draw 8 questions at levels, dormant weighed down",
+         per_call_us(lambda: source.sample(3, 8, levels.levels, levels.focus()), args.repeat)),
+        ("dormant families before and after the round", per_call_us(lambda: (levels.dormant(), levels.dormant()),
+                                                                    args.repeat)),
         ("copy levels + observe 8 groups", per_call_us(observe, args.repeat)),
         ("signal rates of 8 + 4 groups", per_call_us(lambda: signal_rates(groups, groups[:4]), args.repeat)),
         ("level record: to_json, JSON round trip, check", per_call_us(record, args.repeat)),
