@@ -44,13 +44,13 @@ def main() -> None:
     levels = Levels(families)
     for lv in range(-2, 3):  # build every dataset the timed draws touch (a one-off per level)
         source.sample(0, 8, {f: max(lv, levels.levels[f]) for f in families})
-    levels.observe([(f, 0.0) for f in ("arc_1d", "bf", "binary_matrix", "decimal_arithmetic")] * 3)  # dormant
+    levels.observe([(f, [0.0] * 8) for f in ("arc_1d", "bf", "binary_matrix", "decimal_arithmetic")] * 3)  # dormant
     rng = random.Random(0)
     groups = [Group(q, ["x"] * 8, [rng.random() for _ in range(8)]) for q in source.sample(1, 8, levels.levels)]
 
     def observe() -> None:
         after = levels.copy()
-        after.observe((g.question.family, statistics.fmean(g.rewards)) for g in groups)
+        after.observe((g.question.family, g.rewards) for g in groups)
 
     def record() -> None:
         check_record(json.loads(json.dumps({"levels": levels.to_json()}))["levels"])

@@ -53,44 +53,44 @@ def test_a_family_moves_up_after_a_window_of_easy_groups_then_needs_a_fresh_wind
     levels = Levels(NINE)
     start = levels.level("calendar_arithmetic")
     for _ in range(WINDOW - 1):
-        assert levels.observe([("calendar_arithmetic", BAND_HIGH + 0.1)]) == {}
-    assert levels.observe([("calendar_arithmetic", BAND_HIGH + 0.1)]) == {"calendar_arithmetic": start + 1}
+        assert levels.observe([("calendar_arithmetic", [BAND_HIGH + 0.1])]) == {}
+    assert levels.observe([("calendar_arithmetic", [BAND_HIGH + 0.1])]) == {"calendar_arithmetic": start + 1}
     # the window was cleared: one hard group alone does not move it back (hysteresis)
-    assert levels.observe([("calendar_arithmetic", 0.0)]) == {}
-    assert levels.observe([("calendar_arithmetic", 0.0)] * (WINDOW - 1)) == {"calendar_arithmetic": start}
+    assert levels.observe([("calendar_arithmetic", [0.0])]) == {}
+    assert levels.observe([("calendar_arithmetic", [0.0])] * (WINDOW - 1)) == {"calendar_arithmetic": start}
 
 
 def test_a_family_inside_the_band_stays_and_the_ends_of_the_ladder_hold():
     levels = Levels(NINE)
     mid = (BAND_LOW + BAND_HIGH) / 2
     for _ in range(20):
-        assert levels.observe([("bf", mid)]) == {}
+        assert levels.observe([("bf", [mid])]) == {}
     bottom = level_range("base_conversion")[0]
-    assert levels.observe([("base_conversion", 0.0)] * 10) == {}
+    assert levels.observe([("base_conversion", [0.0])] * 10) == {}
     assert levels.level("base_conversion") == bottom
     top = level_range("bf")[1]
     pinned_high = Levels(NINE, start={"bf": top})
-    assert pinned_high.observe([("bf", 1.0)] * 10) == {} and pinned_high.level("bf") == top
+    assert pinned_high.observe([("bf", [1.0])] * 10) == {} and pinned_high.level("bf") == top
 
 
 def test_unknown_families_and_nan_rewards_never_move_levels():
     levels = Levels(NINE)
     before = dict(levels.levels)
-    assert levels.observe([("chain_sum", 1.0)] * 10 + [("bf", float("nan"))] * 10) == {}
+    assert levels.observe([("chain_sum", [1.0])] * 10 + [("bf", [float("nan")])] * 10) == {}
     assert levels.levels == before
 
 
 def test_pinned_levels_do_not_move_and_the_record_round_trips():
     pinned = Levels(NINE, adaptive=False, start={"bf": 1})
     assert pinned.levels == {"bf": 1}
-    assert pinned.observe([("bf", 1.0)] * 10) == {}
+    assert pinned.observe([("bf", [1.0])] * 10) == {}
     levels = Levels(NINE)
-    levels.observe([("bf", 0.3), ("calendar_arithmetic", 0.9)])
+    levels.observe([("bf", [0.3]), ("calendar_arithmetic", [0.9])])
     again = Levels(NINE)
     again.restore(levels.to_json())
     assert again.to_json() == levels.to_json()
     copy = levels.copy()
-    copy.observe([("calendar_arithmetic", 0.9)] * WINDOW)
+    copy.observe([("calendar_arithmetic", [0.9])] * WINDOW)
     assert copy.levels != levels.levels  # the copy moved, the original did not
 
 
@@ -113,33 +113,44 @@ def test_level_settings_parse_clamp_and_refuse_garbage():
     assert start_level("base_conversion") == -2
 
 
-def test_a_family_without_signal_at_an_end_of_its_ladder_is_drawn_rarely_until_it_scores():
+def test_a_family_without_signal_at_an_end_of_its_ladder_is_drawn_rarely_until_it_has_some():
+    flat, mixed = [0.0] * 8, [0.0] * 7 + [0.1]
     levels = Levels(NINE)
     assert levels.dormant() == [] and set(levels.focus().values()) == {1.0}
-    levels.observe([("bf", 0.0)] * (WINDOW - 1))
-    assert levels.dormant() == [], "a window not yet full says nothing"
-    levels.observe([("bf", 0.0)])
+    levels.observe([("bf", flat)] * (WINDOW - 1))
+    assert levels.dormant() == [], "fewer than a window of quiet groups says nothing"
+    levels.observe([("bf", flat)])
     assert levels.dormant() == ["bf"] and levels.focus()["bf"] == DORMANT_WEIGHT
-    # a low but non-zero mean is signal (some completions scored): not dormant
-    levels.observe([("propositional_logic", 0.01)] * WINDOW)
-    assert "propositional_logic" not in levels.dormant()
+    # the same partial credit for every completion is no signal either; a low mean with some spread is
+    levels.observe([("fraction_simplification", [0.01] * 8)] * WINDOW + [("propositional_logic", mixed)] * WINDOW)
+    assert sorted(levels.dormant()) == ["bf", "fraction_simplification"]
     families = load_task_file(None)
     source = TaskSource(families, 5)
     drawn = [q.family for r in range(200) for q in source.sample(r, 8, levels.levels, levels.focus())]
     even = [q.family for r in range(200) for q in source.sample(r, 8, levels.levels)]
-    assert drawn.count("bf") < even.count("bf") / 4 and drawn.count("bf") > 0, "rarely, never not at all"
-    levels.observe([("bf", 0.125)])  # one group scored: awake
-    assert levels.dormant() == []
+    assert 0 < drawn.count("bf") < even.count("bf") / 4, "rarely, never not at all"
+    levels.observe([("bf", mixed)])  # one group with signal: awake
+    assert levels.dormant() == ["fraction_simplification"]
+    # quiet groups in mid-ladder move the level (down at 0), they do not make the family dormant
+    mid = Levels(NINE, start={"bf": 1})
+    mid.observe([("bf", flat)] * WINDOW)
+    assert mid.level("bf") == 0 and mid.dormant() == []
     # the top of a ladder, every completion right: dormant the other way
     high = level_range("bf")[1]
     top = Levels(NINE, start={"bf": high})
-    top.observe([("bf", 1.0)] * WINDOW)
+    top.observe([("bf", [1.0] * 8)] * WINDOW)
     assert top.dormant() == ["bf"] and top.level("bf") == high
     # pinned levels keep the task file's weights, as before levels existed
     pinned = Levels(NINE, adaptive=False, start={"bf": 0})
-    pinned.observe([("bf", 0.0)] * WINDOW)
+    pinned.observe([("bf", flat)] * WINDOW)
     assert pinned.dormant() == [] and pinned.focus() == {"bf": 1.0}
-    # the record a checkpoint keeps brings the dormancy back
+    # the record a checkpoint keeps brings the dormancy back; one from before it counts none
     restored = Levels(NINE)
     restored.restore(levels.to_json())
-    assert restored.dormant() == levels.dormant()
+    assert restored.dormant() == ["fraction_simplification"]
+    old = {f: {k: v for k, v in entry.items() if k != "quiet"} for f, entry in levels.to_json().items()}
+    restored.restore(old)
+    assert restored.dormant() == []
+    for bad in (-1, True, 1.5, "3"):
+        with pytest.raises(LevelError):
+            check_record({"bf": {"level": 0, "recent": [], "quiet": bad}})

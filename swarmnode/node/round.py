@@ -174,7 +174,7 @@ class Node:
         seconds_train = time.perf_counter() - t0
 
         after = self.levels.copy()
-        moves = after.observe((g.question.family, statistics.fmean(g.rewards)) for g in rollout.groups)
+        moves = after.observe((g.question.family, g.rewards) for g in rollout.groups)
         self._levels_after = (r, after)
         by_task: dict[str, list[float]] = defaultdict(list)
         for g in rollout.groups:

@@ -9,7 +9,7 @@ user's. A family reasoning-gym has no curriculum for is not on a ladder: it keep
 file's config and has no level.
 
 :class:`Levels` holds the node's level per family and the results it moves them by. After
-each round it is fed the mean reward of every local group; once a family has
+each round it is fed the rewards of every local group; once a family has
 :data:`WINDOW` groups at its current level, their mean decides: at or above
 :data:`BAND_HIGH` the family goes one level up, at or below :data:`BAND_LOW` one down, in
 between it stays. Every move clears the window, so a family needs ``WINDOW`` fresh groups at
@@ -17,9 +17,9 @@ its new level before it moves again; the gap between the two bounds and the clea
 are the hysteresis that keeps a family from flapping. Only this node's own local groups
 move its levels: a peer's claimed level or rewards never do.
 
-A family that sits at an end of its ladder and whose last ``WINDOW`` groups were all
-all-equal at that end (mean reward 0 at its lowest rung, 1 at its top) has nothing to teach
-the node now: it is **dormant**, and the round draws its questions at :data:`DORMANT_WEIGHT`
+A family that sits at an end of its ladder and whose last ``WINDOW`` groups carried no
+signal (every completion of a group scored the same: all 0, or all the same partial credit,
+at its lowest rung; all 1 at its top) has nothing to teach the node now: it is **dormant**, and the round draws its questions at :data:`DORMANT_WEIGHT`
 of its task-file weight (:meth:`Levels.focus`). It is still drawn, so the family wakes as
 soon as one of its groups scores something: the model may learn its format from the others.
 Without this, the embedded model spends 4 of its 9 families' questions on groups that carry
@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Mean reward of a family's last WINDOW groups at which it moves. The band is where a group
@@ -190,7 +190,8 @@ class Levels:
             level = (start or {}).get(family, start_level(family) if adaptive else None)
             if level is not None:
                 self.levels[family] = level
-        self.recent: dict[str, list[float]] = {f: [] for f in self.levels}
+        self.recent: dict[str, list[float]] = {f: [] for f in self.levels}  # group mean rewards
+        self.quiet: dict[str, int] = {f: 0 for f in self.levels}  # groups in a row without signal, at this level
 
     @classmethod
     def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> "Levels":
@@ -208,16 +209,18 @@ class Levels:
         other = Levels([], adaptive=self.adaptive)
         other.levels = dict(self.levels)
         other.recent = {f: list(w) for f, w in self.recent.items()}
+        other.quiet = dict(self.quiet)
         return other
 
-    def observe(self, results: Iterable[tuple[str, float]]) -> dict[str, int]:
-        """Feed ``(family, mean reward)`` of this round's local groups; returns ``{family: new level}``
-        for the families that moved (nothing when not adaptive)."""
+    def observe(self, results: Iterable[tuple[str, Sequence[float]]]) -> dict[str, int]:
+        """Feed ``(family, completion rewards)`` of this round's local groups; returns
+        ``{family: new level}`` for the families that moved (nothing when not adaptive)."""
         if not self.adaptive:
             return {}
-        for family, reward in results:
-            if family in self.levels and math.isfinite(reward):
-                self.recent[family].append(float(reward))
+        for family, rewards in results:
+            if family in self.levels and rewards and all(map(math.isfinite, rewards)):
+                self.recent[family].append(statistics.fmean(rewards))
+                self.quiet[family] = 0 if max(rewards) > min(rewards) else self.quiet[family] + 1
         moved = {}
         for family, window in self.recent.items():
             if len(window) < WINDOW:
@@ -230,22 +233,14 @@ class Levels:
                 self.levels[family] = new
                 moved[family] = new
                 window.clear()
+                self.quiet[family] = 0
             else:
                 del window[:-WINDOW]  # only the newest WINDOW results ever count
         return moved
 
     def dormant(self) -> list[str]:
-        """Families at an end of their ladder whose last ``WINDOW`` groups all scored that end
-        (every completion 0 at the lowest rung, every completion 1 at the top)."""
-        if not self.adaptive:
-            return []
-        out = []
-        for family, window in self.recent.items():
-            low, high = level_range(family)
-            level, last = self.levels[family], window[-WINDOW:]
-            if len(last) == WINDOW and ((level == low and max(last) <= 0.0) or (level == high and min(last) >= 1.0)):
-                out.append(family)
-        return out
+        """Families at an end of their ladder whose last ``WINDOW`` groups carried no signal."""
+        return [f for f, quiet in self.quiet.items() if quiet >= WINDOW and self.levels[f] in level_range(f)]
 
     def focus(self) -> dict[str, float]:
         """Each family's multiplier on its task-file weight in the question draw."""
@@ -253,15 +248,17 @@ class Levels:
         return {f: DORMANT_WEIGHT if f in dormant else 1.0 for f in self.levels}
 
     def to_json(self) -> dict[str, Any]:
-        """The record a checkpoint stores: ``{family: {"level": int, "recent": [float]}}``."""
-        return {f: {"level": lv, "recent": list(self.recent[f])} for f, lv in sorted(self.levels.items())}
+        """The record a checkpoint stores: ``{family: {"level": int, "recent": [float], "quiet": int}}``."""
+        return {f: {"level": lv, "recent": list(self.recent[f]), "quiet": self.quiet[f]}
+                for f, lv in sorted(self.levels.items())}
 
     def restore(self, record: Any) -> None:
         """Take levels and windows from a checkpoint's record (see :func:`check_record`).
 
         Families of the record not in the mix are ignored; a level outside the ladder is
-        clamped to it; families the record lacks keep their start. Pinned levels (not
-        adaptive) are not overwritten: the config says where they are.
+        clamped to it; families the record lacks keep their start; a record from before
+        ``quiet`` was kept counts no quiet groups. Pinned levels (not adaptive) are not
+        overwritten: the config says where they are.
         """
         check_record(record)
         if not self.adaptive:
@@ -272,6 +269,7 @@ class Levels:
             low, high = level_range(family)
             self.levels[family] = min(max(entry["level"], low), high)
             self.recent[family] = [float(x) for x in entry["recent"]][-WINDOW:]
+            self.quiet[family] = entry.get("quiet", 0)
 
 
 def check_record(record: Any) -> None:
@@ -279,8 +277,10 @@ def check_record(record: Any) -> None:
     if not isinstance(record, dict):
         raise LevelError("the level record is not an object")
     for family, entry in record.items():
-        if (not isinstance(entry, dict) or set(entry) != {"level", "recent"}
+        if (not isinstance(entry, dict) or set(entry) - {"quiet"} != {"level", "recent"}
                 or isinstance(entry["level"], bool) or not isinstance(entry["level"], int)
+                or isinstance(entry.get("quiet"), bool) or not isinstance(entry.get("quiet", 0), int)
+                or entry.get("quiet", 0) < 0
                 or not isinstance(entry["recent"], list)
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
                            for x in entry["recent"])):
