@@ -53,19 +53,21 @@ async def test_status_reports_the_node(node):
 async def test_levels_signal_rate_and_yardstick_in_status_and_metrics(node):
     server, state, control, session = node
     state.emit("round_finished", round=0, record=finished_row(0, 0.5, signal_rate=0.75))
-    state.emit("levels", levels={"bf": 2, "base_conversion": -2})
+    state.emit("levels", levels={"bf": 2, "base_conversion": -2}, dormant=["base_conversion"])
     record = {"round": 10, "score": 0.25, "by_family": {"bf": 0.5}, "by_level": {"bf:0": 0.5}, "questions": 4}
     state.emit("yardstick", record={**record, "round": 0, "score": 0.0})
     state.emit("yardstick", record=record)
     async with session.get("/v1/status") as resp:
         body = await resp.json()
     assert (body["levels"], body["signal_rate"], body["yardstick"]) == ({"bf": 2, "base_conversion": -2}, 0.75, record)
+    assert body["dormant"] == ["base_conversion"]
     async with session.get("/v1/yardstick") as resp:
         assert [r["round"] for r in (await resp.json())["yardstick"]] == [0, 10]
     async with session.get("/metrics") as resp:
         text = await resp.text()
     for line in ('swarmnode_signal_rate 0.75', 'swarmnode_level{family="base_conversion"} -2',
                  'swarmnode_level{family="bf"} 2', 'swarmnode_yardstick_score{family=""} 0.25',
+                 'swarmnode_family_dormant{family="base_conversion"} 1', 'swarmnode_family_dormant{family="bf"} 0',
                  'swarmnode_yardstick_score{family="bf"} 0.5', 'swarmnode_yardstick_round 10'):
         assert line in text.splitlines()
 
@@ -376,7 +378,7 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
     state.emit("round_finished", round=4, record=finished_row(4, 0.375, signal_rate=0.625))
     state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict())
     state.info.priority = "background (nice 19)"
-    state.emit("levels", levels={"bf": 1, "arc_1d": -1})
+    state.emit("levels", levels={"bf": 1, "arc_1d": -1}, dormant=["arc_1d"])
     state.emit("yardstick", record={"round": 0, "score": 0.0625, "by_family": {}, "questions": 54})
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
@@ -389,7 +391,7 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
         assert "alice (12D3KooWSelfAlice)" in out and "0.375" in out
         assert "threads  1 (auto: other programs use 1.00 of 2 cores)" in out
         assert "priority background (nice 19)" in out
-        assert "signal   0.625" in out and "levels   arc_1d -1, bf 1" in out
+        assert "signal   0.625" in out and "levels   arc_1d (-1), bf 1" in out
         assert "0.062 greedy on 54 held-out questions, after 0 rounds" in out
         assert main(["status", "--json", "--home", str(tmp_path)]) == 0
         assert json.loads(capsys.readouterr().out)["name"] == "alice"

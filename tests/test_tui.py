@@ -95,9 +95,10 @@ async def test_levels_signal_rate_and_yardstick_show_and_follow_events(served):
         assert [r["round"] for r in app.query_one(YardstickChart).records] == [0]
         row = finished_row(1, 0.5, signal_rate=0.75, level_moves={"calendar_arithmetic": 0})
         state.emit("round_finished", round=1, record=row)
-        state.emit("levels", levels={"bf": 0, "calendar_arithmetic": 0})
+        state.emit("levels", levels={"bf": 0, "calendar_arithmetic": 0}, dormant=["bf"])
         state.emit("yardstick", record={"round": 2, "score": 0.25, "by_family": {"bf": 0.5}, "questions": 6})
-        await until(pilot, lambda: "calendar_arithmetic 0" in header_text(app) and "signal 0.750" in header_text(app))
+        await until(pilot, lambda: "bf (0), calendar_arithmetic 0" in header_text(app)
+                    and "signal 0.750" in header_text(app))
         await until(pilot, lambda: [r["round"] for r in app.query_one(YardstickChart).records] == [0, 2])
         lines = event_lines(app)
         log = "".join(lines).replace(" ", "")  # the log wraps long lines

@@ -184,7 +184,8 @@ class ApiServer:
             "model": info.model, "device": info.device, "home": info.home, "priority": info.priority,
             "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
-            "levels": snap["levels"], "signal_rate": snap["signal_rate"], "yardstick": snap["yardstick"],
+            "levels": snap["levels"], "dormant": snap["dormant"], "signal_rate": snap["signal_rate"],
+            "yardstick": snap["yardstick"],
         })
 
     async def _rounds(self, request: web.Request) -> web.Response:
@@ -335,6 +336,9 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
                [("swarmnode_signal_rate", {}, snap["signal_rate"])])
     out.family("swarmnode_level", "gauge", "Difficulty level of each task family (the next round draws at it).",
                [("swarmnode_level", {"family": f}, lv) for f, lv in sorted(snap["levels"].items())])
+    out.family("swarmnode_family_dormant", "gauge",
+               "1 for a task family drawn rarely because its last groups at an end of its ladder had no signal.",
+               [("swarmnode_family_dormant", {"family": f}, int(f in snap["dormant"])) for f in sorted(snap["levels"])])
     yardstick = snap["yardstick"]
     out.family("swarmnode_yardstick_score", "gauge",
                "Greedy score on the fixed held-out yardstick, latest record, overall and by family.",

@@ -13,7 +13,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterable
 
 import aiohttp
 
@@ -205,7 +205,7 @@ def status_lines(status: dict) -> list[str]:
         ("peers", str(status["peers"])),
         ("reward", f"{format_reward(status['last_reward'])} (last round's mean)"),
         ("signal", f"{format_reward(status.get('signal_rate'))} (share of last round's groups with signal)"),
-        ("levels", format_levels(status.get("levels") or {})),
+        ("levels", format_levels(status.get("levels") or {}, status.get("dormant") or ())),
         ("yardst.", format_yardstick(status.get("yardstick"))),
     ]
     threads = status.get("threads") or {}
@@ -216,9 +216,12 @@ def status_lines(status: dict) -> list[str]:
     return [f"{key:<8} {value}" for key, value in rows]
 
 
-def format_levels(levels: dict) -> str:
-    """``family level`` pairs, short: ``base_conversion -2, bf 0``; '-' when there are none."""
-    return ", ".join(f"{family} {level}" for family, level in sorted(levels.items())) or "-"
+def format_levels(levels: dict, dormant: Iterable[str] = ()) -> str:
+    """``family level`` pairs, short, a dormant family's level in brackets: ``base_conversion -2,
+    bf (0)``; '-' when there are none."""
+    dormant = set(dormant)
+    return ", ".join(f"{family} ({level})" if family in dormant else f"{family} {level}"
+                     for family, level in sorted(levels.items())) or "-"
 
 
 def format_yardstick(record: dict | None) -> str:

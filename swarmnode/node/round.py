@@ -213,7 +213,7 @@ class Node:
                         keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
         self.state.emit("round_finished", round=record.round, record=record)
-        self.state.emit("levels", levels=dict(self.levels.levels))
+        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
@@ -228,7 +228,7 @@ class Node:
         self.state.restore_rounds(records)
         for yardstick in self.yardstick_log.truncate_after(self.next_round):
             self.state.emit("yardstick", record=yardstick.to_json())
-        self.state.emit("levels", levels=dict(self.levels.levels))
+        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
         return self.next_round
 
     def yardstick_due(self) -> bool:

@@ -54,6 +54,8 @@ class NodeState:
     threads: dict = field(default_factory=dict)
     # difficulty level per task family now (the levels the next round draws at)
     levels: dict = field(default_factory=dict)
+    # the families drawn rarely for want of signal (curriculum.Levels.dormant)
+    dormant: list = field(default_factory=list)
     # the yardstick's records, oldest first (a few per hundred rounds)
     yardstick: list = field(default_factory=list)
 
@@ -95,6 +97,7 @@ class NodeState:
                 self.threads = dict(data)
             elif type == "levels":
                 self.levels = dict(data["levels"])
+                self.dormant = list(data.get("dormant", ()))
             elif type == "yardstick":
                 self.yardstick = [r for r in self.yardstick if r["round"] != data["record"]["round"]]
                 self.yardstick = (self.yardstick + [data["record"]])[-_MAX_ROUNDS_KEPT:]
@@ -156,6 +159,7 @@ class NodeState:
                 "bundles": dict(self.bundles),
                 "threads": dict(self.threads),
                 "levels": dict(self.levels),
+                "dormant": list(self.dormant),
                 "signal_rate": self.rounds[-1].signal_rate if self.rounds else None,
                 "yardstick": self.yardstick[-1] if self.yardstick else None,
             }

@@ -58,7 +58,7 @@ class NodeHeader(Static):
             text.append("priority ", style="dim")
             text.append(status["priority"], style="bold")
         text.append("\nlevels ", style="dim")
-        text.append(format_levels(status.get("levels") or {}))
+        text.append(format_levels(status.get("levels") or {}, status.get("dormant") or ()))
         self.update(text)
 
 
@@ -210,6 +210,7 @@ class Dashboard(App):
                 self.status["threads"] = {k: v for k, v in event.items() if k not in ("type", "time")}
             elif kind == "levels":
                 self.status["levels"] = event["levels"]
+                self.status["dormant"] = event.get("dormant", [])
             self._show_header()
         if kind == "round_finished":
             self.rows = (self.rows + [event["metrics"]])[-CHART_ROUNDS:]
