@@ -85,8 +85,8 @@ class Daemon:
         if self._signals > 1:
             log.warning("second signal: exiting now without saving the round in flight")
             os._exit(128 + signum)
-        log.info("stopping: the round in flight is abandoned, the last checkpoint stands "
-                 "(signal again to force)")
+        log.info("stopping: a round still generating or scoring is abandoned (the last checkpoint stands), "
+                 "one already training finishes and is saved (signal again to force)")
         self.request_stop()
 
     # ---- start-up ------------------------------------------------------------------------
