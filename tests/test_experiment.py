@@ -115,3 +115,31 @@ def test_cli_rejects_bad_configs(tiny_model_dir, tmp_path, capsys):
     assert "is not I/J" in capsys.readouterr().err
     assert main(["experiment", "--nodes", "1", "--configs", "1/1", "--model", str(tiny_model_dir),
                  "--out", str(tmp_path)]) == 2
+
+
+class _RightScorer(Scorer):
+    """Every answer right: each family's level climbs once it has a window of groups."""
+
+    def score(self, question, response):
+        return 1.0
+
+
+def test_levels_move_in_the_experiment_and_survive_a_resume(tmp_path, tiny_model_dir):
+    out = tmp_path / "exp"
+    settings = _settings(out, tiny_model_dir, rounds=4, configs="2/0")
+    exp = Experiment(settings, scorer_factory=_RightScorer, progress=False)
+    exp.run()
+    rows = read_rows(out / "rounds.csv")
+    climbed = {m.index: {f: lv for f, lv in m.node.levels.levels.items() if lv > m.start_levels[f]}
+               for m in exp.members}
+    assert all(climbed.values()), f"every node climbed in 4 rounds of right answers: {climbed}"
+    last = {r["node"]: int(r["levels_up"]) for r in rows if r["round"] == "3"}
+    assert last == {str(m.index): len(climbed[m.index]) for m in exp.members}
+    assert re.search(r"^\| 2/0 \|.*\| [0-9.]+ \| \d+ \|$", (out / "summary.md").read_text(), re.M)
+    levels = {m.index: dict(m.node.levels.levels) for m in exp.members}
+    resumed = Experiment(_settings(out, tiny_model_dir, rounds=5, configs="2/0"), scorer_factory=_RightScorer,
+                         progress=False)
+    resumed._load()
+    resumed._build_members(0)
+    assert resumed._restore(0, 3)
+    assert {m.index: dict(m.node.levels.levels) for m in resumed.members} == levels

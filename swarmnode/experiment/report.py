@@ -16,7 +16,7 @@ from typing import Sequence
 from swarmnode.experiment.settings import Settings
 
 CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "seconds", "n_local",
-              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected"]
+              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected", "levels_up"]
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -50,7 +50,9 @@ def _interval(values: Sequence[float]) -> tuple[float, float | None]:
 
 def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
     """Per config: cumulative reward per seed (over the rounds every config finished in that
-    seed), its ratio to the baseline config, the final-window mean reward and the seconds."""
+    seed), its ratio to the baseline config, the final-window mean reward, the mean signal
+    rate, the families above their start level at the last round (mean over nodes and seeds;
+    None for rows from before it was recorded) and the seconds."""
     by = defaultdict(list)  # (config, seed) -> rows
     for row in rows:
         by[(row["config"], int(row["seed"]))].append(row)
@@ -63,7 +65,7 @@ def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
         rounds_by_seed[sd] = min(per_config) if per_config else 0
     out = {"baseline": baseline, "rounds_by_seed": rounds_by_seed, "configs": {}}
     for lb in labels:
-        cum, final, secs = {}, [], 0.0
+        cum, final, secs, signal, up = {}, [], 0.0, [], []
         for sd in seeds:
             n = rounds_by_seed[sd]
             use = [r for r in by[(lb, sd)] if int(r["round"]) < n]
@@ -73,8 +75,11 @@ def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
             window = max(1, n // 10)
             final += [float(r["reward_mean"]) for r in use if int(r["round"]) >= n - window]
             secs += sum(float(r["seconds"]) for r in use)
+            signal += [float(r["signal_rate"]) for r in use if r.get("signal_rate")]
+            up += [int(r["levels_up"]) for r in use if int(r["round"]) == n - 1 and r.get("levels_up")]
         out["configs"][lb] = {"cumulative": cum, "final_window": statistics.fmean(final) if final else None,
-                              "seconds": secs}
+                              "signal_rate": statistics.fmean(signal) if signal else None,
+                              "levels_up": statistics.fmean(up) if up else None, "seconds": secs}
     base = out["configs"].get(baseline, {}).get("cumulative", {})
     for lb, c in out["configs"].items():
         ratios = [c["cumulative"][sd] / base[sd] for sd in c["cumulative"] if base.get(sd)]
@@ -108,10 +113,14 @@ def write_reports(out: Path, s: Settings) -> Path:
         "Cumulative reward = sum over rounds and nodes of a node's mean reward in the round (the paper's "
         "measure), averaged over seeds; the ratio is taken per seed against the baseline "
         f"`{summary['baseline']}`, with a 95 % t interval across seeds. Final window = mean reward over the "
-        "last tenth of the rounds. Seconds = the config's generation, scoring, sharing and training.",
+        "last tenth of the rounds. Signal rate = share of a round's training groups with non-zero advantage, "
+        "mean over rounds and nodes. Levels up = task families above their start level after the last round, "
+        "mean over nodes and seeds (a node that learns climbs, and its rewards come back down into the band). "
+        "Seconds = the config's generation, scoring, sharing and training.",
         "",
-        "| config | cumulative reward | vs baseline (95 % CI) | final-window mean reward | seconds |",
-        "|---|---|---|---|---|",
+        "| config | cumulative reward | vs baseline (95 % CI) | final-window mean reward | signal rate | levels up "
+        "| seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for lb, c in summary["configs"].items():
         ratio = "n/a"
@@ -120,7 +129,7 @@ def write_reports(out: Path, s: Settings) -> Path:
             ratio = f"{mean:.2f}x" + (f" ({mean - half:.2f} to {mean + half:.2f})" if half is not None
                                       else " (one seed: no interval)")
         lines.append(f"| {lb} | {_fmt(c['cumulative_mean'], 2)} | {ratio} | {_fmt(c['final_window'])} | "
-                     f"{c['seconds']:.0f} |")
+                     f"{_fmt(c['signal_rate'])} | {_fmt(c['levels_up'], 2)} | {c['seconds']:.0f} |")
     if runs:
         last = runs[-1]
         lines += ["", f"Last invocation: {last['rounds_run']} lockstep rounds in {last['wall_seconds']} s, "

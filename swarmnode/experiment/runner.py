@@ -103,6 +103,7 @@ class Member:
     index: int
     node: Node
     exchange: Exchange
+    start_levels: dict[str, int]
 
     @property
     def identity(self) -> Identity:
@@ -176,7 +177,7 @@ class Experiment:
                             TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer,
                             InProcessLink(exchange, exchanges, sharing=arm.external > 0), NodeState(),
                             seed=derive_seed(f"node:{seed}:{k}"), levels=self._levels(cfg))
-                members.append(Member(arm, k, node, exchange))
+                members.append(Member(arm, k, node, exchange, dict(node.levels.levels)))
         self.members = members
         self._anchor = members[0].node.policy
         self._anchor.activate()  # so deleting the previous seed's adapters never deletes the active one
@@ -201,7 +202,10 @@ class Experiment:
         try:
             for m in self.members:
                 path = m.node.home.checkpoints / f"round-{round_no:06d}"
-                restore(Checkpoint(round_no, path, json.loads((path / "state.json").read_text())), m.node.policy)
+                state = json.loads((path / "state.json").read_text())
+                restore(Checkpoint(round_no, path, state), m.node.policy)
+                if "levels" in state:  # checkpoints from before the experiment kept levels have none
+                    m.node.levels.restore(state["levels"])
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             log.warning("checkpoint of seed %d round %d unusable (%s): the seed starts again", seed, round_no, exc)
             return False
@@ -210,7 +214,8 @@ class Experiment:
     def _save(self, seed: int, round_no: int) -> None:
         for m in self.members:
             save_checkpoint(m.node.home.checkpoints, round_no, m.node.policy,
-                            {"seed": seed, "config": m.arm.label, "node": m.index}, keep=2)
+                            {"seed": seed, "config": m.arm.label, "node": m.index, "levels": m.node.levels.to_json()},
+                            keep=2)
 
     @property
     def csv_path(self) -> Path:
@@ -242,6 +247,7 @@ class Experiment:
             rollouts = [m.node.rollout(r) for m in members]
             for m, rollout in zip(members, rollouts):
                 record = m.node.update(rollout)
+                m.node.commit_levels(r)
                 rows.append({
                     "config": arm.label, "seed": seed, "node": m.index, "round": r,
                     "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
@@ -250,6 +256,7 @@ class Experiment:
                     "signal_rate": "" if record.signal_rate is None else round(record.signal_rate, 4),
                     "loss": "" if record.loss is None else round(record.loss, 6),
                     "bundles_rejected": sum(peer["rejected"] for peer in m.exchange.peers.rows()),
+                    "levels_up": sum(lv > m.start_levels[f] for f, lv in m.node.levels.levels.items()),
                 })
             on_config(arm)
         return rows

@@ -198,7 +198,17 @@ class Node:
         log.debug("round %d: saving", record.round)
         self.metrics.append(record)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
-        if self._levels_after is not None and self._levels_after[0] == record.round:
+        self.commit_levels(record.round)
+        save_checkpoint(self.home.checkpoints, record.round, self.policy,
+                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
+                        keep=self.cfg.keep_checkpoints)
+        self.next_round = record.round + 1
+        self.state.emit("round_finished", round=record.round, record=record)
+        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
+
+    def commit_levels(self, r: int) -> None:
+        """Take the levels finished round ``r`` led to (``update`` only proposes them)."""
+        if self._levels_after is not None and self._levels_after[0] == r:
             before = set(self.levels.dormant())
             self.levels = self._levels_after[1]
             after = set(self.levels.dormant())
@@ -208,12 +218,6 @@ class Node:
             for family in sorted(before - after):
                 log.info("%s: signal again at level %d, drawn at its full weight", family, self.levels.level(family))
         self._levels_after = None
-        save_checkpoint(self.home.checkpoints, record.round, self.policy,
-                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
-                        keep=self.cfg.keep_checkpoints)
-        self.next_round = record.round + 1
-        self.state.emit("round_finished", round=record.round, record=record)
-        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
 
     def resume(self) -> int:
         """Load the newest valid checkpoint, align metrics.jsonl with it; return the next round."""
