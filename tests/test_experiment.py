@@ -143,3 +143,15 @@ def test_levels_move_in_the_experiment_and_survive_a_resume(tmp_path, tiny_model
     resumed._build_members(0)
     assert resumed._restore(0, 3)
     assert {m.index: dict(m.node.levels.levels) for m in resumed.members} == levels
+
+
+def test_more_rounds_on_the_command_line_extend_a_run_and_leave_the_node_settings_alone():
+    from swarmnode.cli import build_parser
+    from swarmnode.cli.experiment import settings_from_args
+
+    def settings(*flags):
+        return settings_from_args(build_parser().parse_args(["experiment", "--out", "x", *flags]))
+
+    short, longer = settings("--rounds", "10"), settings("--rounds", "20")
+    assert (short.rounds, longer.rounds) == (10, 20)
+    assert short.node.rounds is None and short.fingerprint() == longer.fingerprint(), "a resume with more rounds"

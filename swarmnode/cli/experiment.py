@@ -58,6 +58,8 @@ def node_config(args: argparse.Namespace, profile: dict) -> NodeConfig:
                 raise ExperimentError(f"{args.config}: '{key}' is set by the experiment itself; remove it")
             values[key] = coerce(key, value, f"file:{args.config}")
     for key, value in given_flags(args).items():
+        if key in NOT_EXPERIMENT_KEYS:  # --rounds is the experiment's own flag, not the node's key
+            continue
         values[key] = coerce(key, value, f"flag:--{key.replace('_', '-')}", from_text=True)
     return NodeConfig(**values)
 
