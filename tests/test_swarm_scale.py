@@ -80,8 +80,8 @@ def test_deliveries_count_distinct_external_bundles_and_first_receipts():
 def test_a_row_without_namespaces_says_na_for_bytes():
     row = {"transport": "libp2p", "nodes": 8, "recv_mb": None, "sent_mb": None, "cpu_s": 0.25, "rss_mb": 93.4,
            "received_mean": 7.0, "received_min": 6.5, "delivery_ratio": 1.0, "latency_s_p50": 0.02,
-           "latency_s_p95": None, "cores": 0.1}
-    assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 |"
+           "latency_s_p95": None, "cores": 0.1, "peers_mean": 6.5, "peers_max": 7}
+    assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 | 6.5, 7 |"
 
 
 _SERVER = """import socket, sys
