@@ -3,7 +3,8 @@
 Each check runs in a fresh interpreter (py-libp2p cannot share a process with hivemind,
 which other tests import): announcement validation, the per-round bound with the network
 side stubbed (as ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on
-127.0.0.1 a pull whose bytes do not match the digest and a private node's hold at a public one.
+127.0.0.1 a pull whose bytes do not match the digest or run past the announced size, and a
+private node's hold at a public one.
 """
 
 from __future__ import annotations
@@ -204,6 +205,14 @@ async def main():
     await asyncio.sleep(1.5)
     out["mismatch delivered"] = announced in got or served in got
     out["home pulled the liar"] = sorted({r for a, r in received[home.identity.peer_id][1] if a == liar.identity.peer_id})
+
+    # A node that serves more bytes than it announced: read one byte past the size, too_large.
+    longer = make_bundle(liar.identity, SW, 4, 3000, rng)
+    liar.served.put = lambda author, round_no, data: keep(author, round_no, data + b"x" * 4096)
+    await liar.publish(4, longer)
+    await until(lambda: [liar.identity.peer_id, "too_large"] in rejected)
+    await asyncio.sleep(1.5)
+    out["too long delivered"] = any(g.startswith(longer) for g in got)
     for t in nodes:
         await t.stop()
         await t.stop()
@@ -221,3 +230,4 @@ def test_holds_and_digest_checks_on_real_hosts():
     assert got["public rejected"] == [[got["public rejected"][0][0], "peer_id_mismatch"]]
     assert not got["mismatch delivered"]
     assert got["home pulled the liar"] in ([], ["digest_mismatch"])
+    assert not got["too long delivered"]

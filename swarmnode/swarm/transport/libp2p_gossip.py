@@ -24,10 +24,10 @@ What goes where (``docs/protocol.md`` section 4):
 
 A node fetches at most ``fetch_per_round`` (K) bundles per round of its own, chosen over the
 announcers by :class:`~swarmnode.swarm.transport.pull.PullPlan`: its bytes and verification
-work per round stay flat however many peers announce (issue 13). A pulled bundle must hash
-to the announced digest (else ``digest_mismatch``) and be signed by the announcer (else the
-bundle reason); a pull that finds nothing is ``missing_payload``; all counted against the
-announcer.
+work per round stay flat however many peers announce (issue 13). A pulled bundle must be no
+longer than announced (else ``too_large``, read no further), hash to the announced digest
+(else ``digest_mismatch``) and be signed by the announcer (else the bundle reason); a pull
+that finds nothing is ``missing_payload``; all counted against the announcer.
 
 Peers find each other beyond the bootstrap node with a small peer exchange,
 ``/swarmnode/peers/1.0.0``: a node that has fewer than :data:`PEER_TARGET` connections asks a
@@ -215,7 +215,7 @@ class BundleStore:
 @dataclass
 class Pulled:
     """What one pull got: the bundle (None when no source served one that checked out) and
-    why the last rejected answer failed (``digest_mismatch`` or a bundle reason), if one did."""
+    why the last rejected answer failed (``digest_mismatch``, ``too_large`` or a bundle reason), if one did."""
 
     data: bytes | None
     reason: str | None = None
@@ -554,6 +554,9 @@ class Libp2pTransport(Transport):
             data = await _exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size)
             if not data:
                 continue
+            if len(data) > announcement.size:
+                reason = "too_large"
+                continue
             if hashlib.sha256(data).hexdigest() != announcement.digest:
                 reason = "digest_mismatch"
                 continue
@@ -611,8 +614,9 @@ def _dialable(host: Any, peer: ID) -> list[str]:
     return out
 
 
-async def _read_bounded(stream: Any, limit: int) -> bytes | None:
-    """Everything ``stream`` sends until it closes, or None once it sends more than ``limit`` bytes."""
+async def _read_bounded(stream: Any, limit: int) -> bytes:
+    """Everything ``stream`` sends until it closes, at most ``limit`` + 1 bytes: an answer
+    longer than ``limit`` is one the peer sent too much of, and it is read no further."""
     chunks, size = [], 0
     while size <= limit:
         try:
@@ -623,12 +627,13 @@ async def _read_bounded(stream: Any, limit: int) -> bytes | None:
             break
         chunks.append(chunk)
         size += len(chunk)
-    return b"".join(chunks) if size <= limit else None
+    return b"".join(chunks)
 
 
 async def _exchange(host: Any, peer: ID, protocol: TProtocol, request: bytes, limit: int) -> bytes | None:
-    """Open a ``protocol`` stream to ``peer``, send ``request``, and read the answer (at most
-    ``limit`` bytes); None on any failure, time-out or oversized answer. Never raises."""
+    """Open a ``protocol`` stream to ``peer``, send ``request``, and read the answer (see
+    :func:`_read_bounded`: longer than ``limit`` means too long); None on any failure or
+    time-out. Never raises."""
     try:
         with trio.fail_after(_STREAM_TIMEOUT):
             stream = await host.new_stream(peer, [protocol])
@@ -652,7 +657,7 @@ async def _serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, s
     try:
         with trio.fail_after(_STREAM_TIMEOUT):
             request = await _read_bounded(stream, limit)
-            if request is None:
+            if len(request) > limit:
                 await stream.reset()
                 return
             reply = await answer(str(stream.muxed_conn.peer_id), request)
