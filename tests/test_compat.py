@@ -344,6 +344,55 @@ trio.run(main)
 """
 
 
+# Two real hosts; the WINDOW_UPDATE frames yamux sends while one reads 20 messages of 100 bytes
+# from the other, before and after batch_window_updates(): at least one a read, then about one
+# every other read (22 and 13 on 0.8.1).
+YAMUX_CHECK = """
+import json, os
+import multiaddr, trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.stream_muxer.yamux.yamux import YamuxStream
+from swarmnode.compat.libp2p import batch_window_updates
+
+os.environ.pop("PY_YAMUX_RELEASE_ON_READ", None)
+updates = []
+original = YamuxStream.send_window_update
+async def counted(self, *args, **kwargs):
+    updates.append(self)
+    return await original(self, *args, **kwargs)
+YamuxStream.send_window_update = counted
+counts = []
+
+async def reader(stream):
+    before, got = len(updates), 0
+    while got < 2000:
+        got += len(await stream.read(2000 - got))
+    counts.append(len(updates) - before)
+    await stream.write(b"ok")
+    await stream.close()
+
+async def send_twenty(b, a):
+    stream = await b.new_stream(a.get_id(), ["/compat/read/1"])
+    for _ in range(20):
+        await stream.write(b"x" * 100)
+        await trio.sleep(0.02)
+    await stream.read(2)
+
+async def main():
+    a, b = new_host(key_pair=create_new_key_pair(b"a" * 32)), new_host(key_pair=create_new_key_pair(b"b" * 32))
+    a.set_stream_handler("/compat/read/1", reader)
+    async with a.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]), b.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+        await b.connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{a.get_addrs()[0]}/p2p/{a.get_id()}")))
+        await send_twenty(b, a)
+        batch_window_updates()
+        await send_twenty(b, a)
+    print(json.dumps({"by default, one a read or more": counts[0] >= 20, "batched, at most 15": counts[1] <= 15}))
+
+trio.run(main)
+"""
+
 def _run_check(script: str) -> dict:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -361,3 +410,7 @@ def test_libp2p_doors_on_two_real_hosts():
     assert _run_check(LIBP2P_CHECK) == {"service ran": True, "dial, nobody listening": False,
                                         "dial again, now listening": False, "dial after allow_redial": True,
                                         "threads before stop": 1, "threads after stop": 0}
+
+
+def test_libp2p_yamux_credit_batches_on_real_hosts():
+    assert _run_check(YAMUX_CHECK) == {"by default, one a read or more": True, "batched, at most 15": True}

@@ -61,7 +61,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
-from swarmnode.compat.libp2p import allow_redial, run_service, stop_seen_cache, subscribers
+from swarmnode.compat.libp2p import (allow_redial, batch_window_updates, run_service, stop_seen_cache,
+                                     subscribers)
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.identity import public_key_from_peer_id
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
@@ -267,6 +268,7 @@ class Libp2pTransport(Transport):
                 announce = []  # a static empty list: get_addrs() advertises nothing
         except Exception as exc:
             raise TransportError(f"bad --listen/--announce multiaddr: {exc}") from None
+        batch_window_updates()
         self._thread = threading.Thread(target=self._thread_main, args=(listen, announce),
                                         name="swarmnode-libp2p", daemon=True)
         self._thread.start()
