@@ -73,6 +73,7 @@ from transport_node import ProcNode, descendants, wait_for  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0
+JOIN_PEERS = 3  # peers every node has before the measured rounds start
 
 
 # -- /proc readers --------------------------------------------------------------------------
@@ -212,9 +213,6 @@ def start_swarm(nodes: list[ProcNode], transport: str, n: int, lab: SwitchLab | 
             ready(i)
 
 
-JOIN_PEERS = 3
-
-
 def wait_joined(nodes: list[ProcNode], timeout: float) -> None:
     """Until every node has :data:`JOIN_PEERS` peers (all the others in a smaller swarm). Not
     "node 0 sees most of the others": a transport that bounds its connections never does."""
@@ -344,7 +342,7 @@ def table_row(r: dict[str, Any]) -> str:
     cells = [r["transport"], str(r["nodes"]), f(r["recv_mb"], 3), f(r["sent_mb"], 3), f(r["cpu_s"], 2),
              f(r["rss_mb"], 0), f(r["received_mean"], 1), f(r["received_min"], 1), f(r["delivery_ratio"], 2),
              f(r["latency_s_p50"], 2), f(r["latency_s_p95"], 2), f(r["cores"], 2),
-             f"{f(r.get('peers_mean'), 1)}, {r.get('peers_max', 'n/a')}"]
+             f"{f(r['peers_mean'], 1)}, {r['peers_max']}"]
     return "| " + " | ".join(cells) + " |"
 
 
