@@ -3,8 +3,9 @@
 Each check runs in a fresh interpreter (py-libp2p cannot share a process with hivemind,
 which other tests import): announcement validation, the per-round bound with the network
 side stubbed (as ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on
-127.0.0.1 a pull whose bytes do not match the digest or run past the announced size, and a
-private node's hold at a public one.
+127.0.0.1 a pull whose bytes do not match the digest or run past the announced size, a
+private node's hold at a public one, and gossip with a host that offers gossipsub v1.2 first
+(as releases before stop 22 did).
 """
 
 from __future__ import annotations
@@ -231,3 +232,52 @@ def test_holds_and_digest_checks_on_real_hosts():
     assert not got["mismatch delivered"]
     assert got["home pulled the liar"] in ([], ["digest_mismatch"])
     assert not got["too long delivered"]
+
+
+# A host offering gossipsub v1.2 first (as earlier releases did) and one offering what the
+# transport offers: they settle on v1.1 and each gets the other's message.
+GOSSIP_VERSION_CHECK = """
+import json, multiaddr, trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from swarmnode.compat.libp2p import run_service, stop_seen_cache
+from swarmnode.swarm.transport.libp2p_gossip import GOSSIP_PROTOCOLS
+
+async def main():
+    out = {}
+    hosts = [new_host(key_pair=create_new_key_pair(bytes([65 + i]) * 32)) for i in range(2)]
+    routers = [GossipSub(protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID], degree=1, degree_low=1,
+                         degree_high=2, heartbeat_interval=1),
+               GossipSub(protocols=GOSSIP_PROTOCOLS, degree=1, degree_low=1, degree_high=2, heartbeat_interval=1)]
+    pubsubs = [Pubsub(h, r) for h, r in zip(hosts, routers)]
+    listen = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
+    async with hosts[0].run([listen]), run_service(pubsubs[0]), run_service(routers[0]), \\
+            hosts[1].run([listen]), run_service(pubsubs[1]), run_service(routers[1]):
+        for p in pubsubs:
+            await p.wait_until_ready()
+        subs = [await p.subscribe("t") for p in pubsubs]
+        await hosts[0].connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{hosts[1].get_addrs()[0]}/p2p/{hosts[1].get_id()}")))
+        with trio.fail_after(30):
+            while not all(r.mesh.get("t") for r in routers):
+                await trio.sleep(0.2)
+        out["offered v1.2 first, got"] = str(routers[0].peer_protocol[hosts[1].get_id()])
+        out["this node got"] = str(routers[1].peer_protocol[hosts[0].get_id()])
+        for i, p in enumerate(pubsubs):
+            await p.publish("t", b"from %d" % i)
+        with trio.fail_after(10):
+            out["received"] = sorted([(await subs[1].get()).data.decode(), (await subs[0].get()).data.decode()])
+    for p in pubsubs:
+        stop_seen_cache(p)
+    print(json.dumps(out))
+
+trio.run(main)
+"""
+
+
+def test_a_host_offering_gossipsub_v12_settles_on_v11_and_gossips():
+    assert run_checks(GOSSIP_VERSION_CHECK) == {"offered v1.2 first, got": "/meshsub/1.1.0",
+                                                "this node got": "/meshsub/1.1.0",
+                                                "received": ["from 0", "from 1"]}

@@ -58,7 +58,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
 from swarmnode.compat.libp2p import (allow_redial, batch_window_updates, run_service, stop_seen_cache,
@@ -79,6 +79,9 @@ _STOP_TIMEOUT = 10.0
 _PEER_REFRESH = 0.5
 PULL_INTERVAL = 1.0
 PEER_TARGET = 8
+# No gossipsub v1.2: py-libp2p sends its IDONTWANT to every mesh peer for every message,
+# whatever its size, and an announcement is smaller than the duplicate it spares.
+GOSSIP_PROTOCOLS = [PROTOCOL_ID_V11, PROTOCOL_ID]
 PEERS_PROTOCOL = TProtocol("/swarmnode/peers/1.0.0")
 BUNDLE_PROTOCOL = TProtocol("/swarmnode/bundle/2.0.0")
 HOLD_PROTOCOL = TProtocol("/swarmnode/hold/2.0.0")
@@ -398,7 +401,7 @@ class Libp2pTransport(Transport):
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
                                      f"{self.identity.peer_id}")
             # Heartbeat every second (the libp2p spec's default) so meshes form quickly.
-            gossipsub = GossipSub(protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID], degree=6,
+            gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=6,
                                   degree_low=4, degree_high=12, heartbeat_interval=1)
             pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
             pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
