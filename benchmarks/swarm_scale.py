@@ -136,7 +136,8 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
                fetch_per_round: int) -> dict[str, Any]:
     """Delivery figures from the ``published`` events (by digest, each with the publishing node's
     index as ``node``) and each node's ``message`` events: distinct external bundles per node per
-    round (mean, min), the delivery ratio against min(N - 1, K), and latency over first receipts."""
+    round (mean, min, and each node's as ``received_per_node``), the delivery ratio against
+    min(N - 1, K), and latency over first receipts."""
     n = len(messages)
     per_node: list[float] = []
     duplicates = 0
@@ -156,7 +157,7 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
         latencies += [t - published[d]["t_pub"] for d, t in first.items()]
     wanted = min(n - 1, fetch_per_round)
     mean = statistics.fmean(per_node) if per_node else 0.0
-    return {"received_mean": mean, "received_min": min(per_node, default=0.0),
+    return {"received_mean": mean, "received_min": min(per_node, default=0.0), "received_per_node": per_node,
             "delivery_ratio": mean / wanted if wanted else None,
             "delivery_ratio_min": min(per_node, default=0.0) / wanted if wanted else None,
             "duplicates": duplicates / rounds / max(n, 1),
@@ -312,6 +313,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
     def mb_per_round(key: str) -> list[float] | None:
         return [(a[key] - b[key]) / 1e6 / args.rounds for a, b in zip(after, before)] if with_net else None
 
+    received = result.pop("received_per_node")
     per_round = {"cpu_s": [c / args.rounds for c in cpu], "recv_mb": mb_per_round("rx"), "sent_mb": mb_per_round("tx")}
     return {"transport": transport, "nodes": n, "rounds": args.rounds, "round_s": args.round_s,
             "bundle_bytes": args.size, "fetch_per_round": args.fetch_per_round,
@@ -326,7 +328,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
             "processes_per_node": _mean([a["usage"].processes for a in after]),
             "cores": sum(cpu) / window_s if window_s > 0 else None,
             "peers_mean": _mean(run["peers"]), "peers_max": max(run["peers"]),
-            **result, "per_node": {**per_round, "peers": run["peers"]}}
+            **result, "per_node": {**per_round, "peers": run["peers"], "received": received}}
 
 
 # -- the table --------------------------------------------------------------------------------

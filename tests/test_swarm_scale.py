@@ -68,6 +68,7 @@ def test_deliveries_count_distinct_external_bundles_and_first_receipts():
     result = deliveries(published, messages, rounds=2, fetch_per_round=8)
     assert result["received_mean"] == pytest.approx((4 + 2 + 1) / 3 / 2)
     assert result["received_min"] == 0.5
+    assert result["received_per_node"] == [2.0, 1.0, 0.5]
     assert result["delivery_ratio"] == pytest.approx(result["received_mean"] / 2)  # min(N - 1, K) = 2
     assert result["duplicates"] == pytest.approx(1 / 2 / 3)  # node 1's second a1
     # first receipts: 0.1 0.2 0.3 0.4 | 0.05 (not 0.5) 0.6 | 2.0; own and unknown bundles left out
