@@ -393,6 +393,7 @@ async def main():
 trio.run(main)
 """
 
+
 def _run_check(script: str) -> dict:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
