@@ -4,8 +4,8 @@ Each check runs in a fresh interpreter (py-libp2p cannot share a process with hi
 which other tests import): announcement validation, the per-round bound with the network
 side stubbed (as ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on
 127.0.0.1 a pull whose bytes do not match the digest or run past the announced size, a
-private node's hold at a public one, and gossip with a host that offers gossipsub v1.2 first
-(as releases before stop 22 did).
+private node's hold at a public one, gossip with a host that offers gossipsub v1.2 first
+(as releases before stop 22 did), and the gossip heartbeat's period after 30 s.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -281,3 +283,45 @@ def test_a_host_offering_gossipsub_v12_settles_on_v11_and_gossips():
     assert run_checks(GOSSIP_VERSION_CHECK) == {"offered v1.2 first, got": "/meshsub/1.1.0",
                                                 "this node got": "/meshsub/1.1.0",
                                                 "received": ["from 0", "from 1"]}
+
+
+# Two transports for 40 s, the gossipsub heartbeats counted from 32 s on: py-libp2p 0.8's
+# adaptive gossip rates its own health every 30 s and, finding it "moderate", beats every
+# 60 s from then on (meshes mended and missed messages gossiped once a minute).
+HEARTBEAT_CHECK = """
+import asyncio, json, random, sys, time
+from transport_node import identity_for, make_bundle
+from swarmnode.swarm.transport.libp2p_gossip import Libp2pTransport
+
+async def main():
+    first = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
+    await first.start()
+    second = Libp2pTransport(identity_for(2), "sw", bootstrap=[first.addresses()[0]], listen="/ip4/127.0.0.1/tcp/0")
+    await second.start()
+    beats, started = [], time.monotonic()
+    router = second._pubsub.router
+    shift = router.mcache.shift
+    def counted():
+        beats.append(time.monotonic() - started)
+        shift()
+    router.mcache.shift = counted
+    await asyncio.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 40)
+    out = {"peers": len(second.peers()), "beats after 32 s": sum(t > 32 for t in beats)}
+    got = asyncio.get_running_loop().create_future()
+    second.set_handler(lambda data: got.done() or got.set_result(data))
+    bundle = make_bundle(first.identity, "sw", 7, 2000, random.Random(0))
+    await first.publish(7, bundle)
+    out["pulled after 40 s"] = await asyncio.wait_for(got, 20) == bundle
+    for t in (second, first):
+        await t.stop()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_the_gossip_heartbeat_keeps_its_period_after_the_health_check():
+    got = run_checks(HEARTBEAT_CHECK)
+    assert got["peers"] == 1 and got["pulled after 40 s"]
+    assert got["beats after 32 s"] >= 5, got
