@@ -325,3 +325,39 @@ def test_the_gossip_heartbeat_keeps_its_period_after_the_health_check():
     got = run_checks(HEARTBEAT_CHECK)
     assert got["peers"] == 1 and got["pulled after 40 s"]
     assert got["beats after 32 s"] >= 5, got
+
+
+# A node with six peers answers a seventh's peer exchange ten times: in the order its peers
+# connected, every joiner would dial the same first few, which become hubs (docs/scale.md).
+PEER_ANSWER_CHECK = """
+import asyncio, json
+from transport_node import identity_for
+from swarmnode.swarm.transport.base import peer_id_of
+from swarmnode.swarm.transport.libp2p_gossip import Libp2pTransport, _ask_peers
+
+async def main():
+    hub = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
+    await hub.start()
+    others = [Libp2pTransport(identity_for(2 + i), "sw", bootstrap=hub.addresses()[:1], listen="/ip4/127.0.0.1/tcp/0")
+              for i in range(7)]
+    for t in others:
+        await t.start()
+    while len(hub.peers()) < 7:
+        await asyncio.sleep(0.2)
+    asker = others[-1]
+    answers = [[peer_id_of(a) for a in await asker._in_host(_ask_peers, asker._host, hub._host.get_id())]
+               for _ in range(10)]
+    print(json.dumps({"peers named": sorted({len(set(a)) for a in answers}),
+                      "asker named": any(asker.identity.peer_id in a for a in answers),
+                      "first named": len({a[0] for a in answers})}))
+    for t in [*others, hub]:
+        await t.stop()
+
+asyncio.run(main())
+"""
+
+
+def test_a_peer_exchange_answer_names_the_peers_in_random_order():
+    got = run_checks(PEER_ANSWER_CHECK)
+    assert got["peers named"] == [6] and not got["asker named"]
+    assert got["first named"] > 1, "ten answers all began with the same peer"

@@ -681,10 +681,13 @@ async def _serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, s
 
 
 async def _answer_peers(host: Any, stream: Any) -> None:
-    """Stream handler of PEERS_PROTOCOL: the addresses of our other peers, then close."""
+    """Stream handler of PEERS_PROTOCOL: the addresses of our other peers in random order, then
+    close. In the order they connected, every joiner would dial the same first few: hubs
+    connected to all, whose meshes are full, so nodes that reach only hubs starve."""
     try:
         asker = stream.muxed_conn.peer_id
-        addrs = [a for p in host.get_connected_peers() if p != asker for a in _dialable(host, p)]
+        peers = [p for p in host.get_connected_peers() if p != asker]
+        addrs = [a for p in random.sample(peers, len(peers)) for a in _dialable(host, p)]
         await stream.write(json.dumps(addrs[:_EXCHANGE_MAX_ADDRS]).encode("utf-8"))
         await stream.close()
     except Exception as exc:
