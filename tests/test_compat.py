@@ -393,6 +393,52 @@ async def main():
 trio.run(main)
 """
 
+# A LeanPubsub host and a plain Pubsub host (as releases before stop 23 ran) in one mesh: the
+# RPCs each writes, with or without a signed peer record, and each gets the other's message.
+SENDER_RECORD_CHECK = """
+import json
+import multiaddr, trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from swarmnode.compat.libp2p import LeanPubsub, run_service, stop_seen_cache
+
+written = {}
+original = Pubsub.write_msg
+async def counted(self, stream, rpc_msg):
+    written.setdefault(type(self).__name__, []).append(rpc_msg.HasField("senderRecord"))
+    return await original(self, stream, rpc_msg)
+Pubsub.write_msg = counted
+
+async def main():
+    hosts = [new_host(key_pair=create_new_key_pair(bytes([70 + i]) * 32)) for i in range(2)]
+    routers = [GossipSub(protocols=[PROTOCOL_ID_V11], degree=1, degree_low=1, degree_high=2, heartbeat_interval=1)
+               for _ in hosts]
+    pubsubs = [LeanPubsub(hosts[0], routers[0]), Pubsub(hosts[1], routers[1])]
+    listen = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
+    async with hosts[0].run([listen]), run_service(pubsubs[0]), run_service(routers[0]), \\
+            hosts[1].run([listen]), run_service(pubsubs[1]), run_service(routers[1]):
+        for p in pubsubs:
+            await p.wait_until_ready()
+        subs = [await p.subscribe("t") for p in pubsubs]
+        await hosts[0].connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{hosts[1].get_addrs()[0]}/p2p/{hosts[1].get_id()}")))
+        with trio.fail_after(30):
+            while not all(r.mesh.get("t") for r in routers):
+                await trio.sleep(0.2)
+        for i, p in enumerate(pubsubs):
+            await p.publish("t", b"from %d" % i)
+        with trio.fail_after(10):
+            received = sorted([(await subs[1].get()).data.decode(), (await subs[0].get()).data.decode()])
+    for p in pubsubs:
+        stop_seen_cache(p)
+    print(json.dumps({"received": received, "lean RPCs with a record": sum(written["LeanPubsub"]),
+                      "lean RPCs": len(written["LeanPubsub"]) >= 2, "plain RPCs all with one": all(written["Pubsub"])}))
+
+trio.run(main)
+"""
+
 
 def _run_check(script: str) -> dict:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -415,3 +461,8 @@ def test_libp2p_doors_on_two_real_hosts():
 
 def test_libp2p_yamux_credit_batches_on_real_hosts():
     assert _run_check(YAMUX_CHECK) == {"by default, one a read or more": True, "batched, at most 15": True}
+
+
+def test_libp2p_lean_pubsub_sends_no_peer_records_and_talks_to_a_plain_one():
+    assert _run_check(SENDER_RECORD_CHECK) == {"received": ["from 0", "from 1"], "lean RPCs with a record": 0,
+                                               "lean RPCs": True, "plain RPCs all with one": True}

@@ -61,8 +61,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
-from swarmnode.compat.libp2p import (allow_redial, batch_window_updates, run_service, stop_seen_cache,
-                                     subscribers)
+from swarmnode.compat.libp2p import (LeanPubsub, allow_redial, batch_window_updates, run_service,
+                                     stop_seen_cache, subscribers)
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.identity import public_key_from_peer_id
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
@@ -408,7 +408,7 @@ class Libp2pTransport(Transport):
             # beats every 60 s, so meshes were mended and misses gossiped once a minute.
             gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=8,
                                   heartbeat_interval=1, adaptive_gossip_enabled=False)
-            pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
+            pubsub = LeanPubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
             pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
                                        is_async_validator=False)
             host.set_stream_handler(PEERS_PROTOCOL, partial(_answer_peers, host))
