@@ -401,12 +401,13 @@ class Libp2pTransport(Transport):
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
                                      f"{self.identity.peer_id}")
             # Heartbeat every second (the libp2p spec's default) so meshes form quickly. Mesh
-            # degree 4 (3 to 8), not the spec's 6 (4 to 12): a node that many peers dial keeps
-            # fewer of them in its mesh, and on 32 nodes a node's bytes fell by a quarter and its
-            # CPU by a third (docs/scale.md); lazy gossip (IHAVE) still repairs a missed message.
+            # degree 3 (2 to 5), not the spec's 6 (4 to 12): a node gets each announcement from
+            # about as many mesh peers as it keeps, the one cost that grows with the swarm; on
+            # 64 nodes a third fewer bytes at the same delivery (docs/scale.md), and lazy
+            # gossip (IHAVE, every heartbeat) repairs a missed message.
             # No adaptive gossip: py-libp2p's (0.8) rates a healthy swarm "moderate" and then
             # beats every 60 s, so meshes were mended and misses gossiped once a minute.
-            gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=8,
+            gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=3, degree_low=2, degree_high=5,
                                   heartbeat_interval=1, adaptive_gossip_enabled=False)
             pubsub = LeanPubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
             pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
