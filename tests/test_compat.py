@@ -394,7 +394,8 @@ trio.run(main)
 """
 
 # A LeanPubsub host and a plain Pubsub host (as releases before stop 23 ran) in one mesh: the
-# RPCs each writes, with or without a signed peer record, and each gets the other's message.
+# RPCs each writes, with or without a signed peer record, the messages with or without their
+# origin's public key, and each gets (and checks the signature of) the other's message.
 SENDER_RECORD_CHECK = """
 import json
 import multiaddr, trio
@@ -405,10 +406,11 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from swarmnode.compat.libp2p import LeanPubsub, run_service, stop_seen_cache
 
-written = {}
+written, keys = {}, {}
 original = Pubsub.write_msg
 async def counted(self, stream, rpc_msg):
     written.setdefault(type(self).__name__, []).append(rpc_msg.HasField("senderRecord"))
+    keys.setdefault(type(self).__name__, []).extend(len(m.key) > 0 for m in rpc_msg.publish)
     return await original(self, stream, rpc_msg)
 Pubsub.write_msg = counted
 
@@ -434,7 +436,8 @@ async def main():
     for p in pubsubs:
         stop_seen_cache(p)
     print(json.dumps({"received": received, "lean RPCs with a record": sum(written["LeanPubsub"]),
-                      "lean RPCs": len(written["LeanPubsub"]) >= 2, "plain RPCs all with one": all(written["Pubsub"])}))
+                      "lean RPCs": len(written["LeanPubsub"]) >= 2, "plain RPCs all with one": all(written["Pubsub"]),
+                      "messages with a key": {name: [sum(k), len(k)] for name, k in keys.items()}}))
 
 trio.run(main)
 """
@@ -463,6 +466,7 @@ def test_libp2p_yamux_credit_batches_on_real_hosts():
     assert _run_check(YAMUX_CHECK) == {"by default, one a read or more": True, "batched, at most 15": True}
 
 
-def test_libp2p_lean_pubsub_sends_no_peer_records_and_talks_to_a_plain_one():
+def test_libp2p_lean_pubsub_sends_no_peer_records_or_inline_keys_and_talks_to_a_plain_one():
     assert _run_check(SENDER_RECORD_CHECK) == {"received": ["from 0", "from 1"], "lean RPCs with a record": 0,
-                                               "lean RPCs": True, "plain RPCs all with one": True}
+                                               "lean RPCs": True, "plain RPCs all with one": True,
+                                               "messages with a key": {"LeanPubsub": [0, 1], "Pubsub": [1, 1]}}

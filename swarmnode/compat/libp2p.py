@@ -75,7 +75,8 @@ def batch_window_updates() -> None:
 
 
 class LeanPubsub(Pubsub):
-    """``Pubsub`` that sends no signed peer record with its RPCs.
+    """``Pubsub`` that sends no signed peer record with its RPCs, and no public key a message's
+    origin already carries.
 
     Contract (checked on 0.8.1): every RPC pubsub and gossipsub send, forwarded messages and
     control messages alike, goes through ``Pubsub.write_msg``, and py-libp2p sets the sender's
@@ -85,8 +86,16 @@ class LeanPubsub(Pubsub):
     record serves. Without it an announcement a node forwards costs it about 40 % fewer bytes
     and its receiver one signature check fewer. A receiver of any version accepts an RPC with
     no record (an empty one it would refuse, so the field is cleared, not emptied).
+
+    A signed message also carries its origin's public key (``key``, 36 bytes) although an
+    Ed25519 PeerID is an identity multihash of that key (its first byte 0x00): the signature
+    covers neither field, and py-libp2p's validator (like the spec's) takes the key from the
+    PeerID first. Such keys are cleared; any other key (RSA, not inline) is sent.
     """
 
     async def write_msg(self, stream: Any, rpc_msg: Any) -> bool:
         rpc_msg.ClearField("senderRecord")
+        for message in rpc_msg.publish:
+            if message.from_id[:1] == b"\x00":
+                message.ClearField("key")
         return await super().write_msg(stream, rpc_msg)
