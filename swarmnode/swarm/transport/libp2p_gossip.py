@@ -406,9 +406,12 @@ class Libp2pTransport(Transport):
             # 64 nodes a third fewer bytes at the same delivery (docs/scale.md), and lazy
             # gossip (IHAVE, every heartbeat) repairs a missed message.
             # No adaptive gossip: py-libp2p's (0.8) rates a healthy swarm "moderate" and then
-            # beats every 60 s, so meshes were mended and misses gossiped once a minute.
+            # beats every 60 s, so meshes were mended and misses gossiped once a minute. A peer
+            # may forward 100 announcements a second, not py-libp2p's 10, which 900 nodes with
+            # 90 s rounds reach; the validator and the PullPlan already bound what they cost.
             gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=3, degree_low=2, degree_high=5,
-                                  heartbeat_interval=1, adaptive_gossip_enabled=False)
+                                  heartbeat_interval=1, adaptive_gossip_enabled=False,
+                                  max_messages_per_topic_per_second=100)
             pubsub = LeanPubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
             pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
                                        is_async_validator=False)
