@@ -442,6 +442,36 @@ async def main():
 trio.run(main)
 """
 
+# One heartbeat of a router whose mesh holds 8 peers (at most 5): it prunes 5. Then the mesh
+# empties and only the pruned peers are left; the next heartbeat grafts. py-libp2p's GossipSub
+# grafts the peers it just pruned, which take it for a GRAFT flood; BackoffGossipSub does not.
+BACKOFF_CHECK = """
+import json
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from swarmnode.compat.libp2p import BackoffGossipSub
+
+def two_heartbeats(cls):
+    router = cls(protocols=[PROTOCOL_ID_V11], degree=3, degree_low=2, degree_high=5, heartbeat_interval=1)
+    pubsub = Pubsub(new_host(key_pair=create_new_key_pair(b"h" * 32)), router)
+    peers = [ID.from_pubkey(create_new_key_pair(bytes([i]) * 32).public_key) for i in range(8)]
+    pubsub.peer_topics["t"] = set(peers)
+    for peer in peers:
+        router.peer_protocol[peer] = PROTOCOL_ID_V11
+    router.mesh["t"] = set(peers)
+    _, pruned = router.mesh_heartbeat()
+    pubsub.peer_topics["t"] -= router.mesh["t"]  # only the pruned peers are left to graft
+    router.mesh["t"] = set()
+    grafted, _ = router.mesh_heartbeat()
+    pubsub.seen_messages.stop()
+    return {"pruned": len(pruned), "grafted": len(grafted), "pruned grafted again": len(set(pruned) & set(grafted))}
+
+print(json.dumps({cls.__name__: two_heartbeats(cls) for cls in (GossipSub, BackoffGossipSub)}))
+"""
+
 
 def _run_check(script: str) -> dict:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -470,3 +500,10 @@ def test_libp2p_lean_pubsub_sends_no_peer_records_or_inline_keys_and_talks_to_a_
     assert _run_check(SENDER_RECORD_CHECK) == {"received": ["from 0", "from 1"], "lean RPCs with a record": 0,
                                                "lean RPCs": True, "plain RPCs all with one": True,
                                                "messages with a key": {"LeanPubsub": [0, 1], "Pubsub": [1, 1]}}
+
+
+def test_libp2p_router_backs_off_from_the_peers_its_heartbeat_prunes():
+    got = _run_check(BACKOFF_CHECK)
+    assert got["BackoffGossipSub"] == {"pruned": 5, "grafted": 0, "pruned grafted again": 0}
+    assert got["GossipSub"] == {"pruned": 5, "grafted": 3, "pruned grafted again": 3}, \
+        "py-libp2p now backs off by itself: BackoffGossipSub can go (swarmnode/compat/libp2p.py)"

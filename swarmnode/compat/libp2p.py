@@ -13,6 +13,7 @@ import os
 from typing import Any, AsyncContextManager
 
 from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
@@ -99,3 +100,23 @@ class LeanPubsub(Pubsub):
             if message.from_id[:1] == b"\x00":
                 message.ClearField("key")
         return await super().write_msg(stream, rpc_msg)
+
+
+class BackoffGossipSub(GossipSub):
+    """``GossipSub`` that backs off from the peers its heartbeat prunes, as the spec says.
+
+    Contract (checked on 0.8.1): ``mesh_heartbeat()`` returns ``(peers_to_graft,
+    peers_to_prune)``, each mapping a peer to its topics, and records no backoff for the peers
+    it prunes, so a later heartbeat may graft one of them again within seconds. That peer
+    recorded our PRUNE (``handle_prune``) and takes such a GRAFT within 10 s for a "GRAFT
+    flood": it lowers our score (``penalize_graft_flood``) and prunes us again; enough of
+    those and it graylists us, ignoring what we send and sending us nothing. ``_add_back_off``
+    is the router's own record, which its graft selection already consults.
+    """
+
+    def mesh_heartbeat(self) -> Any:
+        to_graft, to_prune = super().mesh_heartbeat()
+        for peer, topics in to_prune.items():
+            for topic in topics:
+                self._add_back_off(peer, topic, False)
+        return to_graft, to_prune

@@ -58,11 +58,11 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
 from libp2p.pubsub.pubsub import Pubsub
 
-from swarmnode.compat.libp2p import (LeanPubsub, allow_redial, batch_window_updates, run_service,
-                                     stop_seen_cache, subscribers)
+from swarmnode.compat.libp2p import (BackoffGossipSub, LeanPubsub, allow_redial, batch_window_updates,
+                                     run_service, stop_seen_cache, subscribers)
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.identity import public_key_from_peer_id
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
@@ -409,9 +409,9 @@ class Libp2pTransport(Transport):
             # beats every 60 s, so meshes were mended and misses gossiped once a minute. A peer
             # may forward 100 announcements a second, not py-libp2p's 10, which 900 nodes with
             # 90 s rounds reach; the validator and the PullPlan already bound what they cost.
-            gossipsub = GossipSub(protocols=GOSSIP_PROTOCOLS, degree=3, degree_low=2, degree_high=5,
-                                  heartbeat_interval=1, adaptive_gossip_enabled=False,
-                                  max_messages_per_topic_per_second=100)
+            gossipsub = BackoffGossipSub(protocols=GOSSIP_PROTOCOLS, degree=3, degree_low=2, degree_high=5,
+                                         heartbeat_interval=1, adaptive_gossip_enabled=False,
+                                         max_messages_per_topic_per_second=100)
             pubsub = LeanPubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
             pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
                                        is_async_validator=False)
