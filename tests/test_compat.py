@@ -397,14 +397,15 @@ trio.run(main)
 # RPCs each writes, with or without a signed peer record, the messages with or without their
 # origin's public key, and each gets (and checks the signature of) the other's message.
 SENDER_RECORD_CHECK = """
-import json
-import multiaddr, trio
+import json, sys
+import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
-from swarmnode.compat.libp2p import LeanPubsub, run_service, stop_seen_cache
+from swarmnode.compat.libp2p import LeanPubsub
+sys.path.insert(0, "tests")
+from gossip_pair import exchange
 
 written, keys = {}, {}
 original = Pubsub.write_msg
@@ -418,23 +419,7 @@ async def main():
     hosts = [new_host(key_pair=create_new_key_pair(bytes([70 + i]) * 32)) for i in range(2)]
     routers = [GossipSub(protocols=[PROTOCOL_ID_V11], degree=1, degree_low=1, degree_high=2, heartbeat_interval=1)
                for _ in hosts]
-    pubsubs = [LeanPubsub(hosts[0], routers[0]), Pubsub(hosts[1], routers[1])]
-    listen = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
-    async with hosts[0].run([listen]), run_service(pubsubs[0]), run_service(routers[0]), \\
-            hosts[1].run([listen]), run_service(pubsubs[1]), run_service(routers[1]):
-        for p in pubsubs:
-            await p.wait_until_ready()
-        subs = [await p.subscribe("t") for p in pubsubs]
-        await hosts[0].connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{hosts[1].get_addrs()[0]}/p2p/{hosts[1].get_id()}")))
-        with trio.fail_after(30):
-            while not all(r.mesh.get("t") for r in routers):
-                await trio.sleep(0.2)
-        for i, p in enumerate(pubsubs):
-            await p.publish("t", b"from %d" % i)
-        with trio.fail_after(10):
-            received = sorted([(await subs[1].get()).data.decode(), (await subs[0].get()).data.decode()])
-    for p in pubsubs:
-        stop_seen_cache(p)
+    received = await exchange(hosts, routers, [LeanPubsub(hosts[0], routers[0]), Pubsub(hosts[1], routers[1])])
     print(json.dumps({"received": received, "lean RPCs with a record": sum(written["LeanPubsub"]),
                       "lean RPCs": len(written["LeanPubsub"]) >= 2, "plain RPCs all with one": all(written["Pubsub"]),
                       "messages with a key": {name: [sum(k), len(k)] for name, k in keys.items()}}))

@@ -239,13 +239,12 @@ def test_holds_and_digest_checks_on_real_hosts():
 # A host offering gossipsub v1.2 first (as earlier releases did) and one offering what the
 # transport offers: they settle on v1.1 and each gets the other's message.
 GOSSIP_VERSION_CHECK = """
-import json, multiaddr, trio
+import json, trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
-from swarmnode.compat.libp2p import run_service, stop_seen_cache
+from gossip_pair import exchange
 from swarmnode.swarm.transport.libp2p_gossip import GOSSIP_PROTOCOLS
 
 async def main():
@@ -254,25 +253,12 @@ async def main():
     routers = [GossipSub(protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID], degree=1, degree_low=1,
                          degree_high=2, heartbeat_interval=1),
                GossipSub(protocols=GOSSIP_PROTOCOLS, degree=1, degree_low=1, degree_high=2, heartbeat_interval=1)]
-    pubsubs = [Pubsub(h, r) for h, r in zip(hosts, routers)]
-    listen = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
-    async with hosts[0].run([listen]), run_service(pubsubs[0]), run_service(routers[0]), \\
-            hosts[1].run([listen]), run_service(pubsubs[1]), run_service(routers[1]):
-        for p in pubsubs:
-            await p.wait_until_ready()
-        subs = [await p.subscribe("t") for p in pubsubs]
-        await hosts[0].connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{hosts[1].get_addrs()[0]}/p2p/{hosts[1].get_id()}")))
-        with trio.fail_after(30):
-            while not all(r.mesh.get("t") for r in routers):
-                await trio.sleep(0.2)
+
+    def protocols():
         out["offered v1.2 first, got"] = str(routers[0].peer_protocol[hosts[1].get_id()])
         out["this node got"] = str(routers[1].peer_protocol[hosts[0].get_id()])
-        for i, p in enumerate(pubsubs):
-            await p.publish("t", b"from %d" % i)
-        with trio.fail_after(10):
-            out["received"] = sorted([(await subs[1].get()).data.decode(), (await subs[0].get()).data.decode()])
-    for p in pubsubs:
-        stop_seen_cache(p)
+
+    out["received"] = await exchange(hosts, routers, [Pubsub(h, r) for h, r in zip(hosts, routers)], protocols)
     print(json.dumps(out))
 
 trio.run(main)
