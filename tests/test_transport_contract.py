@@ -173,6 +173,22 @@ def test_hivemind_helpers_end_with_a_killed_node(spawn):
     wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
+def test_ctrl_c_to_the_process_group_leaves_the_hivemind_dht_to_the_node(spawn):
+    """Ctrl-C in a terminal (or ``timeout``) signals the node's whole process group. The node
+    still finishes its round (here: 3 s, three polls) and may publish; only then does it stop
+    its DHT, in order. So the DHT process and p2pd must not act on that signal themselves: no
+    failed read, no relaunch, no hard stop, exit 0 and nothing left running."""
+    node = spawn("hivemind", 0, signal_grace=3.0)
+    os.killpg(node.proc.pid, signal.SIGINT)  # ProcNode starts each node in a session of its own
+    node.publish(1, 2_000)
+    report = node.wait_event("stopped", 60)
+    assert node.proc.wait(30) == 0
+    assert_clean(report)
+    # Before the fix: "reading the swarm's records failed", and hivemind's "DHT did not shut down".
+    logged = [line for line in node.stderr_path.read_text().splitlines() if "no bootstrap peers" not in line]
+    assert logged == []
+
+
 # -- pieces of the contract that need no network ------------------------------------------------
 
 

@@ -20,6 +20,9 @@ transport drops itself, and answers these commands (one JSON object a line on st
 * ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
   ``stopped`` with the threads and child processes still alive, and exits.
 
+SIGINT or SIGTERM acts as ``stop`` after ``--signal-grace`` seconds, as a daemon stops its
+transport once its round in flight is done; commands are still answered meanwhile.
+
 :class:`NodeDriver` is the same logic without the pipes, for in-process (memory) nodes.
 """
 
@@ -157,9 +160,12 @@ class ProcNode:
     """A node in its own process running this script. Call :meth:`ready` before anything else."""
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
-                 stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = ()):
-        """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``."""
-        args = [*prefix, sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed)]
+                 stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
+                 signal_grace: float = 0.0):
+        """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
+        ``signal_grace``: ``--signal-grace``."""
+        args = [*prefix, sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed),
+                "--signal-grace", str(signal_grace)]
         if private:
             args += ["--reachability", "private"]
         for b in bootstrap:
@@ -168,7 +174,7 @@ class ProcNode:
             args += ["--listen", listen]
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
-        # A session of its own, so kill() can take the node's helpers (DHT process, p2pd) with it.
+        # A session of its own, so a test can signal the node's process group as a terminal would.
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      text=True, start_new_session=True)
         self.events: list[dict] = []
@@ -231,7 +237,8 @@ class ProcNode:
         return report
 
     def kill(self) -> None:
-        """Kill the node's whole process group (this node's processes only) and reap it."""
+        """Kill the node's whole process group (this node's processes only) and reap it; the
+        hivemind transport's helpers, in a session of their own, follow within seconds."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
@@ -303,6 +310,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
     emit(await driver.start())
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, loop.call_later, args.signal_grace, reader.feed_eof)
     while True:
         line = await reader.readline()
         if not line:
@@ -329,6 +338,8 @@ def main() -> None:
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--bootstrap", action="append", default=[])
     parser.add_argument("--reachability", choices=("public", "private"), default="public")
+    parser.add_argument("--signal-grace", type=float, default=0.0,
+                        help="on SIGINT or SIGTERM, run this many seconds more, then stop as on 'stop'")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

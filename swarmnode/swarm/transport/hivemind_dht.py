@@ -31,7 +31,10 @@ holds no per-signer state; :class:`BoundedStorage` (installed in the DHT process
 hivemind's unbounded storage and cache) bounds bytes per signer and in total. Refusals are
 counted in the DHT process and read back with :func:`_counters`.
 
-hivemind's DHT runs in a forked process and talks over a pipe. Every call goes through
+hivemind's DHT runs in a forked process and talks over a pipe. That process and its p2pd run
+in a session of their own (:func:`~swarmnode.compat.hivemind.start_dht`): a signal to the
+node's process group (Ctrl-C) reaches only the node, which stops them in order, and they end
+by themselves once the node is gone. Every call goes through
 :meth:`HivemindTransport._call`, which sends from a worker thread (never blocking the event
 loop) under a lock (the pipe is not safe for concurrent writers). The node starts its DHT
 without initial peers, which always works and gives it an address at once, then joins the
@@ -64,7 +67,7 @@ from hivemind.utils import MSGPackSerializer, get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValue, connect, local_storage, ping,
-                                       record_key_id, replace_storage, routed_peers)
+                                       record_key_id, replace_storage, routed_peers, start_dht)
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
@@ -376,27 +379,6 @@ async def _shutdown(dht: hivemind.DHT) -> None:
         await asyncio.to_thread(dht.join)
 
 
-async def _watch_parent(_dht: Any, node: DHTNode, *, parent: int) -> None:
-    """Make the DHT process (and its p2pd) end with the node, even when the node is killed.
-
-    hivemind's DHT is a forked process that outlives a node killed by a signal (out of
-    memory, ``kill -9``), keeping its port and p2pd busy; this check ends it instead.
-    """
-
-    async def watch() -> None:
-        while os.getppid() == parent:
-            await asyncio.sleep(1.0)
-        try:
-            await asyncio.wait_for(node.shutdown(), 5.0)
-        finally:
-            os._exit(0)
-
-    _WATCHERS.add(asyncio.create_task(watch()))
-
-
-_WATCHERS: set[asyncio.Task] = set()  # strong references, or the loop may drop the task
-
-
 async def _guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> tuple[bool, Any]:
     """Run ``coro`` in the DHT process, returning (ok, result or error text) within
     ``_CALL_TIMEOUT``: hivemind would print the traceback of an exception raised there (a
@@ -535,7 +517,7 @@ class HivemindTransport(Transport):
             validator = SwarmRecordValidator(self.swarm, self.identity)
             # No caching of what this node reads: every poll reads fresh, and a cache (here, or
             # pushed to the nearest peers) would only hold and spread what a peer wrote.
-            self._dht = await asyncio.to_thread(partial(hivemind.DHT, start=True, record_validators=[validator],
+            self._dht = await asyncio.to_thread(partial(start_dht, record_validators=[validator],
                                                         cache_locally=False, cache_nearest=0, **kwargs))
         except Exception as exc:
             raise TransportError(f"the hivemind DHT could not start on {self.listen}: {exc}") from None
@@ -545,7 +527,6 @@ class HivemindTransport(Transport):
                 os.unlink(key_file)
         try:
             await self._call(_bound_storage)
-            await self._call(partial(_watch_parent, parent=os.getpid()))
             self._addresses = await self._call(_visible_addresses)
             own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
             if own != self.identity.peer_id:
@@ -625,8 +606,10 @@ class HivemindTransport(Transport):
                 await self._poll_once()
                 self._poll_failed = False
             except Exception as exc:
+                if self._stopped:  # stop() cancels this task next; its DHT going away is no news
+                    return
                 dht = self._dht
-                if dht is not None and not dht.is_alive() and not self._stopped:
+                if dht is not None and not dht.is_alive():
                     await self._relaunch(dht)
                     continue
                 if not self._poll_failed:  # one line per outage, not one per second
