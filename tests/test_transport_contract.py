@@ -186,7 +186,7 @@ def test_ctrl_c_to_the_process_group_leaves_the_hivemind_dht_to_the_node(spawn):
     assert_clean(report)
     # Before the fix: "reading the swarm's records failed", and hivemind's "DHT did not shut down".
     logged = [line for line in node.stderr_path.read_text().splitlines() if "no bootstrap peers" not in line]
-    assert logged == []
+    assert logged == [], "\n".join(logged)
 
 
 # -- pieces of the contract that need no network ------------------------------------------------
