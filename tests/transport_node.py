@@ -307,11 +307,12 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
                                  bootstrap=args.bootstrap, listen=args.listen,
                                  private=args.reachability == "private")
     driver = NodeDriver(transport, emit)
-    emit(await driver.start())
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    # Before "ready": a test may signal the node the moment it reads that.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, loop.call_later, args.signal_grace, reader.feed_eof)
+    emit(await driver.start())
     while True:
         line = await reader.readline()
         if not line:

@@ -45,7 +45,8 @@ def start_dht(**kwargs: Any) -> Any:
     whose ``run()`` runs in the child and starts p2pd there, as its child, in its process
     group. p2pd cannot be shielded in place: the DHT process spawns it through uvloop, which
     resets the signal mask and handlers of the child (a blocked or ignored SIGINT does not
-    reach p2pd), and p2pd exits on SIGINT and SIGTERM.
+    reach p2pd), and p2pd exits on SIGINT and SIGTERM. hivemind leaves SIGTERM in the DHT
+    process as the fork found it.
     """
     from hivemind import DHT  # not at import: the relay imports this module with a torch-less hivemind
 
@@ -54,6 +55,9 @@ def start_dht(**kwargs: Any) -> Any:
     class SessionDHT(DHT):
         def run(self) -> None:
             os.setsid()
+            # The fork inherits the node's asyncio handler, with which SIGTERM (hivemind's own
+            # fallback, and _end_with's) would be swallowed here.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             threading.Thread(target=_end_with, args=(parent,), name="end-with-node", daemon=True).start()
             super().run()
 
