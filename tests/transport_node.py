@@ -309,10 +309,12 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
     driver = NodeDriver(transport, emit)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    # Before "ready": a test may signal the node the moment it reads that.
+    ready = await driver.start()
+    # After the start, so the DHT process does not fork with these handlers; before "ready",
+    # which a test may answer with a signal at once.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, loop.call_later, args.signal_grace, reader.feed_eof)
-    emit(await driver.start())
+    emit(ready)
     while True:
         line = await reader.readline()
         if not line:
