@@ -109,7 +109,7 @@ async def main() -> None:
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
-    from swarmnode.swarm.transport.libp2p_gossip import BundleStore
+    from swarmnode.swarm.transport.libp2p_pull import BundleStore
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)

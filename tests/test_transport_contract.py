@@ -439,7 +439,7 @@ def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path
 
 PEER_ANSWER_CHECKS = """
 import json
-from swarmnode.swarm.transport.libp2p_gossip import parse_peer_answer
+from swarmnode.swarm.transport.libp2p_pull import parse_peer_answer
 good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
 cases = {
     "good": json.dumps([good, 7, None, "/ip4/1.2.3.4/tcp/1", "no-slash/p2p/x", good]).encode(),

@@ -17,7 +17,7 @@ from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transpo
 
 TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
-    "libp2p": ("swarmnode.swarm.transport.libp2p_gossip", "Libp2pTransport"),
+    "libp2p": ("swarmnode.swarm.transport.libp2p_pull", "Libp2pTransport"),
 }
 
 log = logging.getLogger("swarmnode.swarm.transport")

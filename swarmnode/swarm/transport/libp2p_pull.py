@@ -1,19 +1,23 @@
-"""The ``libp2p`` transport, protocol version 2: announcements over gossipsub, bundles pulled.
+"""The ``libp2p`` transport, protocol version 3: announcements pushed and sampled, bundles pulled.
 
 py-libp2p runs on trio, the node on asyncio. The host lives in its own thread running
 ``trio.run``; the asyncio side reaches it with ``trio.from_thread`` (always from a worker
-thread, so the event loop never waits on trio), and received messages come back with
-``loop.call_soon_threadsafe``. :meth:`start` returns once the host listens and is
-subscribed, or raises :class:`TransportError` with the host's startup error. :meth:`stop`
-cancels everything inside ``trio.run`` and joins the thread.
+thread, so the event loop never waits on trio), and what peers push comes back with
+``loop.call_soon_threadsafe``. :meth:`start` returns once the host listens, or raises
+:class:`TransportError` with the host's startup error. :meth:`stop` cancels everything
+inside ``trio.run`` and joins the thread.
 
-What goes where (``docs/protocol.md`` section 4):
+What goes where (``docs/protocol.md`` section 4), all request/response streams:
 
-* gossipsub topic ``swarmnode/<swarm>/announce/2`` carries :class:`Announcement` s only:
-  round, size, sha256 digest and the PeerIDs that serve the bundle, at most
-  :data:`MAX_ANNOUNCEMENT_BYTES`. Messages are signed by the host key (strict signing), so
-  the gossip author is the announcing node; a topic validator drops anything else and
-  reports it (``bad_announcement``) under that author.
+* ``/swarmnode/announce/3.0.0``: on publish a node pushes its signed
+  :class:`~swarmnode.swarm.transport.announce.Announcement` (round, size, sha256 digest, the
+  PeerIDs that serve the bundle) to up to :data:`PUSH_FANOUT` connected peers. A receiver
+  keeps the newest one each peer pushed itself (:class:`~swarmnode.swarm.transport.announce.FirstHand`).
+* ``/swarmnode/sample/3.0.0``: while a node has fewer candidates than it could pull, it asks
+  a random connected peer, every :data:`SAMPLE_EVERY` seconds at most, for a sample of what
+  was pushed to that peer (at most 16 announcements, each signed by its author). So what a
+  node reads of announcements per round is bounded by its connections and its own asking,
+  never by the swarm's size: no announcement reaches every node (issue 13).
 * ``/swarmnode/bundle/2.0.0`` serves bundles: request ``{"author": PeerID, "round": R}``,
   answer the bundle bytes or nothing. A node serves its own last :data:`OWN_ROUNDS` rounds
   and, if public, what private nodes left with it.
@@ -24,10 +28,12 @@ What goes where (``docs/protocol.md`` section 4):
 
 A node fetches at most ``fetch_per_round`` (K) bundles per round of its own, chosen over the
 announcers by :class:`~swarmnode.swarm.transport.pull.PullPlan`: its bytes and verification
-work per round stay flat however many peers announce (issue 13). A pulled bundle must be no
-longer than announced (else ``too_large``, read no further), hash to the announced digest
-(else ``digest_mismatch``) and be signed by the announcer (else the bundle reason); a pull
-that finds nothing is ``missing_payload``; all counted against the announcer.
+work per round stay flat however many peers announce. A pulled bundle must be no longer
+than announced (else ``too_large``, read no further), hash to the announced digest (else
+``digest_mismatch``) and be signed by the announcer (else the bundle reason); a pull that
+finds nothing is ``missing_payload``; all counted against the announcer. An announcement
+that does not check out (malformed, another swarm's, a bad signature, a push of someone
+else's) is ``bad_announcement``, counted against the peer that sent it.
 
 Peers find each other beyond the bootstrap node with a small peer exchange,
 ``/swarmnode/peers/1.0.0``: a node that has fewer than :data:`PEER_TARGET` connections asks a
@@ -58,20 +64,18 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11
-from libp2p.pubsub.pubsub import Pubsub
 
-from swarmnode.compat.libp2p import (BackoffGossipSub, LeanPubsub, allow_redial, batch_window_updates,
-                                     run_service, stop_seen_cache, subscribers)
+from swarmnode.compat.libp2p import allow_redial, batch_window_updates
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
-from swarmnode.swarm.identity import public_key_from_peer_id
+from swarmnode.swarm.transport.announce import (MAX_ANNOUNCEMENT_BYTES, MAX_SAMPLE_BYTES, Announcement, FirstHand,
+                                                is_peer_id, parse_push, parse_sample)
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
                                       peer_id_of, relay_rejection)
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 _STARTUP_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0
 _STREAM_TIMEOUT = 10.0      # one request/response, from opening the stream to the last byte
@@ -79,76 +83,32 @@ _STOP_TIMEOUT = 10.0
 _PEER_REFRESH = 0.5
 PULL_INTERVAL = 1.0
 PEER_TARGET = 8
-# No gossipsub v1.2: py-libp2p sends its IDONTWANT to every mesh peer for every message,
-# whatever its size, and an announcement is smaller than the duplicate it spares.
-GOSSIP_PROTOCOLS = [PROTOCOL_ID_V11, PROTOCOL_ID]
 PEERS_PROTOCOL = TProtocol("/swarmnode/peers/1.0.0")
 BUNDLE_PROTOCOL = TProtocol("/swarmnode/bundle/2.0.0")
 HOLD_PROTOCOL = TProtocol("/swarmnode/hold/2.0.0")
+ANNOUNCE_PROTOCOL = TProtocol("/swarmnode/announce/3.0.0")
+SAMPLE_PROTOCOL = TProtocol("/swarmnode/sample/3.0.0")
+# What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
+OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
+PUSH_FANOUT = 8             # peers a node pushes each announcement to
+PUSH_EVERY = 1.0            # seconds: a peer's pushes closer together than this are dropped unread
+SAMPLE_EVERY = 2.0          # seconds between a node's sample requests, at least
 _EXCHANGE_EVERY = 10.0
 _EXCHANGE_FIRST = 2.0
 _EXCHANGE_ASK = 3           # peers asked per exchange
 _EXCHANGE_MAX_ADDRS = 64    # addresses sent or read per answer
 _EXCHANGE_MAX_BYTES = 32 * 1024
-MAX_ANNOUNCEMENT_BYTES = 1024
 MAX_REQUEST_BYTES = 512
-MAX_HOLDERS = 4             # PeerIDs an announcement may list
 HOLDERS = 2                 # public peers a private node leaves each bundle with
-OWN_ROUNDS = 4              # rounds of its own a node serves
-HELD_ROUNDS = 2             # rounds a public node holds for each private author
+# Rounds a node serves of its own and holds for a private author: a pull can come about
+# SHARE_TTL + the PullPlan's memory (announce.py, pull.py) after the announcement, which is
+# several rounds at the benchmark's 15 s.
+OWN_ROUNDS = 8
+HELD_ROUNDS = 4
 HELD_BYTES = 8 * 1024 * 1024
 _HELD_ACK = b"held"
-_ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement the PullPlan keeps
-_MAX_PEER_ID = 64         # characters; an Ed25519 PeerID has 52
-# An RPC batches announcements and gossipsub's control messages (IHAVE lists of message ids).
-_MAX_RPC_BYTES = 64 * 1024
-
-
-def topic_name(swarm: str) -> str:
-    return f"swarmnode/{swarm}/announce/{PROTOCOL_VERSION}"
-
-
-def old_topic_name(swarm: str) -> str:
-    """Version 1's topic, where older nodes gossip full bundles; this version only watches it."""
-    return f"swarmnode/{swarm}/bundles/1"
-
-
-@dataclass(frozen=True)
-class Announcement:
-    """One node's news: its bundle of ``round`` (``size`` bytes, sha256 ``digest``) is served by ``holders``."""
-
-    round: int
-    size: int
-    digest: str
-    holders: tuple[str, ...]
-
-    def encode(self) -> bytes:
-        return canonical_json({"round": self.round, "size": self.size, "digest": self.digest,
-                               "holders": list(self.holders)})
-
-
-def parse_announcement(raw: bytes) -> Announcement | None:
-    """The announcement ``raw`` encodes, or None for anything else: over
-    :data:`MAX_ANNOUNCEMENT_BYTES`, not canonical JSON, other or missing fields, a size over
-    ``MAX_MESSAGE_BYTES``, a digest that is not 64 lowercase hex digits, no holder or more
-    than :data:`MAX_HOLDERS`, a holder that is not a PeerID. Never raises."""
-    if len(raw) > MAX_ANNOUNCEMENT_BYTES:
-        return None
-    try:
-        fields = json.loads(raw)
-        if not isinstance(fields, dict) or set(fields) != {"round", "size", "digest", "holders"}:
-            return None
-        announcement = Announcement(fields["round"], fields["size"], fields["digest"], tuple(fields["holders"]))
-        if announcement.encode() != raw:  # one encoding per announcement: no padding, no look-alikes
-            return None
-    except (ValueError, TypeError, RecursionError):
-        return None
-    ok = (_is_count(announcement.round) and _is_count(announcement.size)
-          and 0 < announcement.size <= MAX_MESSAGE_BYTES
-          and isinstance(announcement.digest, str) and len(announcement.digest) == 64
-          and all(c in "0123456789abcdef" for c in announcement.digest)
-          and 0 < len(announcement.holders) <= MAX_HOLDERS and all(map(_is_peer_id, announcement.holders)))
-    return announcement if ok else None
+_ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement the PullPlan and FirstHand keep
+_PLAN_TTL = 60.0            # seconds the PullPlan keeps an announcement
 
 
 def parse_request(raw: bytes) -> tuple[str, int] | None:
@@ -162,22 +122,7 @@ def parse_request(raw: bytes) -> tuple[str, int] | None:
     if not isinstance(fields, dict) or set(fields) != {"author", "round"}:
         return None
     author, round_no = fields["author"], fields["round"]
-    return (author, round_no) if _is_peer_id(author) and _is_count(round_no) else None
-
-
-def _is_count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _is_peer_id(value: Any) -> bool:
-    """An Ed25519 PeerID, the only kind a swarmnode node key has."""
-    if not isinstance(value, str) or not 0 < len(value) <= _MAX_PEER_ID:
-        return False
-    try:
-        public_key_from_peer_id(value)
-    except ValueError:
-        return False
-    return True
+    return (author, round_no) if is_peer_id(author) and type(round_no) is int and round_no >= 0 else None
 
 
 class BundleStore:
@@ -237,17 +182,18 @@ class Libp2pTransport(Transport):
         peers' bundles pulled per round of this node (0: none, for a node that only serves)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.private = private
-        self.topic = topic_name(swarm)
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
-        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY)
+        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, ttl=_PLAN_TTL)
+        self._first_hand = FirstHand(_ANNOUNCED_MEMORY)  # host thread only
+        self._last_push: dict[str, float] = {}  # host thread: pusher -> monotonic time of the last push read
+        self._last_sample = float("-inf")
         self._hold_filter: Callable[[bytes], bool] | None = None
-        self._blocked: dict[str, float] = {}  # PeerID -> monotonic time its holds are refused until
+        self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._thread: threading.Thread | None = None
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._token: trio.lowlevel.TrioToken | None = None
         self._cancel: trio.CancelScope | None = None
-        self._pubsub: Pubsub | None = None
         self._host: Any = None
         self._nursery: trio.Nursery | None = None
         self._pull_task: asyncio.Task | None = None
@@ -310,16 +256,16 @@ class Libp2pTransport(Transport):
     async def _publish(self, round_no: int, data: bytes) -> None:
         if len(data) > MAX_MESSAGE_BYTES:
             raise ValueError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
-        pubsub = self._pubsub
-        assert pubsub is not None
         self.served.put(self.identity.peer_id, round_no, data)
         # Holders first: once a peer reads the announcement, every holder it names has the bundle.
         holders = await self._in_host(self._leave_with_holders, data) if self.private else []
-        announcement = Announcement(round_no, len(data), hashlib.sha256(data).hexdigest(),
-                                    (self.identity.peer_id, *holders))
-        await self._in_host(pubsub.publish, self.topic, announcement.encode())
+        announcement = Announcement(self.identity.peer_id, self.swarm, round_no, len(data),
+                                    hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders))
+        wire = canonical_json(announcement.signed(self.identity))
+        # Pushed in the background: a slow peer must not hold up the round.
+        await asyncio.to_thread(trio.from_thread.run_sync, self._nursery.start_soon, self._push, wire,
+                                trio_token=self._token)
         self._plan.next_round(time.monotonic())
-        self._plan.census_done = True  # gossip brings every announcement: a round has seen each announcer
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -333,23 +279,32 @@ class Libp2pTransport(Transport):
         return list(self._peers)
 
     def block(self, peer_id: str, seconds: float) -> None:
+        """Ignore ``peer_id``'s pushes, sample requests, holds and announcements for ``seconds``, and close its connection."""
         now = time.monotonic()
         self._blocked = {p: until for p, until in self._blocked.items() if until > now}
         self._blocked[peer_id] = now + seconds
         if self._token is None or self._nursery is None:
             return
         try:
-            trio.from_thread.run_sync(self._nursery.start_soon, _blacklist_for, self._pubsub,
-                                      ID.from_base58(peer_id), seconds, trio_token=self._token)
+            trio.from_thread.run_sync(self._nursery.start_soon, self._host.disconnect, ID.from_base58(peer_id),
+                                      trio_token=self._token)
         except (trio.RunFinishedError, ValueError) as exc:
-            log.debug("libp2p transport: cannot block %s: %s", peer_id, exc)
+            log.debug("libp2p transport: cannot disconnect %s: %s", peer_id, exc)
 
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
-    def _note_announcement(self, author: str, announcement: Announcement) -> None:
-        """An announcement gossip delivered (validated, signed by ``author``); on the asyncio loop."""
-        self._plan.note_announced({author: announcement.round}, time.monotonic(), {author: announcement})
+    def _note(self, announcements: list[Announcement]) -> None:
+        """Announcements that checked out (pushed or sampled): the PullPlan keeps each author's newest."""
+        plan, now = self._plan, time.monotonic()
+        newer = {}
+        for announcement in announcements:
+            author, held = announcement.author, plan.announced.get(announcement.author)
+            if (author != self.identity.peer_id and self._blocked.get(author, 0.0) <= now
+                    and (held is None or held[0] < announcement.round)):
+                newer[author] = announcement
+        if newer:
+            plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)
 
     async def _pull_loop(self) -> None:
         while True:
@@ -360,9 +315,15 @@ class Libp2pTransport(Transport):
             await asyncio.sleep(PULL_INTERVAL)
 
     async def _pull_once(self) -> None:
-        """Pull what the plan allows now; deliver what checks out, report what does not."""
+        """Sample announcements if the budget lacks candidates; pull what the plan allows now;
+        deliver what checks out, report what does not."""
         plan = self._plan
-        chosen = plan.choose(plan.established(self._established, self._peers))
+        established = plan.established(self._established, self._peers)
+        now = time.monotonic()
+        if self._peers and now - self._last_sample >= SAMPLE_EVERY and plan.wants_announcements(established):
+            self._last_sample = now
+            await self._sample(random.choice(self._peers))
+        chosen = plan.choose(established)
         if not chosen:
             return
         results = await self._fetch([(peer, plan.detail(peer)) for peer, _ in chosen])
@@ -372,6 +333,16 @@ class Libp2pTransport(Transport):
                 plan.note_delivered(peer)
             elif self._reject_handler is not None:
                 self._reject_handler(peer, pulled.reason or "missing_payload")
+
+    async def _sample(self, peer: str) -> None:
+        """Ask ``peer`` for a sample of the announcements pushed to it; a bad entry is counted against it."""
+        raw = await self._in_host(_exchange, self._host, ID.from_base58(peer), SAMPLE_PROTOCOL, b"", MAX_SAMPLE_BYTES)
+        if not raw:  # no answer (a time-out, an older peer, or one that ignores us): nothing to judge
+            return
+        announcements, bad = parse_sample(raw, self.swarm)
+        if bad and self._reject_handler is not None:
+            self._reject_handler(peer, "bad_announcement")
+        self._note(announcements)
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
@@ -400,39 +371,20 @@ class Libp2pTransport(Transport):
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
                                      f"{self.identity.peer_id}")
-            # Heartbeat every second (the libp2p spec's default) so meshes form quickly. Mesh
-            # degree 3 (2 to 5), not the spec's 6 (4 to 12): a node gets each announcement from
-            # about as many mesh peers as it keeps, the one cost that grows with the swarm; on
-            # 64 nodes a third fewer bytes at the same delivery (docs/scale.md), and lazy
-            # gossip (IHAVE, every heartbeat) repairs a missed message.
-            # No adaptive gossip: py-libp2p's (0.8) rates a healthy swarm "moderate" and then
-            # beats every 60 s, so meshes were mended and misses gossiped once a minute. A peer
-            # may forward 100 announcements a second, not py-libp2p's 10, which 900 nodes with
-            # 90 s rounds reach; the validator and the PullPlan already bound what they cost.
-            gossipsub = BackoffGossipSub(protocols=GOSSIP_PROTOCOLS, degree=3, degree_low=2, degree_high=5,
-                                         heartbeat_interval=1, adaptive_gossip_enabled=False,
-                                         max_messages_per_topic_per_second=100)
-            pubsub = LeanPubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=_MAX_RPC_BYTES)
-            pubsub.set_topic_validator(self.topic, partial(_announcement_check, self._reject_threadsafe),
-                                       is_async_validator=False)
             host.set_stream_handler(PEERS_PROTOCOL, partial(_answer_peers, host))
             host.set_stream_handler(BUNDLE_PROTOCOL, partial(_serve, self._answer_bundle, MAX_REQUEST_BYTES))
+            host.set_stream_handler(ANNOUNCE_PROTOCOL, partial(_serve, self._take_announcement, MAX_ANNOUNCEMENT_BYTES))
+            host.set_stream_handler(SAMPLE_PROTOCOL, partial(_serve, self._answer_sample, 0))
             if not self.private:  # a private node never holds for others
                 host.set_stream_handler(HOLD_PROTOCOL, partial(_serve, self._take_hold, MAX_MESSAGE_BYTES))
-            try:
-                async with host.run([listen]), run_service(pubsub), run_service(gossipsub):
-                    await pubsub.wait_until_ready()
-                    subscription = await pubsub.subscribe(self.topic)
-                    self._host, self._pubsub = host, pubsub
-                    self._addresses = self._own_addresses(host)
+            async with host.run([listen]):
+                self._host = host
+                self._addresses = self._own_addresses(host)
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
                     self._ready.set_result(None)
-                    async with trio.open_nursery() as nursery:
-                        self._nursery = nursery
-                        nursery.start_soon(self._receive, subscription, own_id.to_bytes())
-                        nursery.start_soon(self._refresh_peers, host)
-                        nursery.start_soon(self._exchange_peers, host)
-            finally:
-                stop_seen_cache(pubsub)
+                    nursery.start_soon(self._refresh_peers, host)
+                    nursery.start_soon(self._exchange_peers, host)
 
     def _own_addresses(self, host: Any) -> list[str]:
         if self.private:
@@ -446,30 +398,59 @@ class Libp2pTransport(Transport):
             out.extend(expand_unspecified(text))
         return list(dict.fromkeys(out))
 
-    async def _receive(self, subscription: Any, own_id: bytes) -> None:
-        while True:
-            message = await subscription.get()
-            announcement = parse_announcement(bytes(message.data))  # the validator let only these through
-            loop = self._loop
-            if message.from_id == own_id or announcement is None or loop is None or loop.is_closed():
-                continue
-            loop.call_soon_threadsafe(self._note_announcement, str(ID(message.from_id)), announcement)
+    async def _push(self, wire: bytes) -> None:
+        """Push a signed announcement to up to :data:`PUSH_FANOUT` random connected peers; a push that fails is not retried."""
+        host = self._host
+        peers = host.get_connected_peers()
+        async with trio.open_nursery() as nursery:
+            for peer in random.sample(peers, min(PUSH_FANOUT, len(peers))):
+                nursery.start_soon(_exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0)
+
+    async def _take_announcement(self, pusher: str, request: bytes) -> bytes:
+        """ANNOUNCE_PROTOCOL: keep a peer's own announcement, at most one every PUSH_EVERY
+        seconds (closer ones are dropped unread); hand it to the PullPlan."""
+        now = time.monotonic()
+        if self._blocked.get(pusher, 0.0) > now or now - self._last_push.get(pusher, float("-inf")) < PUSH_EVERY:
+            return b""
+        if len(self._last_push) >= _ANNOUNCED_MEMORY:
+            self._last_push = {p: t for p, t in self._last_push.items() if t >= now - PUSH_EVERY}
+        self._last_push[pusher] = now
+        parsed = parse_push(request, self.swarm)
+        if parsed is None or parsed[0].author != pusher:
+            self._reject_threadsafe(pusher, "bad_announcement")
+            return b""
+        announcement, wire = parsed
+        loop = self._loop
+        if self._first_hand.put(announcement, wire, now) and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._note, [announcement])
+        return b""
+
+    async def _answer_sample(self, asker: str, _request: bytes) -> bytes:
+        """SAMPLE_PROTOCOL: a sample of what peers pushed to this node lately (JSON list, maybe empty)."""
+        if self._blocked.get(asker, 0.0) > time.monotonic():
+            return b""
+        return canonical_json(self._first_hand.sample(time.monotonic(), exclude=(asker,)))
 
     async def _refresh_peers(self, host: Any) -> None:
         while True:
             self._peers = [str(p) for p in host.get_connected_peers()]
-            self._warn_old_version()
+            self._warn_old_version(host)
             await trio.sleep(_PEER_REFRESH)
 
-    def _warn_old_version(self) -> None:
-        if self._warned_old_version or self._pubsub is None:
+    def _warn_old_version(self, host: Any) -> None:
+        if self._warned_old_version:
             return
-        old = subscribers(self._pubsub, old_topic_name(self.swarm))
-        if old:
-            self._warned_old_version = True
-            log.warning("libp2p transport: peer %s runs an older swarmnode (protocol v1, full bundles on %s); "
-                        "it and this node (v%d, announcements on %s) exchange no bundles until it upgrades",
-                        sorted(old)[0], old_topic_name(self.swarm), PROTOCOL_VERSION, self.topic)
+        for peer in host.get_connected_peers():
+            try:
+                spoken = set(host.get_peerstore().get_protocols(peer))
+            except Exception:  # PeerStoreError: identify has not told us yet
+                continue
+            if spoken.intersection(OLD_PROTOCOLS) and ANNOUNCE_PROTOCOL not in spoken:
+                self._warned_old_version = True
+                log.warning("libp2p transport: peer %s runs an older swarmnode (gossipsub, protocol v1 or v2); it and "
+                            "this node (v%d, announcements pushed and sampled) exchange no bundles until it upgrades",
+                            peer, PROTOCOL_VERSION)
+                return
 
     async def _exchange_peers(self, host: Any) -> None:
         """Ask a few peers for theirs while below PEER_TARGET; dial the ones not connected yet."""
@@ -586,31 +567,7 @@ def _round_of(data: bytes) -> int | None:
         round_no = open_envelope(data)[1].get("round")
     except BundleRejected:
         return None
-    return round_no if _is_count(round_no) else None
-
-
-async def _blacklist_for(pubsub: Any, peer: ID, seconds: float) -> None:
-    """pubsub drops a blacklisted peer's messages and connections before any check."""
-    pubsub.add_to_blacklist(peer)
-    try:
-        await trio.sleep(seconds)
-    finally:
-        pubsub.remove_from_blacklist(peer)
-
-
-def _announcement_check(on_reject: Callable[[str, str], None], forwarder: ID, message: Any) -> bool:
-    """Topic validator: relay only well-formed announcements (:func:`parse_announcement`).
-
-    pubsub has verified the message's signature (strict signing) before it calls this, so a
-    drop is reported to ``on_reject`` under that signed origin."""
-    try:
-        author = str(ID(message.from_id))
-    except Exception:
-        return False
-    if parse_announcement(bytes(message.data)) is None:
-        on_reject(author, "bad_announcement")
-        return False
-    return True
+    return round_no if type(round_no) is int and round_no >= 0 else None
 
 
 def _dialable(host: Any, peer: ID) -> list[str]:

@@ -1,0 +1,161 @@
+"""Signed announcements (libp2p protocol 3): what a node tells its peers of each bundle it serves.
+
+An announcement says that ``author``'s bundle of ``round`` (``size`` bytes, sha256
+``digest``) in ``swarm`` is served by ``holders``. The author signs it (Ed25519 over
+:data:`DOMAIN` + the canonical JSON of its fields), so a peer can pass it on in a sample
+answer without being able to alter it or to make one up for another peer's key. On the wire
+it is the canonical JSON ``{"announcement": {...fields}, "signature": "<128 hex digits>"}``,
+at most :data:`MAX_ANNOUNCEMENT_BYTES`.
+
+:class:`FirstHand` keeps what peers pushed to this node themselves: those are what it passes
+on when a peer asks for a sample, so an announcement travels at most two hops and a sample
+answer is never older than :data:`SHARE_TTL`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from swarmnode.swarm.bundle import canonical_json
+from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
+from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
+
+DOMAIN = b"swarmnode-announce-v3\0"
+MAX_ANNOUNCEMENT_BYTES = 1024
+MAX_HOLDERS = 4             # PeerIDs an announcement may list
+SAMPLE_SIZE = 16            # announcements in one sample answer, at most
+MAX_SAMPLE_BYTES = SAMPLE_SIZE * (MAX_ANNOUNCEMENT_BYTES + 1) + 2
+SHARE_TTL = 30.0            # seconds a pushed announcement is passed on in sample answers
+_MAX_PEER_ID = 64           # characters; an Ed25519 PeerID has 52
+_FIELDS = {"author", "digest", "holders", "round", "size", "swarm"}
+
+
+@dataclass(frozen=True)
+class Announcement:
+    author: str
+    swarm: str
+    round: int
+    size: int
+    digest: str
+    holders: tuple[str, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"author": self.author, "digest": self.digest, "holders": list(self.holders),
+                "round": self.round, "size": self.size, "swarm": self.swarm}
+
+    def signed(self, identity: NodeIdentity) -> dict[str, Any]:
+        """The wire object, signed by ``identity`` (which must be the author's)."""
+        if identity.peer_id != self.author:
+            raise ValueError("only its author signs an announcement")
+        return {"announcement": self.fields(), "signature": identity.sign(DOMAIN + canonical_json(self.fields())).hex()}
+
+
+def read_signed(obj: Any, swarm: str) -> Announcement | None:
+    """The announcement a wire object (already JSON-decoded) carries, or None: not this
+    swarm's, malformed (see :func:`_well_formed`), over :data:`MAX_ANNOUNCEMENT_BYTES`
+    encoded, or not signed by its author. Never raises."""
+    if not isinstance(obj, dict) or set(obj) != {"announcement", "signature"}:
+        return None
+    fields, signature = obj["announcement"], obj["signature"]
+    if not isinstance(fields, dict) or set(fields) != _FIELDS or not isinstance(signature, str) or len(signature) != 128:
+        return None
+    try:
+        if len(canonical_json(obj)) > MAX_ANNOUNCEMENT_BYTES:
+            return None
+        announcement = Announcement(fields["author"], fields["swarm"], fields["round"], fields["size"],
+                                    fields["digest"], tuple(fields["holders"]))
+        signature_bytes = bytes.fromhex(signature)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    if announcement.swarm != swarm or not _well_formed(announcement):
+        return None
+    body = DOMAIN + canonical_json(announcement.fields())
+    if not verify_signature(public_key_from_peer_id(announcement.author), body, signature_bytes):
+        return None
+    return announcement
+
+
+def parse_push(raw: bytes, swarm: str) -> tuple[Announcement, dict[str, Any]] | None:
+    """A pushed announcement (one wire object, canonically encoded) and its wire object, or None."""
+    obj = _loads(raw, MAX_ANNOUNCEMENT_BYTES)
+    if obj is None or canonical_json(obj) != raw:  # one encoding per announcement: no padding
+        return None
+    announcement = read_signed(obj, swarm)
+    return None if announcement is None else (announcement, obj)
+
+
+def parse_sample(raw: bytes, swarm: str) -> tuple[list[Announcement], int]:
+    """The announcements of a sample answer (a JSON list of at most :data:`SAMPLE_SIZE` wire
+    objects), and how many entries were bad: an answer that is not such a list is all bad (1)."""
+    answer = _loads(raw, MAX_SAMPLE_BYTES)
+    if not isinstance(answer, list) or len(answer) > SAMPLE_SIZE:
+        return [], 1
+    good = [a for a in (read_signed(obj, swarm) for obj in answer) if a is not None]
+    return good, len(answer) - len(good)
+
+
+def _loads(raw: bytes, limit: int) -> Any:
+    if len(raw) > limit:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _well_formed(a: Announcement) -> bool:
+    return (_is_count(a.round) and _is_count(a.size) and 0 < a.size <= MAX_MESSAGE_BYTES
+            and isinstance(a.digest, str) and len(a.digest) == 64 and all(c in "0123456789abcdef" for c in a.digest)
+            and is_peer_id(a.author) and 0 < len(a.holders) <= MAX_HOLDERS and all(map(is_peer_id, a.holders)))
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def is_peer_id(value: Any) -> bool:
+    """An Ed25519 PeerID, the only kind a swarmnode node key has."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_PEER_ID:
+        return False
+    try:
+        public_key_from_peer_id(value)
+    except ValueError:
+        return False
+    return True
+
+
+class FirstHand:
+    """The newest announcement each peer pushed to this node itself: at most ``memory`` peers
+    (oldest out), each passed on for ``ttl`` seconds from its push. Not thread-safe."""
+
+    def __init__(self, memory: int, ttl: float = SHARE_TTL, rng: random.Random | None = None):
+        self.memory = memory
+        self.ttl = ttl
+        self.rng = rng or random.Random()
+        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()  # author -> (when, round, wire)
+
+    def put(self, announcement: Announcement, wire: dict[str, Any], now: float) -> bool:
+        """Keep ``announcement`` unless one of a later round is held; True if kept."""
+        held = self._items.get(announcement.author)
+        if held is not None and held[1] > announcement.round:
+            return False
+        self._items.pop(announcement.author, None)
+        self._items[announcement.author] = (now, announcement.round, wire)
+        while len(self._items) > self.memory:
+            self._items.popitem(last=False)
+        return True
+
+    def sample(self, now: float, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Up to :data:`SAMPLE_SIZE` wire objects pushed within ``ttl``, drawn uniformly over their authors."""
+        while self._items and next(iter(self._items.values()))[0] < now - self.ttl:
+            self._items.popitem(last=False)
+        skip = set(exclude)
+        fresh = [wire for author, (_, _, wire) in self._items.items() if author not in skip]
+        return self.rng.sample(fresh, min(SAMPLE_SIZE, len(fresh)))
+
+    def __len__(self) -> int:
+        return len(self._items)
