@@ -1,19 +1,20 @@
 """A hostile peer: a libp2p node that announces bundles as fast as it can and serves them.
 
 For ``tests/test_flood.py`` and ``benchmarks/flood.py``. It runs the real libp2p transport
-(protocol v2: announcements gossiped, bundles pulled) with its own outgoing check removed
+(protocol v3: announcements pushed, bundles pulled) with its own outgoing check removed
 and, once started, publishes a mix of valid bundles (a new round each), validly signed
 hostile bundles (too many groups) and garbage, one publish after the other with no pause
 (about 400 a second on one core; a tighter loop inside py-libp2p's trio thread starved the
-host's own stream writers and delivered nothing). Each publish gossips an announcement; the
-flooder keeps every bundle it announced (up to :data:`SERVED_ROUNDS`), so whatever a peer
-pulls is junk or a bundle, never nothing. In the ``relay`` mix it also gossips a malformed
-announcement every hundred publishes::
+host's own stream writers and delivered nothing). Each publish pushes an announcement to its
+peers (which read one a second of a peer and drop the rest unread); the flooder keeps every
+bundle it announced (up to :data:`SERVED_ROUNDS`), so whatever a peer pulls is junk or a
+bundle, never nothing. The ``relay`` mix publishes junk at the pace its peers read (one
+push a second) and pushes a malformed announcement every eight publishes::
 
     python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay] [--hostile H]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...]}`` once it listens, waits
-for ``--start-file`` to exist (if given) and for a peer to subscribe to the topic, prints
+for ``--start-file`` to exist (if given) and for a peer to connect, prints
 ``flooding``, and at the end ``{"event": "done", "published": N, "seconds": S}``.
 """
 
@@ -38,7 +39,7 @@ from swarmnode.records import Question  # noqa: E402
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
 SERVED_ROUNDS = 4096
-BAD_ANNOUNCEMENT = b'{"round": "soon", "size": -1}'
+BAD_ANNOUNCEMENT = b'{"announcement": {"round": "soon", "size": -1}}'
 
 
 def _groups(n: int) -> list[Group]:
@@ -98,18 +99,19 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--start-file")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
-    ap.add_argument("--swarm", default=SWARM, help="the swarm whose topic to flood")
+    ap.add_argument("--swarm", default=SWARM, help="the swarm whose nodes to flood")
     ap.add_argument("--hostile", type=int, choices=range(9), default=2,
                     help="flood mix: hostile bundles in every 10 messages")
     ap.add_argument("--mix", choices=("flood", "relay"), default="flood",
                     help="flood: flood_mix (valid, hostile, garbage); relay: relay_junk")
     args = ap.parse_args()
-    logging.getLogger("libp2p").setLevel(logging.ERROR)  # its own subscription overflows: one line a message
+    logging.getLogger("libp2p").setLevel(logging.ERROR)
 
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
-    from swarmnode.swarm.transport.libp2p_pull import BundleStore
+    from swarmnode.swarm.transport.libp2p_pull import ANNOUNCE_PROTOCOL, PUSH_EVERY, BundleStore, _exchange
+    from libp2p.peer.id import ID
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)
@@ -117,30 +119,28 @@ async def main() -> None:
     print(json.dumps({"event": "ready", "peer_id": identity.peer_id, "addresses": transport.addresses()}), flush=True)
     while args.start_file and not os.path.exists(args.start_file):
         await asyncio.sleep(0.1)
-    pubsub, topic = transport._pubsub, transport.topic
-    # A hostile peer runs no politeness of its own: let garbage out (the receiver's checks must
-    # stop it) and switch off py-libp2p's sender-side spam limit (10 messages/s per topic),
-    # which would otherwise throttle this node and then score it below its own publish gate.
-    pubsub.remove_topic_validator(topic)
-    router = pubsub.router
-    router.spam_protection_enabled = False
-    if getattr(router, "scorer", None) is not None:
-        router.scorer.allow_publish = lambda peer, topics: True
-    while not router.mesh.get(topic):  # gossipsub pushes to mesh peers (grafted at a heartbeat)
+    while not transport.peers():
         await asyncio.sleep(0.1)
-    print("flooding", json.dumps({"mesh": [str(p) for p in router.mesh[topic]]}), flush=True)
+    print("flooding", json.dumps({"peers": transport.peers()}), flush=True)
 
     replayed = valid_bundle(identity, 10**6)  # one copy for the whole run: pulls are seconds apart
     published, started = 0, time.monotonic()
     while time.monotonic() - started < args.seconds:
-        # Distinct bytes throughout: receivers drop repeats of a message before any check.
-        batch = (flood_mix(identity, 100, published, args.hostile) if args.mix == "flood"
-                 else relay_junk(identity, 100, published, replayed))
-        for data in batch:
+        if args.mix == "flood":
+            # Distinct bytes throughout: receivers drop repeats of a message before any check.
+            for data in flood_mix(identity, 100, published, args.hostile):
+                await transport.publish(published, data)
+                published += 1
+            continue
+        # Paced so that the peers read every push: each kind of junk gets pulled.
+        for data in relay_junk(identity, 8, published, replayed):
             await transport.publish(published, data)
             published += 1
-        if args.mix == "relay":
-            await transport._in_host(pubsub.publish, topic, BAD_ANNOUNCEMENT)
+            await asyncio.sleep(PUSH_EVERY + 0.1)
+        for peer in transport.peers():
+            await transport._in_host(_exchange, transport._host, ID.from_base58(peer), ANNOUNCE_PROTOCOL,
+                                     BAD_ANNOUNCEMENT, 0)
+        await asyncio.sleep(PUSH_EVERY + 0.1)
     seconds = time.monotonic() - started
     print(json.dumps({"event": "done", "published": published, "seconds": round(seconds, 1),
                       "rate": round(published / seconds)}), flush=True)

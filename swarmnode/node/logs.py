@@ -29,7 +29,5 @@ def setup_logging(home: NodeHome | None, level: str = "info") -> None:
         root.addHandler(fh)
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
-    # gossipsub warns once per message over a peer's rate; the node's own guard reports floods.
-    logging.getLogger("libp2p.pubsub.gossipsub").setLevel(logging.ERROR)
     logging.captureWarnings(True)
     warnings.filterwarnings("ignore", module="transformers")

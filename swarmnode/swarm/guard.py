@@ -8,7 +8,7 @@ Two checkpoints, both cheap:
   bundle header, not yet verified; a key counts as that peer only once one of its bundles has
   been authenticated (:meth:`PeerGuard.judge`), so garbage and first contacts share the one
   ``unknown`` bucket and cannot spend a known peer's tokens by inventing keys. Both real
-  transports deliver only bundles signed by the peer that sent them (gossipsub author check,
+  transports deliver only bundles signed by the peer that sent them (libp2p pull check,
   DHT subkey owner check), so on the wire the header key is the real sender.
 * :meth:`PeerGuard.judge`, after verification: a bundle that only its signer could have made
   wrong (a structural violation, see :data:`HOSTILE_REASONS`) is a strike; so, more lightly,

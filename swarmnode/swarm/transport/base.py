@@ -269,8 +269,8 @@ class Transport(ABC):
     def _deliver(self, data: bytes, author: str | None = None) -> None:
         """Hand one received message to the handler; call on the asyncio loop only.
 
-        ``author``: the sender the transport authenticated, if it did (gossipsub's signed
-        origin). A pushed repeat of a message already delivered is a replay by its author,
+        ``author``: the sender the transport authenticated, if it did (on libp2p, the
+        announcer whose signed bundle a pull fetched). A pushed repeat of a message already delivered is a replay by its author,
         reported to the reject handler; without an author (a record read twice) it is not."""
         if not self._remember(data):
             self.stats.duplicates += 1
