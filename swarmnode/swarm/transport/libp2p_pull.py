@@ -14,7 +14,8 @@ What goes where (``docs/protocol.md`` section 4), all request/response streams:
   PeerIDs that serve the bundle) to up to :data:`PUSH_FANOUT` connected peers. A receiver
   keeps the newest one each peer pushed itself (:class:`~swarmnode.swarm.transport.announce.FirstHand`).
 * ``/swarmnode/sample/3.0.0``: while a node has fewer candidates than it could pull, it asks
-  a random connected peer, every :data:`SAMPLE_EVERY` seconds at most, for a sample of what
+  a random connected peer, every :data:`SAMPLE_EVERY` seconds at most (doubling up to
+  :data:`SAMPLE_EVERY_MAX` while answers bring no one new), for a sample of what
   was pushed to that peer (at most 16 announcements, each signed by its author). So what a
   node reads of announcements per round is bounded by its connections and its own asking,
   never by the swarm's size: no announcement reaches every node (issue 13).
@@ -93,6 +94,7 @@ OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
 PUSH_FANOUT = 8             # peers a node pushes each announcement to
 PUSH_EVERY = 1.0            # seconds: a peer's pushes closer together than this are dropped unread
 SAMPLE_EVERY = 2.0          # seconds between a node's sample requests, at least
+SAMPLE_EVERY_MAX = 16.0     # ... doubling up to this while samples bring no new announcer
 _EXCHANGE_EVERY = 10.0
 _EXCHANGE_FIRST = 2.0
 _EXCHANGE_ASK = 3           # peers asked per exchange
@@ -188,6 +190,7 @@ class Libp2pTransport(Transport):
         self._first_hand = FirstHand(_ANNOUNCED_MEMORY)  # host thread only
         self._last_push: dict[str, float] = {}  # host thread: pusher -> monotonic time of the last push read
         self._last_sample = float("-inf")
+        self._sample_every = SAMPLE_EVERY
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._thread: threading.Thread | None = None
@@ -294,8 +297,9 @@ class Libp2pTransport(Transport):
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
-    def _note(self, announcements: list[Announcement]) -> None:
-        """Announcements that checked out (pushed or sampled): the PullPlan keeps each author's newest."""
+    def _note(self, announcements: list[Announcement]) -> int:
+        """Announcements that checked out (pushed or sampled): the PullPlan keeps each author's
+        newest. Returns how many were newer than what it held."""
         plan, now = self._plan, time.monotonic()
         newer = {}
         for announcement in announcements:
@@ -305,6 +309,7 @@ class Libp2pTransport(Transport):
                 newer[author] = announcement
         if newer:
             plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)
+        return len(newer)
 
     async def _pull_loop(self) -> None:
         while True:
@@ -320,7 +325,7 @@ class Libp2pTransport(Transport):
         plan = self._plan
         established = plan.established(self._established, self._peers)
         now = time.monotonic()
-        if self._peers and now - self._last_sample >= SAMPLE_EVERY and plan.wants_announcements(established):
+        if self._peers and now - self._last_sample >= self._sample_every and plan.wants_announcements(established):
             self._last_sample = now
             await self._sample(random.choice(self._peers))
         chosen = plan.choose(established)
@@ -342,7 +347,8 @@ class Libp2pTransport(Transport):
         announcements, bad = parse_sample(raw, self.swarm)
         if bad and self._reject_handler is not None:
             self._reject_handler(peer, "bad_announcement")
-        self._note(announcements)
+        # A small swarm has no one new to tell: ask ever less often until someone is.
+        self._sample_every = SAMPLE_EVERY if self._note(announcements) else min(2 * self._sample_every, SAMPLE_EVERY_MAX)
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""

@@ -11,14 +11,16 @@ choice, so a node's cost per round stays flat however many peers announce (issue
 * whom to fetch is a :data:`FETCH_SHARE` draw over the announcing peers, one slot each:
   peers with a record at this node alike, the others (newcomers) as one crowd that gets a
   quarter of the round's K, or, once the transport has seen every announcer
-  (``census_done``), what the established announcers leave of K if more. So a node that
+  (``census_done``: hivemind, once it has read every shard), what the established
+  announcers leave of K if more. So a node that
   knows few peers yet fills its rounds with newcomers, and a crowd of fresh keys never takes
   a fetch from an established peer;
 * with ``reread`` (a transport that reads announcements when it wants, like hivemind's
   shards), a candidate is an announcement seen since this node's round began: one seen
   before may name a round its peer has replaced since, and a fetch of it would deliver a
-  round late, so the transport reads it again first. A transport that is handed every
-  announcement as it is made (gossip) always holds each peer's newest;
+  round late, so the transport reads it again first. A transport that is handed
+  announcements as they are made (libp2p's pushes, and samples of recent pushes) keeps
+  them for a short ``ttl`` instead;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
