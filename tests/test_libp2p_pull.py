@@ -310,7 +310,14 @@ async def main():
     await to_public(pusher, announcement(pusher, 3))  # within PUSH_EVERY of the last: dropped unread
     await asyncio.sleep(0.5)
     out["rejected"] = rejected
-    out["noted"] = noted
+    out["noted"] = list(noted)
+    public.block(pusher.identity.peer_id, 60)
+    await asyncio.sleep(0.5)
+    out["blocked peer connected"] = pusher.identity.peer_id in map(str, public._host.get_connected_peers())
+    await asyncio.sleep(PUSH_EVERY)
+    await to_public(pusher, announcement(pusher, 4))  # dials again if it must: read by no one
+    await asyncio.sleep(0.5)
+    out["noted after the block"] = noted[len(out["noted"]):]
 
     answer = json.loads(await to_sample(sampler, public))
     out["sample authors"] = sorted(a["announcement"]["author"] == pusher.identity.peer_id for a in answer)
@@ -337,6 +344,7 @@ def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     assert got["rejected"] == [[pusher, "bad_announcement"], [pusher, "bad_announcement"]], \
         "another peer's announcement and garbage are counted against the pusher"
     assert got["noted"] == [[pusher, 2]], "only the pusher's own, and one a PUSH_EVERY"
+    assert not got["blocked peer connected"] and got["noted after the block"] == []
     assert got["sample authors"] == [True], "the public node passes on what was pushed to it"
     assert got["liar's truth noted"] and got["sampler's reports"] == ["bad_announcement"]
 
