@@ -68,6 +68,7 @@ def test_systemd_unit_runs_the_exact_command_and_restarts_on_failure():
     parser.read_string(service.systemd_unit(cmd))
     svc = parser["Service"]
     assert svc["Restart"] == "on-failure"
+    assert svc["KillMode"] == "mixed"  # the node stops its own helpers
     assert svc["Type"] == "simple"
     assert parser["Install"]["WantedBy"] == "default.target"
     exec_start = svc["ExecStart"]

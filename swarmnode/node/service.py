@@ -118,7 +118,11 @@ def systemd_quote(arg: str) -> str:
 
 
 def systemd_unit(command: Sequence[str], kind: ServiceKind = NODE) -> str:
-    """A systemd user unit that runs ``command`` at login and restarts it after a failure."""
+    """A systemd user unit that runs ``command`` at login and restarts it after a failure.
+
+    ``KillMode=mixed``: a stop signals the node alone, which stops its helpers (hivemind's DHT
+    process and p2pd) in order; systemd's default would signal them at once, and the node
+    would see its DHT die under it. Whatever is left when the node exits is killed."""
     return "\n".join([
         "[Unit]",
         f"Description=swarmnode: {kind.description}",
@@ -127,6 +131,7 @@ def systemd_unit(command: Sequence[str], kind: ServiceKind = NODE) -> str:
         "Type=simple",
         "ExecStart=" + " ".join(systemd_quote(a) for a in command),
         "Restart=on-failure",
+        "KillMode=mixed",
         f"RestartSec={RESTART_DELAY_S}",
         "Environment=PYTHONUNBUFFERED=1",
         "",
