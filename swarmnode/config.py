@@ -119,7 +119,7 @@ class NodeConfig:
     solo: bool = _key(False, "Train alone: open no socket, share nothing.", section="swarm")
     transport: str = _key("hivemind", "How bundles travel.", choices=("hivemind", "libp2p"),
                           section="swarm")
-    swarm: str = _key("swarmnode-demo", "Swarm name: namespaces DHT keys and gossip topics.", section="swarm")
+    swarm: str = _key("swarmnode-demo", "Swarm name: namespaces DHT keys and signed announcements.", section="swarm")
     bootstrap: list[str] = _key((), "Bootstrap peer multiaddrs.", section="swarm")
     bootstrap_file: str | None = _key(None, "File of bootstrap multiaddrs, one a line, '#' comments; unset "
                                             "uses the public demo list shipped in the package when no "

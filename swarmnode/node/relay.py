@@ -4,7 +4,7 @@ A relay joins the swarm's transport as a *public* peer and does nothing else: it
 bootstrap peer other nodes dial, and it keeps the bundles of nodes that cannot accept
 connections where the others can fetch them (hivemind: NAT'd nodes run as DHT clients and
 keep their records in its DHT server; libp2p: they leave their bundles with it over the
-hold protocol, it serves them to pullers, and its gossip mesh carries the announcements). It
+hold protocol, it serves them to pullers, and passes on the announcements pushed to it). It
 pulls no bundle itself (``fetch_per_round`` 0). It loads no model,
 no task source and no verifier, and never imports torch (on hivemind it runs
 :class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server in its own

@@ -6,7 +6,7 @@ forwards), peers would put it in their DHT routing tables, try to store records 
 pass its address on, and every such dial would hang until a timeout. So a node that is not
 reachable (``private``) only dials out: on hivemind it is a DHT *client* (it reads and stores
 records at public DHT servers, and no routing table lists it); on libp2p it advertises no
-address and its bundles travel through the gossip mesh of the public peers it dialed.
+address, and the public peers it dialed pass on its announcements and hold its bundles.
 
 ``auto`` decides from what the node knows without asking anyone: a node is private when it
 has no ``announce`` address, every IPv4 address of its own is in a private range (RFC 1918,

@@ -1,4 +1,4 @@
-"""Transports: ``hivemind`` (DHT records, the default) and ``libp2p`` (gossiped announcements, pulled bundles).
+"""Transports: ``hivemind`` (DHT records, the default) and ``libp2p`` (announcements pushed, bundles pulled).
 
 hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
 protobuf's global pool), so :func:`create_transport` imports only the implementation asked
