@@ -61,7 +61,9 @@ def read_signed(obj: Any, swarm: str) -> Announcement | None:
     if not isinstance(obj, dict) or set(obj) != {"announcement", "signature"}:
         return None
     fields, signature = obj["announcement"], obj["signature"]
-    if not isinstance(fields, dict) or set(fields) != _FIELDS or not isinstance(signature, str) or len(signature) != 128:
+    if not isinstance(fields, dict) or set(fields) != _FIELDS:
+        return None
+    if not isinstance(signature, str) or len(signature) != 128:
         return None
     try:
         if len(canonical_json(obj)) > MAX_ANNOUNCEMENT_BYTES:
@@ -136,7 +138,8 @@ class FirstHand:
         self.memory = memory
         self.ttl = ttl
         self.rng = rng or random.Random()
-        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()  # author -> (when, round, wire)
+        # author -> (when pushed, round, wire object), oldest push first
+        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()
 
     def put(self, announcement: Announcement, wire: dict[str, Any], now: float) -> bool:
         """Keep ``announcement`` unless one of a later round is held; True if kept."""

@@ -282,16 +282,22 @@ class Libp2pTransport(Transport):
         return list(self._peers)
 
     def block(self, peer_id: str, seconds: float) -> None:
-        """Ignore ``peer_id``'s pushes, sample requests, holds and announcements for ``seconds``, and close its connection."""
+        """Ignore ``peer_id``'s pushes, sample requests, holds and announcements for
+        ``seconds``, and close its connection. Callable from any thread (a relay's hold filter
+        bans from the host thread)."""
         now = time.monotonic()
         self._blocked = {p: until for p, until in self._blocked.items() if until > now}
         self._blocked[peer_id] = now + seconds
-        if self._token is None or self._nursery is None:
+        nursery = self._nursery
+        if self._token is None or nursery is None:
             return
         try:
-            trio.from_thread.run_sync(self._nursery.start_soon, self._host.disconnect, ID.from_base58(peer_id),
-                                      trio_token=self._token)
-        except (trio.RunFinishedError, ValueError) as exc:
+            close = partial(nursery.start_soon, self._host.disconnect, ID.from_base58(peer_id))
+            if threading.current_thread() is self._thread:
+                close()
+            else:
+                trio.from_thread.run_sync(close, trio_token=self._token)
+        except (trio.RunFinishedError, ValueError, RuntimeError) as exc:
             log.debug("libp2p transport: cannot disconnect %s: %s", peer_id, exc)
 
     def addresses(self) -> list[str]:
@@ -348,7 +354,8 @@ class Libp2pTransport(Transport):
         if bad and self._reject_handler is not None:
             self._reject_handler(peer, "bad_announcement")
         # A small swarm has no one new to tell: ask ever less often until someone is.
-        self._sample_every = SAMPLE_EVERY if self._note(announcements) else min(2 * self._sample_every, SAMPLE_EVERY_MAX)
+        news = self._note(announcements)
+        self._sample_every = SAMPLE_EVERY if news else min(2 * self._sample_every, SAMPLE_EVERY_MAX)
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
@@ -405,7 +412,8 @@ class Libp2pTransport(Transport):
         return list(dict.fromkeys(out))
 
     async def _push(self, wire: bytes) -> None:
-        """Push a signed announcement to up to :data:`PUSH_FANOUT` random connected peers; a push that fails is not retried."""
+        """Push a signed announcement to up to :data:`PUSH_FANOUT` random connected peers; a
+        push that fails is not retried."""
         host = self._host
         peers = host.get_connected_peers()
         async with trio.open_nursery() as nursery:
