@@ -152,12 +152,15 @@ async def main():
         per_round.append({"total": len(pulled), "honest": len(set(pulled) & set(honest)),
                           "sybils": len(set(pulled) & set(sybils)), "repeats": len(pulled) - len(set(pulled))})
         t._plan.next_round(time.monotonic())  # what _publish does after announcing
+    t._peers = honest
+    cycle = [t._next_sample_peer() for _ in range(6)]
     alice = honest[0]
     requests = [parse_request(r) for r in (canonical_json({"author": alice, "round": 2}), b"{}",
                 canonical_json({"author": "x", "round": 2}), canonical_json({"author": alice, "round": -2}),
                 b"[" * 600)]
     print(json.dumps({"k": K, "per_round": per_round, "rejected": dict(rejected),
-                      "pulled": sum(len(b) for b in asked), "requests": requests, "alice": alice}))
+                      "pulled": sum(len(b) for b in asked), "requests": requests, "alice": alice,
+                      "cycle": cycle, "honest": honest}))
 
 asyncio.run(main())
 """
@@ -174,6 +177,8 @@ def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     # a pull that finds nothing is spent and counted against its announcer
     assert got["rejected"] == {"missing_payload": got["pulled"]}
     assert got["requests"] == [[got["alice"], 2], None, None, None, None]
+    # samples go round the connected peers: none is asked twice before every other once
+    assert sorted(got["cycle"][:3]) == sorted(got["cycle"][3:]) == sorted(got["honest"]), got["cycle"]
 
 
 TWO_HOSTS = """

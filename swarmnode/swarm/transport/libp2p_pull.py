@@ -14,7 +14,7 @@ What goes where (``docs/protocol.md`` section 4), all request/response streams:
   PeerIDs that serve the bundle) to up to :data:`PUSH_FANOUT` connected peers. A receiver
   keeps the newest one each peer pushed itself (:class:`~swarmnode.swarm.transport.announce.FirstHand`).
 * ``/swarmnode/sample/3.0.0``: while a node has fewer candidates than it could pull, it asks
-  a random connected peer, every :data:`SAMPLE_EVERY` seconds at most (doubling up to
+  its connected peers in turn, every :data:`SAMPLE_EVERY` seconds at most (doubling up to
   :data:`SAMPLE_EVERY_MAX` while answers bring no one new), for a sample of what
   was pushed to that peer (at most 16 announcements, each signed by its author). So what a
   node reads of announcements per round is bounded by its connections and its own asking,
@@ -94,7 +94,7 @@ OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
 PUSH_FANOUT = 8             # peers a node pushes each announcement to
 PUSH_EVERY = 1.0            # seconds: a peer's pushes closer together than this are dropped unread
 SAMPLE_EVERY = 2.0          # seconds between a node's sample requests, at least
-SAMPLE_EVERY_MAX = 16.0     # ... doubling up to this while samples bring no new announcer
+SAMPLE_EVERY_MAX = 8.0      # ... doubling up to this while samples bring no new announcer
 _EXCHANGE_EVERY = 10.0
 _EXCHANGE_FIRST = 2.0
 _EXCHANGE_ASK = 3           # peers asked per exchange
@@ -102,11 +102,10 @@ _EXCHANGE_MAX_ADDRS = 64    # addresses sent or read per answer
 _EXCHANGE_MAX_BYTES = 32 * 1024
 MAX_REQUEST_BYTES = 512
 HOLDERS = 2                 # public peers a private node leaves each bundle with
-# Rounds a node serves of its own and holds for a private author: a pull can come about
-# SHARE_TTL + the PullPlan's memory (announce.py, pull.py) after the announcement, which is
-# several rounds at the benchmark's 15 s.
+# Rounds a node serves of its own and holds for a private author: a pull can come up to
+# SHARE_TTL + _PLAN_TTL (120 s) after the announcement, 8 rounds of the benchmark's 15 s.
 OWN_ROUNDS = 8
-HELD_ROUNDS = 4
+HELD_ROUNDS = 8
 HELD_BYTES = 8 * 1024 * 1024
 _HELD_ACK = b"held"
 _ANNOUNCED_MEMORY = 4096    # announcers whose latest announcement the PullPlan and FirstHand keep
@@ -191,6 +190,7 @@ class Libp2pTransport(Transport):
         self._last_push: dict[str, float] = {}  # host thread: pusher -> monotonic time of the last push read
         self._last_sample = float("-inf")
         self._sample_every = SAMPLE_EVERY
+        self._sample_order: list[str] = []  # peers to ask next, a shuffled cycle over the connected ones
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._thread: threading.Thread | None = None
@@ -269,6 +269,7 @@ class Libp2pTransport(Transport):
         await asyncio.to_thread(trio.from_thread.run_sync, self._nursery.start_soon, self._push, wire,
                                 trio_token=self._token)
         self._plan.next_round(time.monotonic())
+        self._sample_every = SAMPLE_EVERY  # a new round: the peers have likely announced theirs too
 
     async def _dial(self, maddr: str) -> bool:
         try:
@@ -333,7 +334,7 @@ class Libp2pTransport(Transport):
         now = time.monotonic()
         if self._peers and now - self._last_sample >= self._sample_every and plan.wants_announcements(established):
             self._last_sample = now
-            await self._sample(random.choice(self._peers))
+            await self._sample(self._next_sample_peer())
         chosen = plan.choose(established)
         if not chosen:
             return
@@ -344,6 +345,16 @@ class Libp2pTransport(Transport):
                 plan.note_delivered(peer)
             elif self._reject_handler is not None:
                 self._reject_handler(peer, pulled.reason or "missing_payload")
+
+    def _next_sample_peer(self) -> str:
+        """The next connected peer of a shuffled cycle: a peer that had nothing to tell is not
+        asked again before the others, who may hold what it lacks (first-hand news lasts
+        SHARE_TTL)."""
+        connected = set(self._peers)
+        self._sample_order = [p for p in self._sample_order if p in connected]
+        if not self._sample_order:
+            self._sample_order = random.sample(self._peers, len(self._peers))
+        return self._sample_order.pop()
 
     async def _sample(self, peer: str) -> None:
         """Ask ``peer`` for a sample of the announcements pushed to it; a bad entry is counted against it."""
