@@ -43,8 +43,8 @@ def test_announcements_expire_and_memory_is_bounded():
     assert list(plan.announced) == ["late"]
 
 
-def test_gossiped_announcements_stay_candidates_across_rounds():
-    plan = PullPlan("me", 8, memory=100)  # gossip: each peer's newest arrives as it is made
+def test_pushed_announcements_stay_candidates_across_rounds():
+    plan = PullPlan("me", 8, memory=100)  # pushes: each peer's newest arrives as it is made
     plan.note_announced({"a": 4}, now=10.0)
     plan.next_round(now=20.0)
     assert plan.choose(everyone) == [("a", 4)]

@@ -412,11 +412,11 @@ def test_hivemind_bounded_storage():
 
 
 def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
-    """A stock py-libp2p peer (tests/flooder.py, its own relay check removed) announces and
-    serves garbage, flipped bytes, a stolen key's bundles and replays, and gossips malformed
-    announcements: the receiver's topic validator, its pull check or its repeat check drops
-    each, and reports it under the gossip message's signed origin (issue 15). The node
-    publishes a round a second: it pulls within the budget its rounds give it."""
+    """A hostile libp2p peer (tests/flooder.py, its own relay check removed) announces and
+    serves garbage, flipped bytes, a stolen key's bundles and replays, and pushes malformed
+    announcements: the receiver's announcement check, its pull check or its repeat check
+    drops each, and reports it under that peer (issue 15). The node publishes a round a
+    second: it pulls within the budget its rounds give it."""
     log = tmp_path / "flooder.log"
     flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",
                                 "--swarm", SWARM, "--seconds", "120", "--start-file", str(tmp_path / "go")],
