@@ -110,12 +110,13 @@ def _loads(raw: bytes, limit: int) -> Any:
 
 
 def _well_formed(a: Announcement) -> bool:
-    return (_is_count(a.round) and _is_count(a.size) and 0 < a.size <= MAX_MESSAGE_BYTES
+    return (is_count(a.round) and is_count(a.size) and 0 < a.size <= MAX_MESSAGE_BYTES
             and isinstance(a.digest, str) and len(a.digest) == 64 and all(c in "0123456789abcdef" for c in a.digest)
             and is_peer_id(a.author) and 0 < len(a.holders) <= MAX_HOLDERS and all(map(is_peer_id, a.holders)))
 
 
-def _is_count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """A JSON integer >= 0 (not a bool): a round or a size."""
     return type(value) is int and value >= 0
 
 

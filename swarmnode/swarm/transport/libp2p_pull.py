@@ -69,7 +69,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from swarmnode.compat.libp2p import allow_redial, batch_window_updates
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.transport.announce import (MAX_ANNOUNCEMENT_BYTES, MAX_SAMPLE_BYTES, Announcement, FirstHand,
-                                                is_peer_id, parse_push, parse_sample)
+                                                is_count, is_peer_id, parse_push, parse_sample)
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
                                       peer_id_of, relay_rejection)
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
@@ -123,7 +123,7 @@ def parse_request(raw: bytes) -> tuple[str, int] | None:
     if not isinstance(fields, dict) or set(fields) != {"author", "round"}:
         return None
     author, round_no = fields["author"], fields["round"]
-    return (author, round_no) if is_peer_id(author) and type(round_no) is int and round_no >= 0 else None
+    return (author, round_no) if is_peer_id(author) and is_count(round_no) else None
 
 
 class BundleStore:
@@ -301,6 +301,10 @@ class Libp2pTransport(Transport):
         except (trio.RunFinishedError, ValueError, RuntimeError) as exc:
             log.debug("libp2p transport: cannot disconnect %s: %s", peer_id, exc)
 
+    def _is_blocked(self, peer_id: str, now: float) -> bool:
+        """Whether :meth:`block` still holds for ``peer_id`` at monotonic time ``now``; any thread."""
+        return self._blocked.get(peer_id, 0.0) > now
+
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
@@ -311,7 +315,7 @@ class Libp2pTransport(Transport):
         newer = {}
         for announcement in announcements:
             author, held = announcement.author, plan.announced.get(announcement.author)
-            if (author != self.identity.peer_id and self._blocked.get(author, 0.0) <= now
+            if (author != self.identity.peer_id and not self._is_blocked(author, now)
                     and (held is None or held[0] < announcement.round)):
                 newer[author] = announcement
         if newer:
@@ -435,7 +439,7 @@ class Libp2pTransport(Transport):
         """ANNOUNCE_PROTOCOL: keep a peer's own announcement, at most one every PUSH_EVERY
         seconds (closer ones are dropped unread); hand it to the PullPlan."""
         now = time.monotonic()
-        if self._blocked.get(pusher, 0.0) > now or now - self._last_push.get(pusher, float("-inf")) < PUSH_EVERY:
+        if self._is_blocked(pusher, now) or now - self._last_push.get(pusher, float("-inf")) < PUSH_EVERY:
             return b""
         if len(self._last_push) >= _ANNOUNCED_MEMORY:
             self._last_push = {p: t for p, t in self._last_push.items() if t >= now - PUSH_EVERY}
@@ -452,7 +456,7 @@ class Libp2pTransport(Transport):
 
     async def _answer_sample(self, asker: str, _request: bytes) -> bytes:
         """SAMPLE_PROTOCOL: a sample of what peers pushed to this node lately (JSON list, maybe empty)."""
-        if self._blocked.get(asker, 0.0) > time.monotonic():
+        if self._is_blocked(asker, time.monotonic()):
             return b""
         return canonical_json(self._first_hand.sample(time.monotonic(), exclude=(asker,)))
 
@@ -514,7 +518,7 @@ class Libp2pTransport(Transport):
 
     async def _take_hold(self, pusher: str, data: bytes) -> bytes:
         """HOLD_PROTOCOL (public nodes): keep a bundle signed by the pusher; acknowledge it."""
-        if self._blocked.get(pusher, 0.0) > time.monotonic():
+        if self._is_blocked(pusher, time.monotonic()):
             return b""
         reason = relay_rejection(pusher, data)
         if reason is None:
@@ -592,7 +596,7 @@ def _round_of(data: bytes) -> int | None:
         round_no = open_envelope(data)[1].get("round")
     except BundleRejected:
         return None
-    return round_no if type(round_no) is int and round_no >= 0 else None
+    return round_no if is_count(round_no) else None
 
 
 def _dialable(host: Any, peer: ID) -> list[str]:
