@@ -21,12 +21,14 @@ class FakeSwarm:
 
     def __init__(self):
         self.rounds: dict[str, int] = {}
+        self.made: dict[str, float] = {}  # monotonic time of each peer's announcement
         self.stored: set[str] = set()  # peers whose announced round has a payload
         self.shard_reads = 0
         self.fetched: list[str] = []
 
-    def announce(self, peer: str, round_no: int, *, payload: bool) -> None:
+    def announce(self, peer: str, round_no: int, *, payload: bool, age: float = 0.0) -> None:
         self.rounds[peer] = round_no
+        self.made[peer] = time.monotonic() - age
         (self.stored.add if payload else self.stored.discard)(peer)
 
     async def call(self, coro):
@@ -36,10 +38,11 @@ class FakeSwarm:
         if fn is hd._read_announcements:
             self.shard_reads += len(kw["shards"])
             shards = set(kw["shards"])
-            return {p: r for p, r in self.rounds.items() if hd.shard_of(p) in shards}, []
+            return {p: (r, time.monotonic() - self.made[p]) for p, r in self.rounds.items()
+                    if hd.shard_of(p) in shards}, []
         if fn is hd._fetch_bundles:
             self.fetched += [p for p, _ in kw["wanted"]]
-            return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored]
+            return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored and r == self.rounds[p]]
         raise AssertionError(fn)
 
 
@@ -119,3 +122,18 @@ def test_established_peers_keep_their_fetches_whatever_a_crowd_announces():
         assert len([p for p in this_round if p in sybils]) <= 2
         assert len([p for p in this_round if p in honest]) >= 6
 
+
+
+def test_a_round_made_long_ago_is_skipped_for_the_peers_next_and_waiting_for_it_costs_the_peer_nothing():
+    swarm = FakeSwarm()
+    a = peer("slow")
+    t, delivered, rejected = make_transport(swarm, {a}, k=2)
+    t._plan.next_round(time.monotonic() - 40.0)  # this node's rounds: 40 s, so a round over 10 s old is stale
+    swarm.announce(a, 5, payload=True, age=45.0)  # round 6 is due already (a 40 s round, unknown period)
+    run_round(t, polls=3)
+    assert swarm.fetched == [a] and delivered == [] and rejected == [], "asked for round 6, not made yet"
+    assert t._plan.awaited[a].old == 5
+    swarm.announce(a, 6, payload=True)
+    for _ in range(hd.ANNOUNCE_SHARDS // hd.SHARDS_PER_POLL):  # the shard cycle comes to a's, which says 6
+        asyncio.run(t._poll_once())
+    assert delivered == [f"{a}/6".encode()] and rejected == []

@@ -61,3 +61,74 @@ def test_an_announcements_detail_lives_and_dies_with_it():
     assert plan.detail("b") is None and plan.detail("c") == "c-1"
     plan.note_announced({}, now=2.0 + plan.ttl + 1)
     assert plan.detail("a") is None and plan.detail("c") is None, "expired with its entry"
+
+
+def fresh_plan() -> PullPlan:
+    """A hivemind-like plan whose rounds are 100 s: a round made over 25 s ago is awaited."""
+    plan = PullPlan("me", 2, memory=100, reread=True, fresh=0.25, rng=random.Random(3))
+    plan.next_round(now=0.0)
+    plan.next_round(now=100.0)
+    plan.budget = 2.0  # one round's
+    return plan
+
+
+def test_an_old_round_is_awaited_and_its_successor_asked_for_when_due():
+    plan = fresh_plan()
+    # a made 90 s ago, then 60 s later it made round 6: its period is 60 s, so 7 is due at 130.
+    plan.note_announced({"a": 5, "b": 3}, now=100.0, made={"a": 10.0, "b": 95.0})
+    plan.note_announced({"a": 6}, now=101.0, made={"a": 70.0})
+    assert sorted(plan.choose(everyone)) == [("b", 3)], "b's round is fresh; a's 31 s old one is not fetched"
+    assert plan.budget == 0 and plan.awaited["a"].due == 130.0
+    plan.note_announced({}, now=120.0)
+    assert plan.choose(everyone) == []
+    plan.note_announced({}, now=130.0)
+    assert plan.choose(everyone) == [("a", 7)]
+    assert plan.missed("a", 7), "not made yet: no fault of a's"
+    plan.note_announced({}, now=131.0)
+    assert plan.choose(everyone) == [], "asked again after a wait"
+    plan.note_announced({}, now=132.0)
+    assert plan.choose(everyone) == [("a", 7)]
+    plan.note_delivered("a")
+    plan.note_announced({"a": 7}, now=140.0)
+    assert plan.choose(everyone) == [] and plan.candidates() == {}, "round 7 came, once"
+
+
+def test_an_awaited_peer_announcing_is_fetched_at_once_and_a_miss_then_counts():
+    plan = fresh_plan()
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 0.0})
+    assert plan.choose(everyone) == [("a", 6)], "due already (no period known: this node's round, 100 s)"
+    assert plan.missed("a", 6)
+    plan.note_announced({"a": 8}, now=100.5)  # it skipped rounds: what it announced is what to take
+    assert plan.choose(everyone) == [("a", 8)]
+    assert not plan.missed("a", 8), "announced and missing: the peer's fault"
+    assert "a" not in plan.awaited
+
+
+def test_an_awaited_peer_that_never_moves_on_gives_its_old_round_after_one_round():
+    plan = fresh_plan()
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})  # due at 150, gives up at 200
+    assert plan.choose(everyone) == []
+    for t in (150.0, 152.0, 156.0, 164.0, 180.0):
+        plan.note_announced({"a": 5}, now=t)
+        assert plan.choose(everyone) == [("a", 6)]
+        assert plan.missed("a", 6)
+    plan.note_announced({"a": 5}, now=200.0)
+    assert plan.choose(everyone) == [("a", 5)]
+    assert not plan.missed("a", 5), "its own announced round was missing"
+
+
+def test_storing_a_round_again_does_not_make_it_fresh():
+    plan = fresh_plan()
+    plan.budget = 0
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
+    plan.note_announced({"a": 5}, now=110.0, made={"a": 109.0})  # stored again just now
+    plan.budget = 1
+    assert plan.choose(everyone) == [] and "a" in plan.awaited
+
+
+def test_without_fresh_any_round_is_fetched_at_once():
+    plan = PullPlan("me", 2, memory=100, reread=True)
+    plan.next_round(now=0.0)
+    plan.next_round(now=100.0)
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 1.0})
+    assert plan.choose(everyone) == [("a", 5)] and not plan.awaited

@@ -14,8 +14,11 @@ A node's cost per round is bounded whatever the swarm's size (issue 13): it fetc
 ``fetch_per_round`` (K) bundles a round of its own, chosen over the announcing peers by
 :class:`~swarmnode.swarm.transport.pull.PullPlan`, and it reads :data:`SHARDS_PER_POLL`
 announcement shards a poll only while the plan has too few candidates to spend its budget
-on. A fetch that finds nothing is never retried; it is counted against the announcer
-(``missing_payload``).
+on. A chosen round made more than :data:`FRESH_SHARE` of the node's round ago is not
+fetched: the bundle key of the peer's next round is looked up when that round is due (the
+announcement's signed expiry says when it was stored), so what a node gets is fresh
+rather than up to a round old. A fetch of an announced round that finds nothing is never
+retried; it is counted against the announcer (``missing_payload``).
 
 :class:`SwarmRecordValidator` runs in every node's DHT and refuses any record a peer could
 forge or that this swarm's protocol does not need: a bundle record must be a valid bundle
@@ -83,6 +86,9 @@ ANNOUNCE_DOMAIN = b"swarmnode-announce-v2\x00"
 # 16 divides 256, so one byte of a PeerID's hash picks a shard without bias.
 ANNOUNCE_SHARDS = 16
 SHARDS_PER_POLL = 4
+# A chosen round made longer ago than this share of the node's round is not fetched; the
+# peer's next one is, when due (PullPlan's ``fresh``): bundles arrive minutes old at most.
+FRESH_SHARE = 0.25
 _SIGNATURE = 64
 _CALL_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0
@@ -413,18 +419,20 @@ async def _store(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no
 
 
 async def _read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
-                              shards: list[int]) -> tuple[dict[str, int], list[str]]:
-    """The announcements in ``shards`` (peer -> round), and the peers connected now."""
-    announced: dict[str, int] = {}
+                              shards: list[int]) -> tuple[dict[str, tuple[int, float]], list[str]]:
+    """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
+    signed expiry)), and the peers connected now."""
+    announced: dict[str, tuple[int, float]] = {}
     if shards:
         found = await node.get_many([announce_key(swarm, s) for s in shards],
                                     sufficient_expiration_time=float("inf"))
+        now = get_dht_time()
         for result in found.values():
             if result is None or not hasattr(result.value, "items"):
                 continue
             for subkey, item in result.value.items():
                 if isinstance(subkey, str) and type(item.value) is int:
-                    announced[subkey] = item.value
+                    announced[subkey] = (item.value, max(0.0, now - (item.expiration_time - ANNOUNCE_TTL)))
     # A peer counts once it is in the DHT's routing table, not when p2pd merely holds a
     # connection to it: p2pd accepts connections before the DHT on top of it answers (a peer
     # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
@@ -479,7 +487,8 @@ class HivemindTransport(Transport):
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.poll_interval = poll_interval
         self.private = private
-        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, reread=True)
+        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, reread=True,
+                              fresh=FRESH_SHARE)
         self._shards_seen: set[int] = set()  # shards read since start, until all have been
         self._dht: hivemind.DHT | None = None
         self._send_lock = threading.Lock()
@@ -645,7 +654,9 @@ class HivemindTransport(Transport):
             self._warn_old_version()
         self._shards_seen.update(shards)
         plan.census_done = len(self._shards_seen) == ANNOUNCE_SHARDS
-        plan.note_announced(announced, time.monotonic())
+        now = time.monotonic()
+        plan.note_announced({p: r for p, (r, _) in announced.items()}, now,
+                            made={p: now - age for p, (_, age) in announced.items()})
         chosen = plan.choose(plan.established(self._established, self._peers))
         if not chosen:
             return
@@ -655,10 +666,10 @@ class HivemindTransport(Transport):
             found.add(peer)
             self._deliver(data)
             plan.note_delivered(peer)
-        if self._reject_handler is not None:
-            for peer, _round in chosen:
-                if peer not in found:  # announced a record the DHT does not hold
-                    self._reject_handler(peer, "missing_payload")
+        for peer, round_no in chosen:
+            # A round announced but not held counts against its peer; one awaited is only not made yet.
+            if peer not in found and not plan.missed(peer, round_no) and self._reject_handler is not None:
+                self._reject_handler(peer, "missing_payload")
 
     def _next_shards(self) -> list[int]:
         """Up to :data:`SHARDS_PER_POLL` shards: first those of peers fetched lately (their next

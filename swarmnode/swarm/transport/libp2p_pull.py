@@ -316,7 +316,7 @@ class Libp2pTransport(Transport):
         for announcement in announcements:
             author, held = announcement.author, plan.announced.get(announcement.author)
             if (author != self.identity.peer_id and not self._is_blocked(author, now)
-                    and (held is None or held[0] < announcement.round)):
+                    and (held is None or held.round < announcement.round)):
                 newer[author] = announcement
         if newer:
             plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)

@@ -21,6 +21,18 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   round late, so the transport reads it again first. A transport that is handed
   announcements as they are made (libp2p's pushes, and samples of recent pushes) keeps
   them for a short ``ttl`` instead;
+* with ``fresh`` (a transport that can fetch a peer's *next* round by name, like hivemind's
+  per-round bundle keys), a chosen round made longer ago than that share of this node's
+  round (at least :data:`FRESH_FLOOR_S`) is not fetched: the plan awaits the peer's next
+  round instead, asks for it when it is due (the peer's last round plus its period, both
+  from the times the transport says announcements were made), and again with a doubling
+  wait while it is missing (:meth:`PullPlan.missed`); after one round of this node's it
+  takes the old round after all. The draw stays over peers, and what arrives is at most
+  minutes old rather than up to a round: at the start of its round a node that reads
+  announcements finds peers' rounds made up to a round ago, and fetching those put every such
+  bundle a round late (hivemind's p95 was about one round, docs/scale.md). A round counts as
+  made at the earliest sign of it (the transport's word, or the first read that showed it),
+  so storing one announcement again does not make its round fresh;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
@@ -31,6 +43,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from swarmnode.swarm.standing import PeerShare
@@ -40,12 +53,41 @@ ANNOUNCE_TTL = 120.0
 # A round's fetches: established peers each alike; every other announcer, as one crowd, a quarter.
 FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
 _DELIVERED_MEMORY = 4096
+# The freshness window's least width, seconds: a few polls, so what was just made counts as fresh.
+FRESH_FLOOR_S = 10.0
+# First wait before asking again for an awaited round that was missing; it doubles up to the cap.
+AWAIT_RETRY_S = 2.0
+AWAIT_RETRY_MAX_S = 16.0
+
+
+@dataclass
+class Announced:
+    """What the plan holds of a peer's latest announcement."""
+
+    round: int
+    seen: float  # monotonic seconds it was last read or handed over
+    detail: Any  # what the transport keeps with it (see PullPlan.detail)
+    made: float  # the earliest sign of this round: monotonic seconds
+    period: float | None = None  # seconds between the peer's rounds, from the last two made
+
+
+@dataclass
+class _Awaited:
+    """A chosen peer whose announced round was old: its next round is asked for when due."""
+
+    old: int  # the round announced when chosen, taken after all at ``until``
+    due: float
+    wait: float  # before asking again, if it is missing
+    until: float
 
 
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
-                 reread: bool = False, ttl: float = ANNOUNCE_TTL, rng: random.Random | None = None):
-        """``fetch_per_round``: K (0: fetch nothing, for a node that only serves)."""
+                 reread: bool = False, fresh: float = 0.0, ttl: float = ANNOUNCE_TTL,
+                 rng: random.Random | None = None):
+        """``fetch_per_round``: K (0: fetch nothing, for a node that only serves). ``fresh``: the
+        share of this node's last round within which a chosen round must have been made to be
+        fetched at once (0: any age; see the module doc)."""
         self.own_peer_id = own_peer_id
         self.k = fetch_per_round
         self.memory = memory
@@ -53,40 +95,55 @@ class PullPlan:
         self.rng = rng or random.Random()
         self.budget = float(fetch_per_round)
         self.reread = reread
+        self.fresh = fresh
         self.round_began = float("-inf")  # monotonic time of this node's last publish
+        self.round_s = float("inf")  # seconds between this node's last two publishes
+        self.now = float("-inf")  # the latest time the transport gave
         self.census_done = False  # set by the transport once it has read every announcer
-        # peer -> (round, when seen, what the transport keeps of the announcement)
-        self.announced: OrderedDict[str, tuple[int, float, Any]] = OrderedDict()
+        self.announced: OrderedDict[str, Announced] = OrderedDict()  # oldest seen first
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
+        self.awaited: dict[str, _Awaited] = {}  # peers whose next round is asked for when due
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): K more fetches (at
         most K carried over)."""
-        self.round_began = now
+        self.round_s = now - self.round_began
+        self.round_began = self.now = now
         self.budget = min(self.budget + self.k, 2.0 * self.k)
         self._newcomers_fetched = 0
 
-    def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None) -> None:
+    def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
+                       made: Mapping[str, float] | None = None) -> None:
         """Announcements seen at ``now`` (monotonic seconds), peer -> round; this node's own are
-        ignored. ``details`` (peer -> anything) is kept with each, for :meth:`detail`."""
-        while self.announced and next(iter(self.announced.values()))[1] < now - self.ttl:
+        ignored. ``details`` (peer -> anything) is kept with each, for :meth:`detail`; ``made``
+        (peer -> monotonic seconds) says when an announcement was made, where the transport knows."""
+        self.now = now
+        while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
             self.announced.popitem(last=False)
         for peer, round_no in announced.items():
-            if peer != self.own_peer_id:
-                self.announced.pop(peer, None)
-                self.announced[peer] = (round_no, now, (details or {}).get(peer))
+            if peer == self.own_peer_id:
+                continue
+            held = self.announced.pop(peer, None)
+            entry = Announced(round_no, now, (details or {}).get(peer), min(now, (made or {}).get(peer, now)))
+            if held is not None and held.round == round_no:
+                entry.made, entry.period = min(entry.made, held.made), held.period
+            elif held is not None and held.round < round_no and entry.made > held.made:
+                entry.period = (entry.made - held.made) / (round_no - held.round)
+            self.announced[peer] = entry
         while len(self.announced) > self.memory:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
+        self.awaited = {p: a for p, a in self.awaited.items() if p in self.announced}
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
         entry = self.announced.get(peer)
-        return None if entry is None else entry[2]
+        return None if entry is None else entry.detail
 
     def note_delivered(self, peer: str) -> None:
+        self.awaited.pop(peer, None)
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
         while len(self.delivered) > _DELIVERED_MEMORY:
@@ -104,9 +161,10 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet (with ``reread``, seen this round), by peer."""
+        """Announced rounds not fetched yet nor awaited (with ``reread``, seen this round), by peer."""
         since = self.round_began if self.reread else float("-inf")
-        return {p: r for p, (r, seen, _) in self.announced.items() if self.fetched.get(p, -1) < r and seen >= since}
+        return {p: a.round for p, a in self.announced.items()
+                if self.fetched.get(p, -1) < a.round and a.seen >= since and p not in self.awaited}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
@@ -116,7 +174,51 @@ class PullPlan:
         return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
 
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
-        """The (peer, round) pairs to fetch now, spent from the budget and marked fetched."""
+        """The (peer, round) pairs to fetch now: awaited rounds now due, and new choices, spent
+        from the budget and marked fetched (a chosen round that is old becomes awaited instead)."""
+        now = [(peer, round_no) for peer, round_no in self._draw(established) if not self._await_next(peer, round_no)]
+        return self._due() + now
+
+    def missed(self, peer: str, round_no: int) -> bool:
+        """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
+        awaited round not made yet (it is asked for again later): no fault of the peer's."""
+        awaited = self.awaited.get(peer)
+        if awaited is None or round_no != self.fetched.get(peer):
+            return False
+        if self.now >= awaited.until:  # the old round, taken after all, was missing
+            del self.awaited[peer]
+            return False
+        awaited.due, awaited.wait = self.now + awaited.wait, min(2 * awaited.wait, AWAIT_RETRY_MAX_S)
+        return True
+
+    def _due(self) -> list[tuple[str, int]]:
+        """Awaited peers to ask now: for a newer round announced meanwhile, the next round when
+        due, or the old round after one round of this node's."""
+        due = []
+        for peer, awaited in self.awaited.items():
+            announced = self.announced[peer].round
+            if announced > awaited.old:
+                self.fetched[peer] = announced
+                awaited.until = self.now  # announced, so stored: a miss now is the peer's
+            elif self.now >= awaited.until:
+                self.fetched[peer] = awaited.old
+            elif self.now < awaited.due:
+                continue
+            due.append((peer, self.fetched[peer]))
+            awaited.due = self.now + awaited.wait
+        return due
+
+    def _await_next(self, peer: str, round_no: int) -> bool:
+        """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
+        entry = self.announced[peer]
+        if not self.fresh or entry.made >= self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S):
+            return False
+        due = max(self.now, entry.made + (entry.period or self.round_s))
+        self.awaited[peer] = _Awaited(round_no, due, AWAIT_RETRY_S, self.now + self.round_s)
+        self.fetched[peer] = round_no + 1
+        return True
+
+    def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         candidates = self.candidates()
         if self.budget < 1 or not candidates:
             return []
