@@ -6,14 +6,15 @@ address on a Linux bridge (``tests/natlab.py``'s :class:`SwitchLab`; the bridge 
 "switch" namespace, never the host's). Node 0 starts first; the others bootstrap from its
 namespace address. Once every node has 3 peers (all the others in a smaller swarm), a few
 seconds more and ``--warmup-rounds`` unmeasured rounds, come ``--rounds`` measured rounds
-``--round-s`` apart: each round every node publishes one valid signed bundle of about
+``--round-s`` apart (all at once, or with ``--stagger`` node i at i / N of the round, as in a
+swarm whose rounds are not aligned): each round every node publishes one valid signed bundle of about
 ``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
 text, issue 13's yardstick). Then one more round's wait for stragglers, and every node is
 stopped (and killed, whatever happened). Usage, from the
 repository root, as root (namespaces need it; without them, see below)::
 
     PYTHONPATH=. python benchmarks/swarm_scale.py [--nodes 8 16 32 64] [--transports hivemind libp2p]
-        [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
+        [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--stagger] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
 
 Columns, each per node per measured round unless said otherwise (mean over the N nodes):
 
@@ -255,25 +256,28 @@ def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) 
     """The warm-up rounds (published, not measured: a pull transport's first round spends the
     budget it starts with besides the round's own), then the measured rounds and the straggler
     wait: snapshots at the window's ends, what was published in the measured rounds (by digest,
-    with the publishing node's index), and how late the last publish ended."""
-    for r in range(args.warmup_rounds):
-        for node in nodes:
+    with the publishing node's index), and how late the last publish ended. Round r of node i
+    starts ``r * round_s`` after the first, plus, with ``--stagger``, ``i / N`` of a round."""
+    offsets = [i * args.round_s / len(nodes) if args.stagger else 0.0 for i in range(len(nodes))]
+    t0 = time.monotonic()
+
+    def publish_round(r: int) -> list[tuple[int, dict]]:
+        for i, node in enumerate(nodes):
+            time.sleep(max(0.0, t0 + r * args.round_s + offsets[i] - time.monotonic()))
             node.send(cmd="publish", round=r + 1, size=args.size)
-        for node in nodes:
-            node.wait_event("published", max(60.0, args.round_s))
-        time.sleep(args.round_s)
+        return [(i, node.wait_event("published", max(60.0, args.round_s))) for i, node in enumerate(nodes)]
+
+    for r in range(args.warmup_rounds):
+        publish_round(r)
+    start = t0 + args.warmup_rounds * args.round_s
+    time.sleep(max(0.0, start - time.monotonic()))
     before = snapshot(nodes, with_net)
     published: dict[str, dict] = {}
-    start = time.monotonic()
     end = start + args.rounds * args.round_s
-    for r in range(args.rounds):
-        time.sleep(max(0.0, start + r * args.round_s - time.monotonic()))
-        for node in nodes:
-            node.send(cmd="publish", round=args.warmup_rounds + r + 1, size=args.size)
-        for i, node in enumerate(nodes):
-            event = node.wait_event("published", max(60.0, args.round_s))
+    for r in range(args.warmup_rounds, args.warmup_rounds + args.rounds):
+        for i, event in publish_round(r):
             published[event["digest"]] = {**event, "node": i}
-    late_s = max(0.0, time.monotonic() - end)
+    late_s = max(0.0, time.monotonic() - end - offsets[-1])
     time.sleep(max(0.0, end - time.monotonic()))
     after = snapshot(nodes, with_net, memory=True)
     peers = [len(node.peers()) for node in nodes]
@@ -315,7 +319,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
 
     received = result.pop("received_per_node")
     per_round = {"cpu_s": [c / args.rounds for c in cpu], "recv_mb": mb_per_round("rx"), "sent_mb": mb_per_round("tx")}
-    return {"transport": transport, "nodes": n, "rounds": args.rounds, "round_s": args.round_s,
+    return {"transport": transport, "nodes": n, "rounds": args.rounds, "round_s": args.round_s, "stagger": args.stagger,
             "bundle_bytes": args.size, "fetch_per_round": args.fetch_per_round,
             "network": "namespaces" if with_net else "loopback", "startup_s": round(startup_s, 1),
             "publish_late_s": round(run["late_s"], 2),
@@ -359,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=4, help="measured rounds")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="rounds published before the measured ones")
     parser.add_argument("--round-s", type=float, default=15.0, help="seconds between a node's publishes")
+    parser.add_argument("--stagger", action="store_true",
+                        help="node i publishes i / N of a round after node 0 (rounds not aligned, as in a real swarm)")
     parser.add_argument("--size", type=int, default=8000, help="approximate wire bytes of one bundle")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K",
                         help="bundles a node is meant to fetch a round (the delivery ratio's yardstick)")
@@ -388,7 +394,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             lab.remove()
             lab = None
             network = f"127.0.0.1: bytes are n/a because network namespaces are unavailable: {exc}"
-        print(f"{args.rounds} rounds of {args.round_s:g} s, bundles of about {args.size} bytes, "
+        print(f"{args.rounds} rounds of {args.round_s:g} s{' (staggered)' if args.stagger else ''}, "
+              f"bundles of about {args.size} bytes, "
               f"K = {args.fetch_per_round}, {os.cpu_count()} cores; network: {network}\n", flush=True)
         print("| " + " | ".join(COLUMNS) + " |")
         print("|" + "---|" * len(COLUMNS), flush=True)
