@@ -63,12 +63,12 @@ def test_an_announcements_detail_lives_and_dies_with_it():
     assert plan.detail("a") is None and plan.detail("c") is None, "expired with its entry"
 
 
-def fresh_plan() -> PullPlan:
+def fresh_plan(k: int = 2) -> PullPlan:
     """A hivemind-like plan whose rounds are 100 s: a round made over 25 s ago is awaited."""
-    plan = PullPlan("me", 2, memory=100, reread=True, fresh=0.25, rng=random.Random(3))
+    plan = PullPlan("me", k, memory=100, reread=True, fresh=0.25, rng=random.Random(3))
     plan.next_round(now=0.0)
     plan.next_round(now=100.0)
-    plan.budget = 2.0  # one round's
+    plan.budget = float(k)  # one round's
     return plan
 
 
@@ -112,6 +112,8 @@ def test_an_awaited_peer_that_never_moves_on_gives_its_old_round_after_one_round
         plan.note_announced({"a": 5}, now=t)
         assert plan.choose(everyone) == [("a", 6)]
         assert plan.missed("a", 6)
+    plan.note_announced({"a": 5}, now=199.0)
+    assert plan.choose(everyone) == [], "five asks, then nothing until the round is over"
     plan.note_announced({"a": 5}, now=200.0)
     assert plan.choose(everyone) == [("a", 5)]
     assert not plan.missed("a", 5), "its own announced round was missing"
@@ -132,3 +134,10 @@ def test_without_fresh_any_round_is_fetched_at_once():
     plan.next_round(now=100.0)
     plan.note_announced({"a": 5}, now=100.0, made={"a": 1.0})
     assert plan.choose(everyone) == [("a", 5)] and not plan.awaited
+
+
+def test_a_newcomers_old_round_is_fetched_at_once_so_its_announcement_costs_one_fetch():
+    plan = fresh_plan(k=4)  # newcomers get a quarter of K: 1
+    plan.note_announced({"stranger": 5}, now=100.0, made={"stranger": 0.0})
+    assert plan.choose(lambda _peer: False) == [("stranger", 5)] and not plan.awaited
+    assert not plan.missed("stranger", 5)

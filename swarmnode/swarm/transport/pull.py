@@ -22,12 +22,13 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   announcements as they are made (libp2p's pushes, and samples of recent pushes) keeps
   them for a short ``ttl`` instead;
 * with ``fresh`` (a transport that can fetch a peer's *next* round by name, like hivemind's
-  per-round bundle keys), a chosen round made longer ago than that share of this node's
-  round (at least :data:`FRESH_FLOOR_S`) is not fetched: the plan awaits the peer's next
-  round instead, asks for it when it is due (the peer's last round plus its period, both
-  from the times the transport says announcements were made), and again with a doubling
-  wait while it is missing (:meth:`PullPlan.missed`); after one round of this node's it
-  takes the old round after all. The draw stays over peers, and what arrives is at most
+  per-round bundle keys), an established peer's chosen round made longer ago than that
+  share of this node's round (at least :data:`FRESH_FLOOR_S`) is not fetched: the plan
+  awaits the peer's next round instead, asks for it when it is due (the peer's last round
+  plus its period, both from the times the transport says announcements were made), and
+  again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one round
+  of this node's it takes the old round after all. A newcomer's round is fetched at once
+  whatever its age, so an announcement of a key without standing costs one fetch, as before. The draw stays over peers, and what arrives is at most
   minutes old rather than up to a round: at the start of its round a node that reads
   announcements finds peers' rounds made up to a round ago, and fetching those put every such
   bundle a round late (hivemind's p95 was about one round, docs/scale.md). A round counts as
@@ -55,9 +56,9 @@ FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
 _DELIVERED_MEMORY = 4096
 # The freshness window's least width, seconds: a few polls, so what was just made counts as fresh.
 FRESH_FLOOR_S = 10.0
-# First wait before asking again for an awaited round that was missing; it doubles up to the cap.
+# Asks for an awaited round: when due, then after a wait that starts here and doubles.
+AWAIT_ASKS = 5
 AWAIT_RETRY_S = 2.0
-AWAIT_RETRY_MAX_S = 16.0
 
 
 @dataclass
@@ -77,8 +78,9 @@ class _Awaited:
 
     old: int  # the round announced when chosen, taken after all at ``until``
     due: float
-    wait: float  # before asking again, if it is missing
     until: float
+    wait: float = AWAIT_RETRY_S  # before asking again, if it is missing
+    asks: int = AWAIT_ASKS  # left
 
 
 class PullPlan:
@@ -176,7 +178,8 @@ class PullPlan:
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         """The (peer, round) pairs to fetch now: awaited rounds now due, and new choices, spent
         from the budget and marked fetched (a chosen round that is old becomes awaited instead)."""
-        now = [(peer, round_no) for peer, round_no in self._draw(established) if not self._await_next(peer, round_no)]
+        now = [(peer, round_no) for peer, round_no in self._draw(established)
+               if not (established(peer) and self._await_next(peer, round_no))]
         return self._due() + now
 
     def missed(self, peer: str, round_no: int) -> bool:
@@ -188,7 +191,9 @@ class PullPlan:
         if self.now >= awaited.until:  # the old round, taken after all, was missing
             del self.awaited[peer]
             return False
-        awaited.due, awaited.wait = self.now + awaited.wait, min(2 * awaited.wait, AWAIT_RETRY_MAX_S)
+        awaited.asks -= 1
+        awaited.due = self.now + awaited.wait if awaited.asks > 0 else awaited.until
+        awaited.wait *= 2
         return True
 
     def _due(self) -> list[tuple[str, int]]:
@@ -214,7 +219,7 @@ class PullPlan:
         if not self.fresh or entry.made >= self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S):
             return False
         due = max(self.now, entry.made + (entry.period or self.round_s))
-        self.awaited[peer] = _Awaited(round_no, due, AWAIT_RETRY_S, self.now + self.round_s)
+        self.awaited[peer] = _Awaited(round_no, due, self.now + self.round_s)
         self.fetched[peer] = round_no + 1
         return True
 
