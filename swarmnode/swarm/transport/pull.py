@@ -28,12 +28,12 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   plus its period, both from the times the transport says announcements were made), and
   again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one round
   of this node's it takes the old round after all. A newcomer's round is fetched at once
-  whatever its age, so an announcement of a key without standing costs one fetch, as before. The draw stays over peers, and what arrives is at most
-  minutes old rather than up to a round: at the start of its round a node that reads
-  announcements finds peers' rounds made up to a round ago, and fetching those put every such
-  bundle a round late (hivemind's p95 was about one round, docs/scale.md). A round counts as
-  made at the earliest sign of it (the transport's word, or the first read that showed it),
-  so storing one announcement again does not make its round fresh;
+  whatever its age, so an announcement of a key without standing costs one fetch, as before.
+  The draw stays over peers, but what arrives is fresh: a node that reads announcements
+  when its round begins finds peers' rounds made up to a round ago, and fetching those at
+  once made bundles up to a round old (docs/scale.md). A round counts as made at the
+  earliest sign of it (the transport's word, or the first read that showed it), so storing
+  one announcement again does not make its round fresh;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
