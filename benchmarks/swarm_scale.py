@@ -9,7 +9,8 @@ seconds more and ``--warmup-rounds`` unmeasured rounds, come ``--rounds`` measur
 ``--round-s`` apart (all at once, or with ``--stagger`` node i at i / N of the round, as in a
 swarm whose rounds are not aligned): each round every node publishes one valid signed bundle of about
 ``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
-text, issue 13's yardstick). Then one more round's wait for stragglers, and every node is
+text, issue 13's yardstick). Then one more round, published but not measured, while the
+measured rounds' stragglers still count, and every node is
 stopped (and killed, whatever happened). Usage, from the
 repository root, as root (namespaces need it; without them, see below)::
 
@@ -281,7 +282,10 @@ def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) 
     time.sleep(max(0.0, end - time.monotonic()))
     after = snapshot(nodes, with_net, memory=True)
     peers = [len(node.peers()) for node in nodes]
-    time.sleep(args.round_s)  # stragglers: their deliveries count, their bytes and CPU do not
+    # Stragglers: their deliveries count, their bytes and CPU do not. The nodes go on
+    # publishing, as a live swarm's do: a node awaiting a peer's next round gets it.
+    publish_round(args.warmup_rounds + args.rounds)
+    time.sleep(max(0.0, end + args.round_s - time.monotonic()))
     return {"before": before, "after": after, "published": published, "late_s": late_s, "peers": peers}
 
 

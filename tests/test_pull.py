@@ -141,3 +141,17 @@ def test_a_newcomers_old_round_is_fetched_at_once_so_its_announcement_costs_one_
     plan.note_announced({"stranger": 5}, now=100.0, made={"stranger": 0.0})
     assert plan.choose(lambda _peer: False) == [("stranger", 5)] and not plan.awaited
     assert not plan.missed("stranger", 5)
+
+
+def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by_now():
+    plan = fresh_plan()
+    # The read shows round 5 made 230 s ago, period 100 s: 6 and 7 should exist, 7 made 30 s
+    # ago (not fresh), so the plan asks for 8, due 70 s from now.
+    plan.note_announced({"a": 4}, now=100.0, made={"a": -230.0})
+    plan.note_announced({"a": 5}, now=100.0, made={"a": -130.0})
+    assert plan.choose(everyone) == [] and (plan.awaited["a"].next, plan.awaited["a"].due) == (8, 170.0)
+    plan = fresh_plan()
+    plan.note_announced({"b": 4}, now=100.0, made={"b": -210.0})
+    plan.note_announced({"b": 5}, now=100.0, made={"b": -110.0})  # 7 made 10 s ago: fresh, asked at once
+    assert plan.choose(everyone) == [("b", 7)]
+    assert plan.missed("b", 7), "a guess, not an announcement: no fault of b's"

@@ -24,8 +24,9 @@ choice, so a node's cost per round stays flat however many peers announce (issue
 * with ``fresh`` (a transport that can fetch a peer's *next* round by name, like hivemind's
   per-round bundle keys), an established peer's chosen round made longer ago than that
   share of this node's round (at least :data:`FRESH_FLOOR_S`) is not fetched: the plan
-  awaits the peer's next round instead, asks for it when it is due (the peer's last round
-  plus its period, both from the times the transport says announcements were made), and
+  awaits the peer's next round instead (the one after the round it should have made by now,
+  or that one if it is fresh: the peer's period and rounds' times come from when the
+  transport says announcements were made), asks for it when it is due, and
   again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one round
   of this node's it takes the old round after all. A newcomer's round is fetched at once
   whatever its age, so an announcement of a key without standing costs one fetch, as before.
@@ -77,6 +78,7 @@ class _Awaited:
     """A chosen peer whose announced round was old: its next round is asked for when due."""
 
     old: int  # the round announced when chosen, taken after all at ``until``
+    next: int  # the round asked for
     due: float
     until: float
     wait: float = AWAIT_RETRY_S  # before asking again, if it is missing
@@ -202,7 +204,7 @@ class PullPlan:
         due = []
         for peer, awaited in self.awaited.items():
             announced = self.announced[peer].round
-            if announced > awaited.old:
+            if announced >= awaited.next:
                 self.fetched[peer] = announced
                 awaited.until = self.now  # announced, so stored: a miss now is the peer's
             elif self.now >= awaited.until:
@@ -216,11 +218,18 @@ class PullPlan:
     def _await_next(self, peer: str, round_no: int) -> bool:
         """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
         entry = self.announced[peer]
-        if not self.fresh or entry.made >= self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S):
+        oldest = self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S)
+        if not self.fresh or entry.made >= oldest:
             return False
-        due = max(self.now, entry.made + (entry.period or self.round_s))
-        self.awaited[peer] = _Awaited(round_no, due, self.now + self.round_s)
-        self.fetched[peer] = round_no + 1
+        # The peer has likely made rounds since the one read (a stale read, or a long wait):
+        # ask for the newest it should have if that is fresh, else for the one after it.
+        period = entry.period or self.round_s
+        behind = int((self.now - entry.made) // period)
+        if behind == 0 or entry.made + behind * period < oldest:
+            behind += 1
+        due = max(self.now, entry.made + behind * period)
+        self.awaited[peer] = _Awaited(round_no, round_no + behind, due, self.now + self.round_s)
+        self.fetched[peer] = round_no + behind
         return True
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
