@@ -9,8 +9,7 @@ seconds more and ``--warmup-rounds`` unmeasured rounds, come ``--rounds`` measur
 ``--round-s`` apart (all at once, or with ``--stagger`` node i at i / N of the round, as in a
 swarm whose rounds are not aligned): each round every node publishes one valid signed bundle of about
 ``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
-text, issue 13's yardstick). Then one more round, published but not measured, while the
-measured rounds' stragglers still count, and every node is
+text, issue 13's yardstick). Then every node is
 stopped (and killed, whatever happened). Usage, from the
 repository root, as root (namespaces need it; without them, see below)::
 
@@ -29,14 +28,17 @@ Columns, each per node per measured round unless said otherwise (mean over the N
 * ``RSS MB``: resident memory of the node's process tree at the end of the window, in MiB
   (summed over the processes, so pages a forked helper shares with its parent count twice; the
   JSON also has ``pss_mb``, which counts them once).
-* ``bundles in``: distinct bundles of *other* nodes, published in the measured rounds, that the
-  node's handler received by the end of the straggler wait; mean and min over the nodes.
+* ``bundles in``: distinct bundles of *other* nodes (of any round) that the node's handler
+  first received inside the window, divided by the rounds; mean and min over the nodes.
   Repeated deliveries of one bundle are not counted (the JSON has them as ``duplicates``).
+  (Before stop 25: bundles published in the measured rounds, received by the end of one more
+  round's wait; that counted a fetch by when its bundle was made, not when it was spent.)
 * ``delivery``: ``bundles in`` (mean) / min(N - 1, K), K = ``--fetch-per-round``: the share of
   the bundles a node is meant to fetch each round. Above 1 where a transport delivers every
   bundle to every node although only K are needed.
 * ``p50 s`` / ``p95 s``: delivery latency, the receiver's clock when its handler runs minus the
-  sender's clock just before ``publish`` (one machine, one clock), over every first receipt.
+  sender's clock just before ``publish`` (one machine, one clock), over the first receipts
+  counted in ``bundles in``.
 * ``cores``: CPU seconds of all N node trees together / wall seconds of the window: the share
   of this machine's cores the whole swarm uses (``nproc`` bounds it).
 * ``peers (mean, max)``: the peers each node is connected to (libp2p) or knows in its DHT
@@ -135,11 +137,12 @@ def mem_available_mb() -> float:
 
 
 def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], rounds: int,
-               fetch_per_round: int) -> dict[str, Any]:
+               fetch_per_round: int, window: tuple[float, float] = (float("-inf"), float("inf"))) -> dict[str, Any]:
     """Delivery figures from the ``published`` events (by digest, each with the publishing node's
-    index as ``node``) and each node's ``message`` events: distinct external bundles per node per
-    round (mean, min, and each node's as ``received_per_node``), the delivery ratio against
-    min(N - 1, K), and latency over first receipts."""
+    index as ``node``) and each node's ``message`` events: distinct external bundles first
+    received inside ``window`` (wall-clock seconds), per node per round (mean, min, and each
+    node's as ``received_per_node``), the delivery ratio against min(N - 1, K), and latency
+    over those first receipts."""
     n = len(messages)
     per_node: list[float] = []
     duplicates = 0
@@ -155,6 +158,7 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
                 first[m["digest"]] = min(first[m["digest"]], m["t_recv"])
             else:
                 first[m["digest"]] = m["t_recv"]
+        first = {d: t for d, t in first.items() if window[0] <= t < window[1]}
         per_node.append(len(first) / rounds)
         latencies += [t - published[d]["t_pub"] for d, t in first.items()]
     wanted = min(n - 1, fetch_per_round)
@@ -255,38 +259,36 @@ def _mean(values: list[float]) -> float:
 
 def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) -> dict[str, Any]:
     """The warm-up rounds (published, not measured: a pull transport's first round spends the
-    budget it starts with besides the round's own), then the measured rounds and the straggler
-    wait: snapshots at the window's ends, what was published in the measured rounds (by digest,
-    with the publishing node's index), and how late the last publish ended. Round r of node i
+    budget it starts with besides the round's own), then the measured rounds: snapshots at the window's ends (and its wall-clock bounds), what was published in every
+    round (by digest, with the publishing node's index), and how late the last publish ended. Round r of node i
     starts ``r * round_s`` after the first, plus, with ``--stagger``, ``i / N`` of a round."""
     offsets = [i * args.round_s / len(nodes) if args.stagger else 0.0 for i in range(len(nodes))]
     t0 = time.monotonic()
 
-    def publish_round(r: int) -> list[tuple[int, dict]]:
+    published: dict[str, dict] = {}
+
+    def publish_round(r: int) -> None:
         for i, node in enumerate(nodes):
             time.sleep(max(0.0, t0 + r * args.round_s + offsets[i] - time.monotonic()))
             node.send(cmd="publish", round=r + 1, size=args.size)
-        return [(i, node.wait_event("published", max(60.0, args.round_s))) for i, node in enumerate(nodes)]
+        for i, node in enumerate(nodes):
+            event = node.wait_event("published", max(60.0, args.round_s))
+            published[event["digest"]] = {**event, "node": i}
 
     for r in range(args.warmup_rounds):
         publish_round(r)
     start = t0 + args.warmup_rounds * args.round_s
     time.sleep(max(0.0, start - time.monotonic()))
-    before = snapshot(nodes, with_net)
-    published: dict[str, dict] = {}
+    before, window_from = snapshot(nodes, with_net), time.time()
     end = start + args.rounds * args.round_s
     for r in range(args.warmup_rounds, args.warmup_rounds + args.rounds):
-        for i, event in publish_round(r):
-            published[event["digest"]] = {**event, "node": i}
+        publish_round(r)
     late_s = max(0.0, time.monotonic() - end - offsets[-1])
     time.sleep(max(0.0, end - time.monotonic()))
-    after = snapshot(nodes, with_net, memory=True)
+    after, window_to = snapshot(nodes, with_net, memory=True), time.time()
     peers = [len(node.peers()) for node in nodes]
-    # Stragglers: their deliveries count, their bytes and CPU do not. The nodes go on
-    # publishing, as a live swarm's do: a node awaiting a peer's next round gets it.
-    publish_round(args.warmup_rounds + args.rounds)
-    time.sleep(max(0.0, end + args.round_s - time.monotonic()))
-    return {"before": before, "after": after, "published": published, "late_s": late_s, "peers": peers}
+    return {"before": before, "after": after, "window": (window_from, window_to), "published": published,
+            "late_s": late_s, "peers": peers}
 
 
 def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -304,7 +306,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
         phase = "measured rounds"
         run = run_rounds(nodes, with_net, args)
         result = deliveries(run["published"], [node.messages() for node in nodes], args.rounds,
-                            args.fetch_per_round)
+                            args.fetch_per_round, run["window"])
         phase = "stop"
         stop_all(nodes)
     except (AssertionError, OSError) as exc:  # a node died or stopped answering

@@ -76,6 +76,10 @@ def test_deliveries_count_distinct_external_bundles_and_first_receipts():
     assert result["latency_s_p95"] == pytest.approx(2.0)
     assert deliveries(published, messages, rounds=2, fetch_per_round=1)["delivery_ratio"] == \
         pytest.approx(result["received_mean"])
+    # A window counts first receipts inside it: node 1's first a1 (t + 0.05) falls before it.
+    windowed = deliveries(published, messages, rounds=2, fetch_per_round=8, window=(t + 0.1, t + 16))
+    assert windowed["received_per_node"] == [2.0, 0.5, 0.5]
+    assert windowed["latency_s_max"] == pytest.approx(2.0)
 
 
 def test_a_row_without_namespaces_says_na_for_bytes():
