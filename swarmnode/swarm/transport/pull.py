@@ -192,7 +192,7 @@ class PullPlan:
         awaited = self.awaited.get(peer)
         if awaited is None or round_no != self.fetched.get(peer):
             return False
-        if self.now >= awaited.until:  # the old round, taken after all, was missing
+        if self.now >= awaited.until:  # an announced round (or the old one, taken after all) was missing
             del self.awaited[peer]
             return False
         awaited.asks -= 1
