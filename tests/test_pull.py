@@ -155,3 +155,26 @@ def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by
     plan.note_announced({"b": 5}, now=100.0, made={"b": -110.0})  # 7 made 10 s ago: fresh, asked at once
     assert plan.choose(everyone) == [("b", 7)]
     assert plan.missed("b", 7), "a guess, not an announcement: no fault of b's"
+
+
+def test_without_awaiting_an_old_round_is_no_candidate_until_the_peers_next_is_heard_of():
+    """libp2p's plan: a round heard of over a quarter of this node's round ago (at least 20 s)
+    is not drawn, whoever made it; a newer one heard of is."""
+    plan = PullPlan("me", 2, memory=100, fresh=0.25, awaits=False, rng=random.Random(3))
+    plan.next_round(now=0.0)
+    plan.note_announced({"a": 5, "b": 3}, now=10.0)
+    plan.next_round(now=100.0)  # 100 s rounds: fresh means made within 25 s
+    plan.note_announced({"c": 7}, now=101.0)
+    assert plan.choose(everyone) == [("c", 7)], "a's and b's rounds, 90 s old, are not fetched"
+    assert plan.awaited == {} and plan.budget == 3.0, "nothing awaited, the rest of the budget kept"
+    plan.tick(now=127.0)
+    assert plan.candidates() == {}, "c's round is now 26 s old"
+    plan.note_announced({"a": 6}, now=128.0)
+    assert plan.choose(everyone) == [("a", 6)]
+
+
+def test_without_awaiting_a_node_that_published_once_draws_any_round_it_holds():
+    plan = PullPlan("me", 2, memory=100, fresh=0.25, awaits=False)
+    plan.note_announced({"a": 5}, now=0.0)
+    plan.next_round(now=50.0)  # its round is not known until it has published twice
+    assert plan.choose(everyone) == [("a", 5)]

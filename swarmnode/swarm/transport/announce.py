@@ -29,7 +29,10 @@ MAX_ANNOUNCEMENT_BYTES = 1024
 MAX_HOLDERS = 4             # PeerIDs an announcement may list
 SAMPLE_SIZE = 16            # announcements in one sample answer, at most
 MAX_SAMPLE_BYTES = SAMPLE_SIZE * (MAX_ANNOUNCEMENT_BYTES + 1) + 2
-SHARE_TTL = 60.0            # seconds a pushed announcement is passed on in sample answers
+# Seconds a pushed announcement is passed on in sample answers. A sampled announcement is
+# judged fresh from when it is heard, so this is what it may be older than that: as long as
+# PullPlan's least freshness window (FRESH_FLOOR_S), no longer.
+SHARE_TTL = 20.0
 _MAX_PEER_ID = 64           # characters; an Ed25519 PeerID has 52
 _FIELDS = {"author", "digest", "holders", "round", "size", "swarm"}
 

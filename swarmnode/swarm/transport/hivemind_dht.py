@@ -14,7 +14,8 @@ A node's cost per round is bounded whatever the swarm's size (issue 13): it fetc
 ``fetch_per_round`` (K) bundles a round of its own, chosen over the announcing peers by
 :class:`~swarmnode.swarm.transport.pull.PullPlan`, and it reads :data:`SHARDS_PER_POLL`
 announcement shards a poll only while the plan has too few candidates to spend its budget
-on. A chosen round made more than :data:`FRESH_SHARE` of the node's round ago is not
+on. A chosen round made more than
+:data:`~swarmnode.swarm.transport.pull.FRESH_SHARE` of the node's round ago is not
 fetched: the bundle key of the peer's next round is looked up when that round is due (the
 announcement's signed expiry says when it was stored), so what a node gets is fresh
 rather than up to a round old. A fetch of an announced round that finds nothing is never
@@ -74,7 +75,7 @@ from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValu
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
-from swarmnode.swarm.transport.pull import ANNOUNCE_TTL, FETCH_PER_ROUND, PullPlan
+from swarmnode.swarm.transport.pull import ANNOUNCE_TTL, FETCH_PER_ROUND, FRESH_SHARE, PullPlan
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -86,9 +87,6 @@ ANNOUNCE_DOMAIN = b"swarmnode-announce-v2\x00"
 # 16 divides 256, so one byte of a PeerID's hash picks a shard without bias.
 ANNOUNCE_SHARDS = 16
 SHARDS_PER_POLL = 4
-# A chosen round made longer ago than this share of the node's round is not fetched; the
-# peer's next one is, when due (PullPlan's ``fresh``): bundles arrive minutes old at most.
-FRESH_SHARE = 0.25
 _SIGNATURE = 64
 _CALL_TIMEOUT = 30.0
 _DIAL_TIMEOUT = 5.0

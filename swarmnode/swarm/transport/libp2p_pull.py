@@ -29,7 +29,11 @@ What goes where (``docs/protocol.md`` section 4), all request/response streams:
 
 A node fetches at most ``fetch_per_round`` (K) bundles per round of its own, chosen over the
 announcers by :class:`~swarmnode.swarm.transport.pull.PullPlan`: its bytes and verification
-work per round stay flat however many peers announce. A pulled bundle must be no longer
+work per round stay flat however many peers announce. Only rounds heard of within the last
+:data:`~swarmnode.swarm.transport.pull.FRESH_SHARE` of the node's round (at least 20 s) are
+drawn, and a sample passes on only what was pushed in the last
+:data:`~swarmnode.swarm.transport.announce.SHARE_TTL` seconds, so a pulled bundle is fresh
+whenever in its round a node draws it. A pulled bundle must be no longer
 than announced (else ``too_large``, read no further), hash to the announced digest (else
 ``digest_mismatch``) and be signed by the announcer (else the bundle reason); a pull that
 finds nothing is ``missing_payload``; all counted against the announcer. An announcement
@@ -72,7 +76,7 @@ from swarmnode.swarm.transport.announce import (MAX_ANNOUNCEMENT_BYTES, MAX_SAMP
                                                 is_count, is_peer_id, parse_push, parse_sample)
 from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
                                       peer_id_of, relay_rejection)
-from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
+from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, PullPlan
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -103,7 +107,7 @@ _EXCHANGE_MAX_BYTES = 32 * 1024
 MAX_REQUEST_BYTES = 512
 HOLDERS = 2                 # public peers a private node leaves each bundle with
 # Rounds a node serves of its own and holds for a private author: a pull can come up to
-# SHARE_TTL + _PLAN_TTL (120 s) after the announcement, 8 rounds of the benchmark's 15 s.
+# SHARE_TTL + _PLAN_TTL (80 s) after the announcement, over 5 rounds of the benchmark's 15 s.
 OWN_ROUNDS = 8
 HELD_ROUNDS = 8
 HELD_BYTES = 8 * 1024 * 1024
@@ -185,7 +189,8 @@ class Libp2pTransport(Transport):
         self.private = private
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
-        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, ttl=_PLAN_TTL)
+        self._plan = PullPlan(identity.peer_id, fetch_per_round, memory=_ANNOUNCED_MEMORY, ttl=_PLAN_TTL,
+                              fresh=FRESH_SHARE, awaits=False)
         self._first_hand = FirstHand(_ANNOUNCED_MEMORY)  # host thread only
         self._last_push: dict[str, float] = {}  # host thread: pusher -> monotonic time of the last push read
         self._last_sample = float("-inf")
@@ -333,9 +338,9 @@ class Libp2pTransport(Transport):
     async def _pull_once(self) -> None:
         """Sample announcements if the budget lacks candidates; pull what the plan allows now;
         deliver what checks out, report what does not."""
-        plan = self._plan
+        plan, now = self._plan, time.monotonic()
+        plan.tick(now)
         established = plan.established(self._established, self._peers)
-        now = time.monotonic()
         if self._peers and now - self._last_sample >= self._sample_every and plan.wants_announcements(established):
             self._last_sample = now
             await self._sample(self._next_sample_peer())

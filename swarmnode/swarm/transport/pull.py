@@ -35,6 +35,10 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   once made bundles up to a round old (docs/scale.md). A round counts as made at the
   earliest sign of it (the transport's word, or the first read that showed it), so storing
   one announcement again does not make its round fresh;
+* with ``fresh`` and without ``awaits`` (a transport that fetches only what was announced,
+  like libp2p's pulls checked against the announced digest), a round made longer ago than
+  that share is no candidate at all, a newcomer's neither: the node waits to hear of the
+  peer's next round, and spends its budget on rounds it hears of while they are fresh;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
@@ -59,6 +63,9 @@ _DELIVERED_MEMORY = 4096
 # round; awaiting costs lookups, and with short rounds (the benchmark's 15 s) a 10 s floor
 # awaited nearly every drawn round, 0.15 MB a round more a node at 32 nodes (docs/scale.md).
 FRESH_FLOOR_S = 20.0
+# The freshness window's share of this node's round (PullPlan's ``fresh``): bundles a quarter
+# of a round old at most, where a round's fetches go to rounds made since the one before.
+FRESH_SHARE = 0.25
 # Asks for an awaited round: when due, then after a wait that starts here and doubles.
 AWAIT_ASKS = 5
 AWAIT_RETRY_S = 2.0
@@ -89,11 +96,13 @@ class _Awaited:
 
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
-                 reread: bool = False, fresh: float = 0.0, ttl: float = ANNOUNCE_TTL,
+                 reread: bool = False, fresh: float = 0.0, awaits: bool = True, ttl: float = ANNOUNCE_TTL,
                  rng: random.Random | None = None):
         """``fetch_per_round``: K (0: fetch nothing, for a node that only serves). ``fresh``: the
         share of this node's last round within which a chosen round must have been made to be
-        fetched at once (0: any age; see the module doc)."""
+        fetched at once (0: any age; see the module doc). ``awaits``: an older round of an
+        established peer is awaited (its next round fetched by name when due); else no older
+        round is a candidate."""
         self.own_peer_id = own_peer_id
         self.k = fetch_per_round
         self.memory = memory
@@ -102,6 +111,7 @@ class PullPlan:
         self.budget = float(fetch_per_round)
         self.reread = reread
         self.fresh = fresh
+        self.awaits = awaits
         self.round_began = float("-inf")  # monotonic time of this node's last publish
         self.round_s = float("inf")  # seconds between this node's last two publishes
         self.now = float("-inf")  # the latest time the transport gave
@@ -125,9 +135,7 @@ class PullPlan:
         """Announcements seen at ``now`` (monotonic seconds), peer -> round; this node's own are
         ignored. ``details`` (peer -> anything) is kept with each, for :meth:`detail`; ``made``
         (peer -> monotonic seconds) says when an announcement was made, where the transport knows."""
-        self.now = now
-        while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
-            self.announced.popitem(last=False)
+        self.tick(now)
         for peer, round_no in announced.items():
             if peer == self.own_peer_id:
                 continue
@@ -142,6 +150,13 @@ class PullPlan:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.awaited = {p: a for p, a in self.awaited.items() if p in self.announced}
+
+    def tick(self, now: float) -> None:
+        """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
+        what is fresh is judged from it."""
+        self.now = now
+        while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
+            self.announced.popitem(last=False)
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -167,10 +182,13 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet nor awaited (with ``reread``, seen this round), by peer."""
+        """Announced rounds not fetched yet nor awaited (with ``reread``, seen this round; with
+        ``fresh`` and without ``awaits``, made within the window), by peer."""
         since = self.round_began if self.reread else float("-inf")
+        made_since = self._oldest_fresh() if self.fresh and not self.awaits else float("-inf")
         return {p: a.round for p, a in self.announced.items()
-                if self.fetched.get(p, -1) < a.round and a.seen >= since and p not in self.awaited}
+                if self.fetched.get(p, -1) < a.round and a.seen >= since and a.made >= made_since
+                and p not in self.awaited}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
@@ -183,7 +201,7 @@ class PullPlan:
         """The (peer, round) pairs to fetch now: awaited rounds now due, and new choices, spent
         from the budget and marked fetched (a chosen round that is old becomes awaited instead)."""
         now = [(peer, round_no) for peer, round_no in self._draw(established)
-               if not (established(peer) and self._await_next(peer, round_no))]
+               if not (self.awaits and established(peer) and self._await_next(peer, round_no))]
         return self._due() + now
 
     def missed(self, peer: str, round_no: int) -> bool:
@@ -220,7 +238,7 @@ class PullPlan:
     def _await_next(self, peer: str, round_no: int) -> bool:
         """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
         entry = self.announced[peer]
-        oldest = self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S)
+        oldest = self._oldest_fresh()
         if not self.fresh or entry.made >= oldest:
             return False
         # The peer has likely made rounds since the one read (a stale read, or a long wait):
@@ -233,6 +251,10 @@ class PullPlan:
         self.awaited[peer] = _Awaited(round_no, round_no + behind, due, self.now + self.round_s)
         self.fetched[peer] = round_no + behind
         return True
+
+    def _oldest_fresh(self) -> float:
+        """When the oldest round still fresh was made (before this node's second round, any)."""
+        return self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         candidates = self.candidates()
