@@ -37,7 +37,7 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   one announcement again does not make its round fresh;
 * with ``fresh`` and without ``awaits`` (a transport that fetches only what was announced,
   like libp2p's pulls checked against the announced digest), a round made longer ago than
-  that share is no candidate at all, a newcomer's neither: the node waits to hear of the
+  that share is no candidate at all, whoever made it: the node waits to hear of the
   peer's next round, and spends its budget on rounds it hears of while they are fresh;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
