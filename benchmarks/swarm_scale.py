@@ -259,8 +259,9 @@ def _mean(values: list[float]) -> float:
 
 def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) -> dict[str, Any]:
     """The warm-up rounds (published, not measured: a pull transport's first round spends the
-    budget it starts with besides the round's own), then the measured rounds: snapshots at the window's ends (and its wall-clock bounds), what was published in every
-    round (by digest, with the publishing node's index), and how late the last publish ended. Round r of node i
+    budget it starts with besides the round's own), then the measured rounds: snapshots at the
+    window's ends (and its wall-clock bounds), what was published in every round (by digest,
+    with the publishing node's index), and how late the last publish ended. Round r of node i
     starts ``r * round_s`` after the first, plus, with ``--stagger``, ``i / N`` of a round."""
     offsets = [i * args.round_s / len(nodes) if args.stagger else 0.0 for i in range(len(nodes))]
     t0 = time.monotonic()

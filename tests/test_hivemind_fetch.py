@@ -128,7 +128,8 @@ def test_a_round_made_long_ago_is_skipped_for_the_peers_next_and_waiting_for_it_
     swarm = FakeSwarm()
     a = peer("slow")
     t, delivered, rejected = make_transport(swarm, {a}, k=2)
-    t._plan.next_round(time.monotonic() - 40.0)  # this node's rounds: 40 s, so a round over 20 s (the floor) old is stale
+    # This node's rounds: 40 s, so a round over 20 s (the floor) old is stale.
+    t._plan.next_round(time.monotonic() - 40.0)
     swarm.announce(a, 5, payload=True, age=45.0)  # round 6 is due already (a 40 s round, unknown period)
     run_round(t, polls=3)
     assert swarm.fetched == [a] and delivered == [] and rejected == [], "asked for round 6, not made yet"

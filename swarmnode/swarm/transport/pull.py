@@ -185,7 +185,7 @@ class PullPlan:
         """Announced rounds not fetched yet nor awaited (with ``reread``, seen this round; with
         ``fresh`` and without ``awaits``, made within the window), by peer."""
         since = self.round_began if self.reread else float("-inf")
-        made_since = self._oldest_fresh() if self.fresh and not self.awaits else float("-inf")
+        made_since = float("-inf") if self.awaits else self._oldest_fresh()
         return {p: a.round for p, a in self.announced.items()
                 if self.fetched.get(p, -1) < a.round and a.seen >= since and a.made >= made_since
                 and p not in self.awaited}
@@ -239,7 +239,7 @@ class PullPlan:
         """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
         entry = self.announced[peer]
         oldest = self._oldest_fresh()
-        if not self.fresh or entry.made >= oldest:
+        if entry.made >= oldest:
             return False
         # The peer has likely made rounds since the one read (a stale read, or a long wait):
         # ask for the newest it should have if that is fresh, else for the one after it.
@@ -253,7 +253,10 @@ class PullPlan:
         return True
 
     def _oldest_fresh(self) -> float:
-        """When the oldest round still fresh was made (before this node's second round, any)."""
+        """When the oldest round still fresh was made (without ``fresh``, or before this node's
+        second round, any)."""
+        if not self.fresh:
+            return float("-inf")
         return self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
