@@ -317,7 +317,7 @@ forged = rec(home, mallory.peer_id, 7)
 out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
 out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
 
-# Bounds (issue 15): expiry, size, payload, the unsigned expiry of a rounds record.
+# Bounds: expiry, size, payload, the unsigned expiry of a rounds record.
 import time, zstandard
 from hivemind.utils import get_dht_time
 from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_json, encode_bundle
@@ -419,7 +419,7 @@ def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path
     """A hostile libp2p peer (tests/flooder.py, its own relay check removed) announces and
     serves garbage, flipped bytes, a stolen key's bundles and replays, and pushes malformed
     announcements: the receiver's announcement check, its pull check or its repeat check
-    drops each, and reports it under that peer (issue 15). The node publishes a round a
+    drops each, and reports it under that peer. The node publishes a round a
     second: it pulls within the budget its rounds give it."""
     log = tmp_path / "flooder.log"
     flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",

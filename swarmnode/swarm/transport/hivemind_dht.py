@@ -51,7 +51,7 @@ POLL_INTERVAL = 1.0
 DHT_SHUTDOWN_S = 10.0
 
 
-async def shutdown(dht: hivemind.DHT) -> None:
+async def _shutdown(dht: hivemind.DHT) -> None:
     """Stop a DHT process for sure.
 
     hivemind's shutdown waits a grace period, then only sends SIGTERM, which a DHT process
@@ -63,7 +63,6 @@ async def shutdown(dht: hivemind.DHT) -> None:
         log.warning("hivemind transport: the DHT process did not stop in %.0f s; killing it", DHT_SHUTDOWN_S)
         dht.kill()
         await asyncio.to_thread(dht.join)
-
 
 
 class HivemindTransport(Transport):
@@ -132,7 +131,7 @@ class HivemindTransport(Transport):
                                      f"{self.identity.peer_id}")
         except Exception as exc:
             dht, self._dht = self._dht, None
-            await shutdown(dht)
+            await _shutdown(dht)
             if isinstance(exc, TransportError):
                 raise
             raise TransportError(f"the hivemind DHT started but reports no address: {exc!r}") from None
@@ -144,7 +143,7 @@ class HivemindTransport(Transport):
             self._poll_task = None
         if self._dht is not None:
             dht, self._dht = self._dht, None
-            await shutdown(dht)
+            await _shutdown(dht)
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
         self._peers = []
@@ -223,7 +222,7 @@ class HivemindTransport(Transport):
         """Replace a DHT process that died; the join loop then finds the swarm again."""
         log.error("hivemind transport: the DHT process exited (code %s); starting a new one", dead.exitcode)
         self._dht, self._peers = None, []
-        await shutdown(dead)
+        await _shutdown(dead)
         backoff = Backoff()
         while self._dht is None:
             try:
