@@ -3,6 +3,8 @@
 hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
 protobuf's global pool), so :func:`create_transport` imports only the implementation asked
 for, and a process runs one transport.
+
+Part of the swarm layer. May import: base, compat.
 """
 
 from __future__ import annotations
