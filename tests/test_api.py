@@ -456,6 +456,7 @@ async def _round_events(session: aiohttp.ClientSession, rounds: int) -> list[dic
     return events
 
 
+@pytest.mark.slow
 async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
     home = NodeHome(tmp_path / "home")
     with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:

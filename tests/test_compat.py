@@ -391,6 +391,7 @@ def _run_check(script: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_hivemind_doors_on_two_real_dht_nodes():
     assert _run_check(HIVEMIND_CHECK) == {"routed before": False, "ping": True, "routed after": True,
                                           "key id": True, "other key id": False,
@@ -398,10 +399,12 @@ def test_hivemind_doors_on_two_real_dht_nodes():
                                           "deleting the subkey drops the record": True}
 
 
+@pytest.mark.slow
 def test_libp2p_doors_on_two_real_hosts():
     assert _run_check(LIBP2P_CHECK) == {"dial, nobody listening": False, "dial again, now listening": False,
                                         "dial after allow_redial": True, "threads left": 0}
 
 
+@pytest.mark.slow
 def test_libp2p_yamux_credit_batches_on_real_hosts():
     assert _run_check(YAMUX_CHECK) == {"by default, one a read or more": True, "batched, at most 15": True}

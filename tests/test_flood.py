@@ -253,6 +253,7 @@ def rounds_done(home: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
     """A libp2p daemon bootstraps to a flooder that announces as fast as it can and serves

@@ -135,6 +135,7 @@ def test_directory_in_place_of_key(tmp_path: Path):
         Identity.load_or_create(tmp_path / "identity.key")
 
 
+@pytest.mark.slow
 def test_py_libp2p_derives_the_same_peer_id_and_signature():
     ident = Identity.from_seed(SEED)
     out = run_isolated("""
@@ -150,6 +151,7 @@ def test_py_libp2p_derives_the_same_peer_id_and_signature():
     assert bytes.fromhex(signature) == ident.sign(b"swarmnode")
 
 
+@pytest.mark.slow
 def test_hivemind_loads_the_key_file_with_the_same_peer_id(tmp_path: Path):
     ident = Identity.load_or_create(tmp_path / "identity.key")
     out = run_isolated("""

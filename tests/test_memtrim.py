@@ -53,6 +53,7 @@ def _has_mallinfo2() -> bool:
     return bool(name) and hasattr(ctypes.CDLL(name), "mallinfo2")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has_mallinfo2(), reason="mallinfo2 is glibc >= 2.33 only; elsewhere pinning is a no-op")
 def test_a_4_mb_tensor_after_a_freed_16_mb_one_is_mmapped_only_inside_the_block():
     assert _mmapped_growth("inside") >= 4 * 2**20

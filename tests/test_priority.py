@@ -14,6 +14,7 @@ import pytest
 from swarmnode.node import priority
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux keeps a nice value per thread")
 def test_background_renices_every_thread_and_later_ones_inherit_it():
     # In a child process: a niced test process could not be un-niced.

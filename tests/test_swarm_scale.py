@@ -31,6 +31,7 @@ def test_net_dev_sums_every_interface_but_loopback_even_a_name_touching_its_coun
 _BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint('done', flush=True)\n"
 
 
+@pytest.mark.slow
 def test_cpu_of_a_process_tree_counts_a_busy_child_alive_and_after_it_is_reaped():
     me = os.getpid()
     before_tree, before_self = tree_usage(me), cpu_s(me)

@@ -167,6 +167,7 @@ def test_a_refused_count_falls_back_with_one_line(caplog):
     assert "refused 1" in rec.changes[-1].reason
 
 
+@pytest.mark.slow
 def test_real_meter_sees_a_spinning_process():
     """The real counters: a child spinning on one core shows up as about one busy core."""
     import subprocess

@@ -231,6 +231,7 @@ async def test_screenshot_with_realistic_data(tmp_path):
         shutil.copyfile(path, keep)
 
 
+@pytest.mark.slow
 async def test_dashboard_on_a_real_daemon(tmp_path, tiny_model_dir):
     home = NodeHome(tmp_path / "home")
     app = Dashboard(home, retry_s=0.2, max_retry_s=0.5)

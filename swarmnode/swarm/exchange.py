@@ -16,13 +16,13 @@ import random
 import statistics
 from typing import Callable, Mapping, Protocol
 
-from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
+from swarmnode.records import Group, Question
+from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.pool import ExternalPool, PeerTable
-from swarmnode.records import Group, Question
 from swarmnode.swarm.standing import Standing
 
 
