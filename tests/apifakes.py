@@ -11,6 +11,7 @@ from swarmnode.events import PauseChanged
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import RoundRecord, YardstickRecord
+from waiting import wait_until
 
 
 class FakeControl:
@@ -92,11 +93,8 @@ class RealDaemon:
         return self
 
     def wait_for_api(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.home.api_file.exists():
-            assert self.proc is not None and self.proc.poll() is None, f"daemon died: {self.log.read_text()}"
-            assert time.monotonic() < deadline, f"no api.json after {timeout} s: {self.log.read_text()}"
-            time.sleep(0.1)
+        wait_until(self.home.api_file.exists, timeout, "the daemon's api.json", procs=[self.proc],
+                   context=self.log.read_text)
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:

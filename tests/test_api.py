@@ -34,6 +34,7 @@ from swarmnode.node import client
 from swarmnode.node.api import ApiServer, prometheus_text
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
+from waiting import wait_until_async
 
 
 @pytest.fixture
@@ -503,17 +504,21 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert daemon.proc.poll() is None
 
             await api.pause()
-            deadline = time.monotonic() + 60
-            while (status := await api.status())["phase"] != "idle":  # the round in flight completes
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+
+            async def idle() -> dict | None:
+                status = await api.status()
+                return status if status["phase"] == "idle" else None
+
+            status = await wait_until_async(idle, 60, "the round in flight to complete", procs=[daemon.proc])
             assert status["paused"]
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0)  # time for a round to start, which a paused node must not
             assert (await api.status())["round"] == status["round"], "a paused node started a round"
             await api.resume()
-            while (await api.status())["round"] == status["round"]:
-                assert time.monotonic() < deadline + 30
-                await asyncio.sleep(0.1)
+
+            async def next_round() -> bool:
+                return (await api.status())["round"] != status["round"]
+
+            await wait_until_async(next_round, 30, "a round after resume", procs=[daemon.proc])
 
             await api.stop()
             assert await asyncio.to_thread(daemon.proc.wait, 60) == 0

@@ -29,15 +29,13 @@ from swarmnode.node.client import NodeApi
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
+from waiting import wait_until_async
 
 SIZE = (130, 40)
 
 
 async def until(pilot, condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the dashboard did not get there in time"
-        await pilot.pause(0.05)
+    await wait_until_async(condition, timeout, "the dashboard to get there", sleep=pilot.pause)
 
 
 def header_text(app: Dashboard) -> str:
