@@ -16,7 +16,7 @@ One worker process holds the model for every run (so each run costs only its dec
     PYTHONPATH=. python benchmarks/busy_desktop.py              # the default run (about 7 min on 2 cores)
     PYTHONPATH=. python benchmarks/busy_desktop.py --passes 1 --repeats 1 --max-new-tokens 4   # a smoke run
 
-Targets (issue 16): beside a busy core the default reaches >= 0.9x the best fixed count's
+Targets: beside a busy core the default reaches >= 0.9x the best fixed count's
 tokens per second; alone >= 0.95x; the competing program keeps >= 0.8x of its throughput alone.
 """
 

@@ -266,7 +266,7 @@ async def test_metrics_follow_the_prometheus_text_format(node):
     assert values["swarmnode_round_seconds_sum"] == "4.0" and values["swarmnode_round_seconds_count"] == "2"
     assert values['swarmnode_bundles_total{outcome="accepted",reason=""}'] == "1"
     assert values['swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}'] == "1"
-    # the transport's own refusals (FakeControl.refusals), issue 15
+    # the transport's own refusals (FakeControl.refusals)
     assert values['swarmnode_transport_refused_total{reason="far_expiry"}'] == "3"
     assert values['swarmnode_transport_refused_total{reason="not_a_bundle"}'] == "1"
     assert values["swarmnode_transport_evicted_total"] == "2"
