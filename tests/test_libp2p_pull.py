@@ -240,6 +240,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     got = run_checks(PER_ROUND_BOUND)
     k = got["k"]
@@ -336,6 +337,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_holds_and_digest_checks_on_real_hosts():
     got = run_checks(TWO_HOSTS)
     assert got["held at the public node"] and got["a private node holds nothing"]
@@ -421,6 +423,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     got = run_checks(PUSH_AND_SAMPLE)
     pusher = identity_for(2).peer_id
@@ -486,6 +489,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_of_an_older_protocol_is_named_once():
     warnings = run_checks(OLD_PEER_CHECK)["warnings"]
     assert len([w for w in warnings if "older swarmnode" in w]) == 1, warnings
@@ -522,6 +526,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_exchange_answer_names_the_peers_in_random_order():
     got = run_checks(PEER_ANSWER_CHECK)
     assert got["peers named"] == [6] and not got["asker named"]

@@ -72,6 +72,7 @@ def assert_clean(report: dict) -> None:
     assert children == [], f"processes left after stop: {children}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["memory", "hivemind", "libp2p"])
 def test_contract(spawn, transport):
     first = spawn(transport, 0)
@@ -110,6 +111,7 @@ def test_contract(spawn, transport):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     port = free_port()
@@ -131,6 +133,7 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     assert len(warnings) == 1, warnings
 
 
+@pytest.mark.slow
 def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path):
     """A node that dialed while the bootstrap peer's p2pd was up but its DHT not yet (a peer
     mid-start, slow on a loaded machine) has a connection and no DHT route; it must ask again
@@ -164,6 +167,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_hivemind_helpers_end_with_a_killed_node(spawn):
     """A node killed by a signal (OOM, kill -9) must not leave its DHT process and p2pd running."""
     node = spawn("hivemind", 0)
@@ -174,6 +178,7 @@ def test_hivemind_helpers_end_with_a_killed_node(spawn):
     wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_leaves_the_hivemind_dht_to_the_node(spawn):
     """Ctrl-C in a terminal (or ``timeout``) signals the node's whole process group. The node
     still finishes its round (here: 3 s, three polls) and may publish; only then does it stop
@@ -262,6 +267,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
 
 
+@pytest.mark.slow
 def test_second_stack_in_one_process_is_a_clear_error():
     result = _run_python(
         "import hivemind\n"
@@ -341,6 +347,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_record_validator():
     result = _run_python(HIVEMIND_VALIDATOR_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -401,6 +408,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_bounded_storage():
     result = _run_python(BOUNDED_STORAGE_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -415,6 +423,7 @@ def test_hivemind_bounded_storage():
     }
 
 
+@pytest.mark.slow
 def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
     """A hostile libp2p peer (tests/flooder.py, its own relay check removed) announces and
     serves garbage, flipped bytes, a stolen key's bundles and replays, and pushes malformed
@@ -458,6 +467,7 @@ print(json.dumps({name: parse_peer_answer(raw) for name, raw in cases.items()}))
 """
 
 
+@pytest.mark.slow
 def test_peer_exchange_answers_are_parsed_defensively():
     result = _run_python(PEER_ANSWER_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -502,6 +512,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
     """hivemind keeps no reference to the task running a call in the DHT process: once a call
     hangs on a future nothing else holds, the garbage collector destroys it mid-await and
