@@ -29,7 +29,8 @@ class _ChosenLogProb(torch.autograd.Function):
         for s in range(0, hidden.shape[0], CHUNK_TOKENS):
             logits = (hidden[s:s + CHUNK_TOKENS] @ weight.T).to(acc)
             lse[s:s + CHUNK_TOKENS] = torch.logsumexp(logits, dim=-1)
-            out[s:s + CHUNK_TOKENS] = logits.gather(-1, targets[s:s + CHUNK_TOKENS, None])[:, 0] - lse[s:s + CHUNK_TOKENS]
+            chosen = logits.gather(-1, targets[s:s + CHUNK_TOKENS, None])[:, 0]
+            out[s:s + CHUNK_TOKENS] = chosen - lse[s:s + CHUNK_TOKENS]
         ctx.save_for_backward(hidden, weight, targets, lse)
         return out
 
