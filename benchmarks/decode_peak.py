@@ -39,7 +39,7 @@ def main() -> None:
     torch.manual_seed(0)
     t0 = time.perf_counter()
     rows = sample(policy.model, policy.tokenizer, prompts, args.completions, max_new_tokens=args.max_new_tokens,
-                  temperature=cfg.temperature, stop_string=_NEVER, eos_id=None, token_texts=policy.token_texts,
+                  temperature=cfg.temperature, stop_string=_NEVER, eos_ids=(), token_texts=policy.token_texts,
                   device=policy.device)
     seconds = time.perf_counter() - t0
     tokens = sum(len(r) for r in rows)
