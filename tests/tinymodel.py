@@ -11,8 +11,8 @@ The architectures mirror what the fast paths must hold for:
   tokenizer (Qwen pads its vocabulary; ids the tokenizer does not know still get logits).
 - ``gemma3`` (Gemma 3): sliding-window layers with a window of 8 tokens (far shorter than
   the tests' prompts), a full-attention layer between them, attention scaled by
-  ``query_pre_attn_scalar`` rather than the head size, scaled embeddings, and no chat
-  template (the base model's GGUF carries none).
+  ``query_pre_attn_scalar`` rather than the head size, scaled embeddings, a tokenizer that
+  starts every encoding with its BOS, and no chat template (the base model's GGUF carries none).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _CORPUS = [
 
 
 def _tokenizer(arch: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<answer>", "</answer>"]
@@ -47,6 +47,9 @@ def _tokenizer(arch: str):
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_CORPUS * 4, trainer)
+    if arch == "gemma3":  # Gemma's tokenizer starts every encoding with its BOS
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|im_start|> $A", special_tokens=[("<|im_start|>", tok.token_to_id("<|im_start|>"))])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token="<|im_start|>")
     if arch != "gemma3":
