@@ -26,7 +26,8 @@ def _reference(hidden, weight, targets):
 
 @pytest.mark.parametrize("chunk", [1, 3, 256])
 def test_value_and_gradient_match_full_logits(monkeypatch, chunk):
-    monkeypatch.setattr(logprob, "CHUNK_TOKENS", chunk)
+    monkeypatch.setattr(logprob, "CHUNK_LOGITS", chunk * 50)
+    assert logprob.chunk_tokens(50) == chunk
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(50, 8, generator=g, dtype=torch.float64)
     targets = torch.randint(0, 50, (7,), generator=g)
