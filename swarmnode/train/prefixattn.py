@@ -84,21 +84,30 @@ class _RowLayer(CacheLayer):
             self.keys, self.values = self.keys[indices], self.values[indices]
 
 
+def _left_padded(states: torch.Tensor, width: int) -> torch.Tensor:
+    """``states`` [rows, kvh, t, d] with zeros in front up to ``width`` positions."""
+    return torch.nn.functional.pad(states, (0, 0, width - states.shape[-2], 0))
+
+
 class SharedPrefixCache(LayeredCache):
     """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing).
 
-    ``prompt_caches`` are the prefill caches of consecutive slices of the prompts (all
-    padded to one length), in order; ``prompt_mask`` [prompts, P] marks their real tokens.
+    ``prompt_caches`` are the prefill caches of the prompts, one each and without padding, in
+    order; ``prompt_mask`` [prompts, P] marks their real tokens, right-aligned (left padding):
+    their states are put at those positions, zeros on the padding, which the bias masks.
     """
 
     def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
         dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
+        width = prompt_mask.shape[1]
         layers = []
         for i in range(len(prompt_caches[0].layers)):
             parts = [cache.layers[i] for cache in prompt_caches]
-            layers.append(_RowLayer(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts])))
-            for part in parts:  # the slices' copies go as the joined ones come
+            keys = torch.cat([_left_padded(p.keys, width) for p in parts])
+            values = torch.cat([_left_padded(p.values, width) for p in parts])
+            for part in parts:  # the prefills' copies go as the joined ones come
                 part.keys = part.values = None
+            layers.append(_RowLayer(keys, values))
         super().__init__(layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
         self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,

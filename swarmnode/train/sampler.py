@@ -26,11 +26,6 @@ from swarmnode.train import prefixattn
 from swarmnode.train.fallback import fell_back
 
 
-# Prompts in one prefill forward: a batch of 8 x 251-token prompts held about 260 MB more
-# than one prompt at a time, at the same speed (docs/performance.md, change 9).
-PREFILL_PROMPTS = 1
-
-
 def _shared_prefix(config) -> bool:
     """Whether ``config``'s model decodes with one copy of each prompt's states (else the log says why, once)."""
     reason = prefixattn.unsupported_reason(config)
@@ -86,27 +81,31 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     shared = _shared_prefix(model.config)
-    # Only the shared-prefix cache can be assembled from per-prompt prefills. It needs every
-    # prompt state, so its prefill cache keeps them all (the model's own would keep only a
-    # sliding layer's window).
-    step = PREFILL_PROMPTS if shared else len(prompts)
-    logits, caches = [], []
-    for a in range(0, len(prompts), step):
-        out = model(input_ids=ids[a:a + step], attention_mask=attn[a:a + step], position_ids=positions[a:a + step],
-                    past_key_values=growing_cache(CacheLayer) if shared else None, use_cache=True,
-                    logits_to_keep=1)
-        logits.append(out.logits[:, -1, :])
-        caches.append(out.past_key_values)
-        del out
     if shared:
+        # One prompt at a time, without its padding: a batch of 8 x 251-token prompts held about
+        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, change 9),
+        # and a padded batch computes every prompt at the longest one's length (1.7x the tokens
+        # in Qwen2.5's first rounds). The cache keeps every prompt state (the model's own would
+        # keep only a sliding layer's window); the shared-prefix cache pads them back.
+        logits, caches = [], []
+        for i in range(len(prompts)):
+            real = ids[i:i + 1, attn[i].bool()]
+            out = model(input_ids=real, position_ids=torch.arange(real.shape[1], device=device)[None],
+                        past_key_values=growing_cache(CacheLayer), use_cache=True, logits_to_keep=1)
+            logits.append(out.logits[:, -1, :])
+            caches.append(out.past_key_values)
+            del out
         cache = prefixattn.SharedPrefixCache(caches, attn, n)
         attending = prefixattn.decoding(model, cache)
+        del caches
+        logits = torch.cat(logits).repeat_interleave(n, dim=0)
     else:
-        cache = caches[0]
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
         repeat_rows(cache, n)
         attending = contextlib.nullcontext()
-    del caches
-    logits = torch.cat(logits).repeat_interleave(n, dim=0)
+        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+        del out
     attn = attn.repeat_interleave(n, dim=0)
     next_pos = positions[:, -1:].repeat_interleave(n, dim=0) + 1
 
