@@ -121,6 +121,6 @@ def test_soft_capped_logits_take_the_full_logits_path_and_say_so(tmp_path, caplo
     tok = policy.tokenizer
     prompt = tok(policy.prompt("Calculate 1 + 2."), add_special_tokens=False)["input_ids"]
     completion = tok("0123 abc</answer>", add_special_tokens=False)["input_ids"]
-    logp, mask = policy._shared_prompt_logp(prompt, [completion])
+    logp, _ = policy._shared_prompt_logp(prompt, [completion])
     ref = _reference_logp(policy, prompt, completion)
     assert torch.allclose(logp[0], ref, atol=1e-5)

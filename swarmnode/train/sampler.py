@@ -122,7 +122,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
             else:
                 # In place: the step's logits are 64 rows x 151,936 entries (39 MB) for Qwen2.5.
                 tokens = torch.multinomial(logits.float().div_(temperature).softmax(dim=-1), 1)
-            del logits  # gone before the next step's are made
+            logits = None  # gone before the next step's are made
             keep: list[int] = []
             for pos, (row, tok) in enumerate(zip(rows, tokens[:, 0].tolist())):
                 generated[row].append(tok)
