@@ -41,7 +41,7 @@ def run_swarmnode(args: argparse.Namespace) -> dict:
                        max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
     node = build_solo_node(cfg, seed=args.seed)
     row = node.run_round(0)
-    return {"seconds": row.seconds, "tokens": row.tokens_generated,
+    return {"seconds": row.seconds, "tokens": row.tokens_generated, "reward_mean": row.reward_mean,
             "seconds_generate": row.seconds_generate, "seconds_train": row.seconds_train}
 
 
@@ -60,8 +60,11 @@ def run_trl(args: argparse.Namespace) -> dict:
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens)
     source = str(ensure_embedded()) if args.model == "embedded" else args.model
     tokenizer = AutoTokenizer.from_pretrained(source)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    # generate() pads a row that stopped at the stop string with the padding token, and TRL ends
+    # a completion at its first EOS only: with Qwen2.5's own padding token (<|endoftext|>, not
+    # its EOS) TRL counted and trained those pads as completion tokens. Padding with EOS makes
+    # them the end.
+    tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     families = load_task_file(cfg.tasks)
     questions = TaskSource(families, args.seed).sample(0, cfg.questions)
@@ -69,9 +72,13 @@ def run_trl(args: argparse.Namespace) -> dict:
     dataset = Dataset.from_list([{"prompt": build_prompt(tokenizer, q.question, cfg.prefill_answer_tag), "index": i}
                                  for i, q in enumerate(questions)])
 
+    seen: list[tuple[str, float]] = []
+
     def reward(completions, index, **_):
-        return [scorer.score(questions[i], full_response(c, cfg.prefill_answer_tag)) or 0.0
-                for c, i in zip(completions, index)]
+        rewards = [scorer.score(questions[i], full_response(c, cfg.prefill_answer_tag)) or 0.0
+                   for c, i in zip(completions, index)]
+        seen.extend(zip(completions, rewards))
+        return rewards
 
     out_dir = tempfile.mkdtemp(prefix="trl-bench-")
     targs = GRPOConfig(
@@ -93,7 +100,10 @@ def run_trl(args: argparse.Namespace) -> dict:
     trainer.train()
     seconds = time.perf_counter() - t0
     logged = next(h for h in trainer.state.log_history if "completions/mean_length" in h)
-    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions}
+    print("TRL's first completions:", [c for c, _ in seen[:3]], file=sys.stderr)
+    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions,
+            "reward_mean": sum(r for _, r in seen) / len(seen),
+            "closed": sum(ANSWER_CLOSE in c for c, _ in seen) / len(seen)}
 
 
 def measure(args: argparse.Namespace) -> None:
