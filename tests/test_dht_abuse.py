@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from transport_node import SWARM, ProcNode, descendants, process_name, wait_for
+from transport_node import SWARM, ProcNode, descendants, process_name
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ class Attacker:
                 self.events.append(json.loads(line))
 
     def wait(self, name: str, timeout: float) -> dict:
-        return wait_for(lambda: next((e for e in self.events if e["event"] == name), None), timeout,
+        return wait_until(lambda: next((e for e in self.events if e["event"] == name), None), timeout,
                         f"attacker event {name!r}")
 
     def kill(self) -> None:
@@ -98,8 +99,8 @@ def test_a_storage_flood_leaves_the_honest_dht_within_50_mb(nodes, tmp_path):
     # The transport reads its DHT process's counters every tenth poll: wait for a reading that
     # has the second wave in it.
     budget_met = ("evicted", "refused_storage_full", "refused_signer_full")
-    refusals = wait_for(lambda: (r := honest.refusals()).get("refused_far_expiry") and any(r.get(k) for k in budget_met)
-                        and r, 60, "counters that show the byte budget")
+    refusals = wait_until(lambda: (r := honest.refusals()).get("refused_far_expiry")
+                          and any(r.get(k) for k in budget_met) and r, 60, "counters that show the byte budget")
     print(f"\nstorage flood: {done['seconds']:.0f} s, honest DHT RSS {before:.0f} MB -> +{growth:.1f} MB, {refusals}")
     assert growth < 50
     assert refusals["refused_far_expiry"] >= 6000 * 0.9  # the attacker's own node takes some
@@ -130,7 +131,7 @@ def exchange_rate(a: ProcNode, b: ProcNode, first_round: int, seconds: float) ->
 def test_junk_announcements_do_not_choke_the_exchange(nodes, tmp_path):
     a = nodes(ProcNode, "hivemind", 0, stderr_path=tmp_path / "a.err").ready()
     b = nodes(ProcNode, "hivemind", 1, bootstrap=a.addresses[:1], stderr_path=tmp_path / "b.err").ready()
-    wait_for(lambda: a.peer_id in b.peers() and b.peer_id in a.peers(), 60, "the honest nodes to join")
+    wait_until(lambda: a.peer_id in b.peers() and b.peer_id in a.peers(), 60, "the honest nodes to join")
     quiet = exchange_rate(a, b, 0, 20)
     attacker = nodes(Attacker, a.addresses[0], "announcements", JUNK_ANNOUNCEMENTS, tmp_path / "attacker.err")
     attacker.wait("ready", 60)
