@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from transport_node import SWARM, ProcNode, descendants, wait_for  # noqa: E402
+from transport_node import SWARM, ProcNode, descendants  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +69,7 @@ def measure(transport: str, nodes: int, rounds: int, interval: float, size: int)
                 peer.ready(90)
             relay_id = address.rsplit("/p2p/", 1)[1]
             for peer in peers:
-                wait_for(lambda: relay_id in peer.peers(), 60, "the nodes to join the relay")
+                wait_until(lambda: relay_id in peer.peers(), 60, "the nodes to join the relay")
             pids: set[int] = set()
             for r in range(rounds):
                 for peer in peers:

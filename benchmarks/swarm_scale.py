@@ -73,7 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from natlab import LabUnavailable, SwitchLab  # noqa: E402
 from relay_memory import _pss_kb, _status_kb  # noqa: E402
 from transport_latency import percentile  # noqa: E402
-from transport_node import ProcNode, descendants, wait_for  # noqa: E402
+from transport_node import ProcNode, descendants  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0
@@ -225,7 +226,7 @@ def wait_joined(nodes: list[ProcNode], timeout: float) -> None:
     "node 0 sees most of the others": a transport that bounds its connections never does."""
     want = min(JOIN_PEERS, len(nodes) - 1)
     try:
-        wait_for(lambda: all(len(node.peers()) >= want for node in nodes), timeout, "every node to join")
+        wait_until(lambda: all(len(node.peers()) >= want for node in nodes), timeout, "every node to join")
     except AssertionError:
         short = [i for i, node in enumerate(nodes) if len(node.peers()) < want]
         raise RunFailed(f"not joined after {timeout:.0f} s: nodes with fewer than {want} peers: "

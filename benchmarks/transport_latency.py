@@ -25,7 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from memory_transport import MemoryHub  # noqa: E402
-from transport_node import MemNode, ProcNode, wait_for  # noqa: E402
+from transport_node import MemNode, ProcNode  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,7 +53,7 @@ def measure(transport: str, n: int, rounds: int, size: int) -> dict[str, Any]:
     nodes, loop = start_nodes(transport, n)
     startup_s = time.monotonic() - t0
     try:
-        wait_for(lambda: len(nodes[0].peers()) >= n - 1 and all(node.peers() for node in nodes[1:]), 120,
+        wait_until(lambda: len(nodes[0].peers()) >= n - 1 and all(node.peers() for node in nodes[1:]), 120,
                  "every node to join")
         time.sleep(2.0)  # let meshes and routing tables settle before timing
         published: dict[str, dict] = {}
@@ -64,7 +65,7 @@ def measure(transport: str, n: int, rounds: int, size: int) -> dict[str, Any]:
                 published[event["digest"]] = event
             expected = (n - 1) * len(published)
             try:
-                wait_for(lambda: sum(len(node.messages()) for node in nodes) >= expected, 60,
+                wait_until(lambda: sum(len(node.messages()) for node in nodes) >= expected, 60,
                          f"round {round_no}'s deliveries")
             except AssertionError:
                 pass  # counted below as missing deliveries

@@ -7,9 +7,10 @@ hostile bundles (too many groups) and garbage, one publish after the other with 
 (about 400 a second on one core; a tighter loop inside py-libp2p's trio thread starved the
 host's own stream writers and delivered nothing). Each publish pushes an announcement to its
 peers (which read one a second of a peer and drop the rest unread); the flooder keeps every
-bundle it announced (up to :data:`SERVED_ROUNDS`), so whatever a peer pulls is junk or a
-bundle, never nothing. The ``relay`` mix publishes junk at the pace its peers read (one
-push a second) and pushes a malformed announcement every eight publishes::
+bundle it announced for as long as a peer may pull it (:class:`KeptFor`, :data:`KEEP_S`), so
+whatever a peer pulls is junk or a bundle, never nothing. The ``relay`` mix publishes junk at
+the pace its peers read (one push a second) and pushes a malformed announcement every eight
+publishes::
 
     python tests/flooder.py [--seconds S] [--start-file F] [--listen MA] [--mix flood|relay] [--hostile H]
 
@@ -26,7 +27,9 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,11 +40,52 @@ from swarmnode.records import (
 )
 from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport.libp2p_spread import PLAN_TTL  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
-SERVED_ROUNDS = 4096
+# How long a peer may pull an announced round: its push takes up to a stream time-out
+# (libp2p_streams.STREAM_TIMEOUT, 10 s; that module imports py-libp2p, which test_flood's
+# process must not) to land, the pull plan keeps it PLAN_TTL from then (its freshness window is
+# never longer), and the pull takes up to a stream time-out. At about 400 publishes a second of
+# about 500 bytes that is some 16 MB; KEEP_BYTES bounds it should the rate be higher.
+KEEP_S = PLAN_TTL + 2 * 10.0
+KEEP_BYTES = 128 * 1024 * 1024
 BAD_ANNOUNCEMENT = b'{"announcement": {"round": "soon", "size": -1}}'
+
+
+class KeptFor:
+    """What the flooder serves, by (author, round): each bundle for ``seconds`` from its put,
+    at most ``max_bytes`` in all (oldest out). The transport's own store keeps a count of
+    rounds, which at the flood's rate lasts seconds. Thread-safe: written on the asyncio loop,
+    read in the host thread."""
+
+    def __init__(self, seconds: float, max_bytes: int):
+        self.seconds = seconds
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, int], tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, author: str, round_no: int, data: bytes) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._drop((author, round_no))
+            self._items[(author, round_no)] = (now, data)
+            self._bytes += len(data)
+            while self._items and (self._bytes > self.max_bytes
+                                   or next(iter(self._items.values()))[0] < now - self.seconds):
+                self._drop(next(iter(self._items)))
+
+    def get(self, author: str, round_no: int) -> bytes | None:
+        with self._lock:
+            kept = self._items.get((author, round_no))
+        return kept[1] if kept is not None and kept[0] >= time.monotonic() - self.seconds else None
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        kept = self._items.pop(key, None)
+        if kept is not None:
+            self._bytes -= len(kept[1])
 
 
 def _groups(n: int) -> list[Group]:
@@ -114,12 +158,12 @@ async def main() -> None:
     identity = Identity.from_seed(FLOODER_SEED)
     from libp2p.peer.id import ID
 
-    from swarmnode.swarm.transport.libp2p_holding import BundleStore
     from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
-    from swarmnode.swarm.transport.libp2p_streams import exchange
+    from swarmnode.swarm.transport.libp2p_streams import STREAM_TIMEOUT, exchange
 
+    assert KEEP_S >= PLAN_TTL + 2 * STREAM_TIMEOUT, "KEEP_S: the stream time-out has grown"
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
-    transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)
+    transport.served = KeptFor(KEEP_S, KEEP_BYTES)
     await transport.start()
     print(json.dumps({"event": "ready", "peer_id": identity.peer_id, "addresses": transport.addresses()}), flush=True)
     while args.start_file and not os.path.exists(args.start_file):

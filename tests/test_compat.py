@@ -181,9 +181,8 @@ def test_attention_swap_layer_index_and_head_grouping(tiny):
     with torch.no_grad():
         expected = tiny(input_ids=_ids()).logits
         with tf_compat.attention_swapped(tiny.config, "swarmnode_compat_spy"):
-            assert tf_compat.attention_implementation(tiny.config) == "swarmnode_compat_spy"
             got = tiny(input_ids=_ids()).logits
-    assert tf_compat.attention_implementation(tiny.config) == "sdpa"
+        tiny(input_ids=_ids())  # the block is over: the model's own attention again, not the spy
     assert seen == [(i, True, True) for i in range(tiny.config.num_hidden_layers)]
     assert torch.allclose(got, expected)
 

@@ -301,16 +301,20 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
     assert flooder_row["pooled"] == 0 and flooder_row["accepted"] == 0
     assert sum(p["pooled"] for p in peers_after) <= 2048
     reasons = flooder_row["rejected_by_reason"]
+    # What is judged of the flooder: each pull (the bundle checks' reason for what it served:
+    # hostile bundles too_many_groups, garbage malformed, counted under the signed announcer;
+    # missing_payload for a pull it did not answer: it keeps what it announced for as long as a
+    # node may pull it, but its host, saturated by its own flood, fails streams under load;
+    # banned once the guard bans it), and a push or sample answer that does not parse
+    # (bad_announcement: it sends none, yet under load a stream of its host can end short).
+    # Nothing else: no valid bundle, no digest or size mismatch, no rate limit.
+    assert set(reasons) <= {"too_many_groups", "malformed", "missing_payload", "banned", "bad_announcement"}, reasons
     # The flood costs what the budget allows: K a round (and the K it starts with), each
     # published round of the node adding K, at most K carried over. The rounds finished
     # before the stop, plus the one in flight, bound what was pulled.
-    pulled = sum(reasons.values())  # the guard judges only what was pulled
+    pulled = sum(reasons.values()) - reasons.get("bad_announcement", 0)
     k = 8
     assert pulled <= k * (len(rows) + 2), (pulled, len(rows), reasons)
-    # Hostile bundles fail the bundle checks; garbage never gets past the libp2p pull check,
-    # which counts it under the signed announcer.
-    assert set(reasons) <= {"too_many_groups", "malformed", "banned"}, reasons
-    assert reasons.get("too_many_groups", 0) + reasons.get("malformed", 0) == pulled - reasons.get("banned", 0)
     assert "swarmnode_rounds_total" in metrics
     text = nlog.read_text()
     assert text.count("ignoring peer") <= 1, text[-3000:]

@@ -1,8 +1,9 @@
 """The libp2p transport's protocol version 3: announcements pushed and sampled, bundles pulled.
 
 Signed announcements and the protocol's rules (what spreads, what is held and pulled, whom the
-peer exchange dials) are checked in this process: they import no py-libp2p. The rest runs in a fresh interpreter each (py-libp2p cannot share a process with
-hivemind, which other tests import): the per-round bound with the network side stubbed (as
+peer exchange dials) are checked in this process: they import no py-libp2p. The rest runs as
+programs of ``tests/programs/`` (``libp2p_*.py``), each in a fresh interpreter (py-libp2p
+cannot share a process with hivemind, which other tests import): the per-round bound with the network side stubbed (as
 ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on 127.0.0.1 a pull
 whose bytes do not match the digest or run past the announced size, a private node's hold at
 a public one, forged, flooding and sampled announcements, the warning about a peer of an
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,19 +35,15 @@ from swarmnode.swarm.transport.libp2p_spread import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from programs import output  # noqa: E402
 from transport_node import identity_for, make_bundle  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SW = "sw"
 
 
-def run_checks(code: str) -> dict:
-    """Run ``code`` in a fresh interpreter; the JSON object its last output line prints."""
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
-                            env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def run_checks(program: str) -> dict:
+    """Run ``tests/programs/<program>.py`` in a fresh interpreter; the JSON object its last line prints."""
+    return json.loads(output(program, timeout=180, quiet=True).splitlines()[-1])
 
 
 def _announcement(author: int = 1, **change) -> Announcement:
@@ -199,56 +194,9 @@ def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers
     assert sorted(answer_order(["a", "b", "c"], "b", rng)) == ["a", "c"], "everyone but the asker"
 
 
-PER_ROUND_BOUND = """
-import asyncio, json, time
-from collections import Counter
-from transport_node import identity_for
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_holding import Pulled, parse_request
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
-
-K = FETCH_PER_ROUND
-honest = [identity_for(100 + i).peer_id for i in range(3)]
-sybils = [identity_for(200 + i).peer_id for i in range(50)]
-
-async def main():
-    t = Libp2pTransport(identity_for(0), "sw")
-    t.set_established(lambda p: p in honest)
-    rejected = Counter()
-    t.set_reject_handler(lambda author, reason: rejected.update([reason]))
-    asked = []
-
-    async def fake_fetch(wanted):  # the network: nobody serves anything
-        asked.append([author for author, _ in wanted])
-        return [Pulled(None) for _ in wanted]
-
-    t._fetch = fake_fetch
-    per_round = []
-    for round_no in range(5):
-        t._heard([Announcement(peer, "sw", round_no, 1000, "00" * 32, (peer,)) for peer in honest + sybils])
-        before = len(asked)
-        for _ in range(4):  # several pull-loop turns in one round of this node
-            await t._pull_once()
-        pulled = [p for batch in asked[before:] for p in batch]
-        per_round.append({"total": len(pulled), "honest": len(set(pulled) & set(honest)),
-                          "sybils": len(set(pulled) & set(sybils)), "repeats": len(pulled) - len(set(pulled))})
-        t._pull.next_round(time.monotonic())  # what _publish does after announcing
-    alice = honest[0]
-    requests = [parse_request(r) for r in (canonical_json({"author": alice, "round": 2}), b"{}",
-                canonical_json({"author": "x", "round": 2}), canonical_json({"author": alice, "round": -2}),
-                b"[" * 600)]
-    print(json.dumps({"k": K, "per_round": per_round, "rejected": dict(rejected),
-                      "pulled": sum(len(b) for b in asked), "requests": requests, "alice": alice}))
-
-asyncio.run(main())
-"""
-
-
 @pytest.mark.slow
 def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
-    got = run_checks(PER_ROUND_BOUND)
+    got = run_checks("libp2p_per_round_bound")
     k = got["k"]
     for i, row in enumerate(got["per_round"]):
         assert row["total"] <= k and row["repeats"] == 0, row
@@ -260,92 +208,9 @@ def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     assert got["requests"] == [[got["alice"], 2], None, None, None, None]
 
 
-TWO_HOSTS = """
-import asyncio, json, random, time
-from transport_node import identity_for, make_bundle
-from swarmnode.swarm.transport.libp2p_holding import HOLD_PROTOCOL
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_streams import exchange
-
-SW = "pull-test"
-LISTEN = "/ip4/127.0.0.1/tcp/0"
-
-async def until(cond, seconds=30):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)
-
-def watch(t):
-    got, rejected = [], []
-    t.set_handler(got.append)
-    t.set_reject_handler(lambda author, reason: rejected.append([author, reason]))
-    return got, rejected
-
-async def main():
-    out = {}
-    public = Libp2pTransport(identity_for(1), SW, listen=LISTEN)
-    await public.start()
-    boot = public.addresses()[:1]
-    home, puller = (Libp2pTransport(identity_for(i), SW, boot, LISTEN, private=True) for i in (2, 3))
-    liar = Libp2pTransport(identity_for(4), SW, boot, LISTEN)
-    nodes = [public, home, puller, liar]
-    received = {t.identity.peer_id: watch(t) for t in nodes}
-    for t in nodes[1:]:
-        await t.start()
-    await until(lambda: all(public.identity.peer_id in t.peers() for t in nodes[1:]))
-    rng = random.Random(0)
-
-    # A private node leaves its bundle with the public node; the other private node, never
-    # connected to it, pulls it there.
-    bundle = make_bundle(home.identity, SW, 1, 8000, rng)
-    await home.publish(1, bundle)
-    got, _ = received[puller.identity.peer_id]
-    await until(lambda: bundle in got)
-    out["held at the public node"] = public.held.get(home.identity.peer_id, 1) == bundle
-    out["home and puller connected"] = home.identity.peer_id in puller.peers()
-    out["a private node holds nothing"] = len(home.held) == 0 and len(puller.held) == 0
-
-    # A bundle signed by someone else is not held, and is reported under the pusher.
-    stolen = make_bundle(liar.identity, SW, 2, 2000, rng)
-    answer = await home._bridge.run(exchange, home._host, public._host.get_id(), HOLD_PROTOCOL, stolen, 16)
-    await asyncio.sleep(0.5)
-    out["foreign hold answer"] = answer.decode()
-    out["foreign hold held"] = public.held.get(liar.identity.peer_id, 2) is not None
-    out["public rejected"] = list(received[public.identity.peer_id][1])
-
-    # A node that serves other bytes than it announced: digest_mismatch, nothing delivered.
-    announced, served = make_bundle(liar.identity, SW, 3, 3000, rng), make_bundle(liar.identity, SW, 3, 3000, rng)
-    while len(served) > len(announced):  # a longer answer is cut off at the announced size, never hashed
-        served = make_bundle(liar.identity, SW, 3, 3000, rng)
-    keep = liar.served.put
-    liar.served.put = lambda author, round_no, data: keep(author, round_no, served)
-    await liar.publish(3, announced)
-    got, rejected = received[public.identity.peer_id]
-    await until(lambda: [liar.identity.peer_id, "digest_mismatch"] in rejected)
-    await asyncio.sleep(1.5)
-    out["mismatch delivered"] = announced in got or served in got
-    out["home pulled the liar"] = sorted({r for a, r in received[home.identity.peer_id][1] if a == liar.identity.peer_id})
-
-    # A node that serves more bytes than it announced: read one byte past the size, too_large.
-    longer = make_bundle(liar.identity, SW, 4, 3000, rng)
-    liar.served.put = lambda author, round_no, data: keep(author, round_no, data + b"x" * 4096)
-    await liar.publish(4, longer)
-    await until(lambda: [liar.identity.peer_id, "too_large"] in rejected)
-    await asyncio.sleep(1.5)
-    out["too long delivered"] = any(g.startswith(longer) for g in got)
-    for t in nodes:
-        await t.stop()
-        await t.stop()
-    print(json.dumps(out))
-
-asyncio.run(main())
-"""
-
-
 @pytest.mark.slow
 def test_holds_and_digest_checks_on_real_hosts():
-    got = run_checks(TWO_HOSTS)
+    got = run_checks("libp2p_two_hosts")
     assert got["held at the public node"] and got["a private node holds nothing"]
     assert not got["home and puller connected"], "the two private nodes never connect"
     assert got["foreign hold answer"] == "" and not got["foreign hold held"]
@@ -355,185 +220,26 @@ def test_holds_and_digest_checks_on_real_hosts():
     assert not got["too long delivered"]
 
 
-# Three real hosts: a node pushes another's announcement, garbage, and two of its own within
-# a second; a sampler asks the public node; a peer answers samples with junk beside the truth.
-PUSH_AND_SAMPLE = """
-import asyncio, json, time
-from transport_node import identity_for
-from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY, SAMPLE_PROTOCOL
-from swarmnode.swarm.transport.libp2p_streams import exchange
-
-SW, LISTEN = "sw", "/ip4/127.0.0.1/tcp/0"
-
-def announcement(t, round_no):
-    peer = t.identity.peer_id
-    return canonical_json(Announcement(peer, SW, round_no, 1000, "cd" * 32, (peer,)).signed(t.identity))
-
-async def main():
-    out = {}
-    public = Libp2pTransport(identity_for(1), SW, listen=LISTEN, fetch_per_round=0)  # it asks no one
-    rejected, noted = [], []
-    public.set_reject_handler(lambda author, reason: rejected.append([author, reason]))
-    heard = public._heard
-    public._heard = lambda news: (noted.extend((a.author, a.round) for a in news), heard(news))
-    await public.start()
-    boot = public.addresses()[:1]
-    pusher, sampler, liar = (Libp2pTransport(identity_for(i), SW, boot, LISTEN, fetch_per_round=0) for i in (2, 3, 4))
-    async def junk_and_truth(asker, request):
-        return canonical_json(["junk", Announcement(liar.identity.peer_id, SW, 9, 1000, "ef" * 32,
-                                                    (liar.identity.peer_id,)).signed(liar.identity)])
-    liar._answer_sample = junk_and_truth
-    for t in (pusher, sampler, liar):
-        await t.start()
-    while len(public.peers()) < 3:
-        await asyncio.sleep(0.1)
-    to_public = lambda t, data: t._bridge.run(exchange, t._host, public._host.get_id(), ANNOUNCE_PROTOCOL, data, 0)
-
-    await to_public(pusher, announcement(sampler, 1))  # someone else's, signed by its author
-    await asyncio.sleep(PUSH_EVERY + 0.2)
-    await to_public(pusher, b"{not json")
-    await asyncio.sleep(PUSH_EVERY + 0.2)
-    await to_public(pusher, announcement(pusher, 2))
-    await to_public(pusher, announcement(pusher, 3))  # within PUSH_EVERY of the last: dropped unread
-    await asyncio.sleep(0.5)
-    out["rejected"] = rejected
-    out["noted"] = list(noted)
-    async def ban_in_host():  # as a relay's hold filter does
-        public.block(pusher.identity.peer_id, 60)
-    await public._bridge.run(ban_in_host)
-    await asyncio.sleep(0.5)
-    out["blocked peer connected"] = pusher.identity.peer_id in map(str, public._host.get_connected_peers())
-    await asyncio.sleep(PUSH_EVERY)
-    await to_public(pusher, announcement(pusher, 4))  # dials again if it must: read by no one
-    await asyncio.sleep(0.5)
-    out["noted after the block"] = noted[len(out["noted"]):]
-
-    answer = json.loads(await to_sample(sampler, public))
-    out["sample authors"] = sorted(a["announcement"]["author"] == pusher.identity.peer_id for a in answer)
-    await sampler._sample(liar.identity.peer_id)
-    out["liar's truth noted"] = sampler._pull.plan.detail(liar.identity.peer_id) is not None
-    out["sampler's reports"] = sampler_reports
-    for t in (pusher, sampler, liar, public):
-        await t.stop()
-    print(json.dumps(out))
-
-sampler_reports = []
-async def to_sample(t, other):
-    t.set_reject_handler(lambda author, reason: sampler_reports.append(reason))
-    return await t._bridge.run(exchange, t._host, other._host.get_id(), SAMPLE_PROTOCOL, b"", 20000)
-
-asyncio.run(main())
-"""
-
-
 @pytest.mark.slow
 def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
-    got = run_checks(PUSH_AND_SAMPLE)
+    got = run_checks("libp2p_push_and_sample")
     pusher = identity_for(2).peer_id
     assert got["rejected"] == [[pusher, "bad_announcement"], [pusher, "bad_announcement"]], \
         "another peer's announcement and garbage are counted against the pusher"
     assert got["noted"] == [[pusher, 2]], "only the pusher's own, and one a PUSH_EVERY"
-    assert not got["blocked peer connected"] and got["noted after the block"] == []
+    assert got["noted after the block"] == [], "a blocked peer is disconnected and its pushes go unread"
     assert got["sample authors"] == [True], "the public node passes on what was pushed to it"
     assert got["liar's truth noted"] and got["sampler's reports"] == ["bad_announcement"]
 
 
-# A host that speaks gossipsub (as nodes of protocols 1 and 2 do) connects to this version's:
-# it warns once that the two exchange nothing.
-OLD_PEER_CHECK = """
-import asyncio, json, logging, threading
-import multiaddr, trio
-from libp2p import new_host
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
-from transport_node import identity_for
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-
-warnings = []
-class Catch(logging.Handler):
-    def emit(self, record):
-        warnings.append(record.getMessage())
-logging.getLogger("swarmnode.swarm.transport").addHandler(Catch(level=logging.WARNING))
-
-def old_node(address, done):
-    async def main():
-        host = new_host(key_pair=create_new_key_pair(b"o" * 32))
-        router = GossipSub(protocols=[PROTOCOL_ID_V11], degree=1, degree_low=1, degree_high=2)
-        pubsub = Pubsub(host, router)
-        async with host.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]), background_trio_service(pubsub), \\
-                background_trio_service(router):
-            await pubsub.subscribe("swarmnode/sw/announce/2")
-            await host.connect(info_from_p2p_addr(multiaddr.Multiaddr(address)))
-            while not done.is_set():
-                await trio.sleep(0.1)
-        pubsub.seen_messages.stop()
-    trio.run(main)
-
-async def main():
-    node = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
-    await node.start()
-    done = threading.Event()
-    thread = threading.Thread(target=old_node, args=(node.addresses()[0], done))
-    thread.start()
-    for _ in range(50):
-        if warnings:
-            break
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)
-    done.set()
-    thread.join()
-    await node.stop()
-    print(json.dumps({"warnings": warnings}))
-
-asyncio.run(main())
-"""
-
-
 @pytest.mark.slow
 def test_a_peer_of_an_older_protocol_is_named_once():
-    warnings = run_checks(OLD_PEER_CHECK)["warnings"]
+    warnings = run_checks("libp2p_old_peer")["warnings"]
     assert len([w for w in warnings if "older swarmnode" in w]) == 1, warnings
-
-
-# A node with six peers answers a seventh's peer exchange ten times: in the order its peers
-# connected, every joiner would dial the same first few, which become hubs (docs/scale.md).
-PEER_ANSWER_CHECK = """
-import asyncio, json
-from transport_node import identity_for
-from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_streams import ask_peers
-
-async def main():
-    hub = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
-    await hub.start()
-    others = [Libp2pTransport(identity_for(2 + i), "sw", bootstrap=hub.addresses()[:1], listen="/ip4/127.0.0.1/tcp/0")
-              for i in range(7)]
-    for t in others:
-        await t.start()
-    while len(hub.peers()) < 7:
-        await asyncio.sleep(0.2)
-    asker = others[-1]
-    answers = [[peer_id_of(a) for a in await asker._bridge.run(ask_peers, asker._host, hub._host.get_id())]
-               for _ in range(10)]
-    print(json.dumps({"peers named": sorted({len(set(a)) for a in answers}),
-                      "asker named": any(asker.identity.peer_id in a for a in answers),
-                      "first named": len({a[0] for a in answers})}))
-    for t in [*others, hub]:
-        await t.stop()
-
-asyncio.run(main())
-"""
 
 
 @pytest.mark.slow
 def test_a_peer_exchange_answer_names_the_peers_in_random_order():
-    got = run_checks(PEER_ANSWER_CHECK)
+    got = run_checks("libp2p_peer_answer")
     assert got["peers named"] == [6] and not got["asker named"]
     assert got["first named"] > 1, "ten answers all began with the same peer"

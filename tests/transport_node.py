@@ -54,6 +54,7 @@ from swarmnode.records import (
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 SWARM = "contract-test"
 _RESPONSE_CHARS = 6000  # under BundleLimits.max_response_chars
@@ -147,15 +148,8 @@ class NodeDriver:
 # -- the driving side: tests and the benchmark use these --------------------------------------
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition`` until it returns something true; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+# test_transport_contract.py and the benchmarks import the tests' one wait under this name.
+wait_for = wait_until
 
 
 class ProcNode:
@@ -206,7 +200,7 @@ class ProcNode:
             if self.proc.poll() is not None and not self._reader.is_alive():
                 raise AssertionError(f"node exited with {self.proc.returncode} before '{name}'")
             return None
-        return wait_for(take, timeout, f"event '{name}'")
+        return wait_until(take, timeout, f"event '{name}'")
 
     def send(self, **command: Any) -> None:
         self.proc.stdin.write(json.dumps(command) + "\n")

@@ -73,14 +73,6 @@ def checkpointable(model: torch.nn.Module) -> bool:
 
 # ---- attention -------------------------------------------------------------------------
 
-def attention_implementation(config) -> str:
-    """The name of the attention function ``config``'s model calls (a key of ``AttentionInterface``).
-
-    Contract (checked on 5.15.1, 5.23.0): ``config._attn_implementation``.
-    """
-    return config._attn_implementation
-
-
 @contextlib.contextmanager
 def attention_swapped(config, name: str) -> Iterator[None]:
     """Within the block, the model of ``config`` calls the attention function registered as

@@ -21,11 +21,13 @@ def argv(name: str, *args: object) -> list[str]:
     return [sys.executable, str(PROGRAMS / f"{name}.py"), *map(str, args)]
 
 
-def output(name: str, *args: object, timeout: float = 120) -> str:
+def output(name: str, *args: object, timeout: float = 120, quiet: bool = False) -> str:
     """Run program ``name`` to its end and return its stdout, stripped; AssertionError with
-    the tail of its stderr when it exits with an error."""
+    the tail of its stderr when it exits with an error, or (``quiet``) when its stderr holds a
+    traceback: an exception logged, not raised, in a thread or task of the program."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(PROGRAMS.parent),
                                                                       os.environ.get("PYTHONPATH"))))}
     proc = subprocess.run(argv(name, *args), capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not quiet or "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc.stdout.strip()
