@@ -16,7 +16,7 @@ One worker process holds the model for every run (so each run costs only its dec
     PYTHONPATH=. python benchmarks/busy_desktop.py              # the default run (about 7 min on 2 cores)
     PYTHONPATH=. python benchmarks/busy_desktop.py --passes 1 --repeats 1 --max-new-tokens 4   # a smoke run
 
-Targets (issue 16): beside a busy core the default reaches >= 0.9x the best fixed count's
+Targets: beside a busy core the default reaches >= 0.9x the best fixed count's
 tokens per second; alone >= 0.95x; the competing program keeps >= 0.8x of its throughput alone.
 """
 
@@ -169,9 +169,10 @@ def measure(args: argparse.Namespace, worker: Worker, policies: list[int]) -> tu
                     res["competitor_per_s"] = comp.stop()
                 runs.setdefault((condition, threads), []).append(res)
                 name = "auto" if threads == 0 else str(threads)
+                cut = " (cut at --run-limit-s)" if res["cut"] else ""
+                competitor = f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s" if comp else ""
                 print(f"pass {p + 1} {condition:9s} {name:>4s}: {res['tokens_per_second']:6.1f} tok/s, threads "
-                      f"{res['threads_used']}" + (" (cut at --run-limit-s)" if res["cut"] else "") + (f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s"
-                                                 if comp else ""), flush=True)
+                      f"{res['threads_used']}{cut}{competitor}", flush=True)
     return runs, alone
 
 

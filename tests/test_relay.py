@@ -53,6 +53,7 @@ def test_bootstrap_lines_paste_into_a_config_file_and_a_command_line():
                                  "  --bootstrap /ip4/1.2.3.4/tcp/1/p2p/A", "  --bootstrap /ip4/5.6.7.8/tcp/1/p2p/A"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_path, transport):
     proc = subprocess.Popen([sys.executable, "-m", "swarmnode", "relay", "--transport", transport, "--home",

@@ -23,8 +23,8 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from aiohttp import web
 
-from swarmnode.paths import NodeHome
 from swarmnode.node.state import NodeState
+from swarmnode.paths import NodeHome
 
 log = logging.getLogger(__name__)
 

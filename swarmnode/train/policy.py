@@ -228,24 +228,12 @@ class Policy:
                  and getattr(cfg, "logits_scaling", None) in (None, 1.0))
         return head if plain else None
 
-    def sequence_logprobs(self, pairs: Sequence[tuple[str, str | list[int]]]) -> list[torch.Tensor]:
-        """Log-probs of each completion's tokens under the current policy (no grad)."""
-        seqs = self._encode_pairs(pairs)
-        out: list[torch.Tensor | None] = [None] * len(seqs)
-        self.activate()
-        self.model.eval()
-        with torch.no_grad():
-            for idx in self._micro_batches(seqs, [i for i, (_, c) in enumerate(seqs) if c]):
-                logp, mask = self._shared_prompt_logp(seqs[idx[0]][0], [seqs[i][1] for i in idx])
-                for i, lp, m in zip(idx, logp, mask):
-                    out[i] = lp[m.bool()].cpu()
-        return [torch.zeros(0) if lp is None else lp for lp in out]
-
     def train_step(self, groups: Sequence[Group]) -> float | None:
         """One GRPO update on ``groups`` (each with this node's rewards). Returns the loss.
 
         Local groups carry the generated token ids; external ones are re-tokenised from text.
-        Completions with zero advantage carry no gradient and are skipped. With one update
+        Completions with zero advantage carry no gradient and are not run, but their tokens
+        count in the loss's token-level mean (:mod:`swarmnode.train.grpo`). With one update
         per round the old policy is the current one, so each token's log-prob is computed
         once and its detached copy stands for pi_old.
         """
@@ -263,7 +251,7 @@ class Policy:
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
         if not keep:
             return None
-        n_tokens = sum(len(seqs[i][1]) for i in keep)
+        n_tokens = sum(len(completion) for _, completion in seqs)
         self.activate()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
