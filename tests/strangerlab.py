@@ -226,10 +226,11 @@ class Stranger:
 
 
 class HonestPair:
-    """Two private network-only nodes joined through ``target`` only: ``sender`` publishes a
-    bundle every ``period`` seconds (from a thread, :meth:`start`), ``reader`` fetches it
-    through the target (hivemind: from the target's DHT storage; libp2p: held by the relay or
-    pulled from the node). :meth:`latencies` gives, per published round, how long until the
+    """Two private network-only nodes joined through ``target`` only, each publishing a
+    bundle every ``period`` seconds (from a thread, :meth:`start`; a node fetches K bundles a
+    round of its own, so the reader must publish too): ``reader`` fetches ``sender``'s
+    through the target (hivemind: from the target's DHT storage; libp2p: held by the target
+    or pulled from it). :meth:`latencies` gives, per round of the sender, how long until the
     reader had it (None: not yet)."""
 
     def __init__(self, transport: str, target: str, period: float, work: Path):
@@ -254,6 +255,7 @@ class HonestPair:
             tick = time.monotonic()
             event = self.sender.publish(round_no, HONEST_SIZE)
             self.published[round_no] = event["t_pub"]
+            self.reader.publish(round_no, HONEST_SIZE)
             round_no += 1
             self._stop.wait(max(0.0, self.period - (time.monotonic() - tick)))
 

@@ -109,4 +109,3 @@ def test_a_flooding_peer_is_rate_limited_then_blocked_in_the_transport(tmp_path)
     assert relay._admit_hold(bundle(honest, 0))  # a peer in good standing is held
     assert relay.counts.dropped > 0 and relay.counts.held < 30
     assert [peer for peer, _ in relay.transport.blocked] == [flooder.peer_id]
-    assert relay.counts.peers_seen == {flooder.peer_id, honest.peer_id}

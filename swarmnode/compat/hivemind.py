@@ -11,6 +11,7 @@ and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECK
 
 from __future__ import annotations
 
+import heapq
 import os
 import signal
 import threading
@@ -23,8 +24,8 @@ from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-__all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "connect", "local_storage",
-           "ping", "record_key_id", "replace_storage", "routed_peers", "start_dht"]
+__all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
+           "connect", "local_storage", "ping", "record_key_id", "replace_storage", "routed_peers", "start_dht"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"
@@ -127,3 +128,24 @@ def replace_storage(node: DHTNode, storage: DHTLocalStorage, cache: DHTLocalStor
 def local_storage(node: DHTNode) -> tuple[Any, Any]:
     """``node``'s (storage, cache), as :func:`replace_storage` set them."""
     return node.protocol.storage, node.protocol.cache
+
+
+def compact_expirations(storage: Any) -> int:
+    """Drop the stale entries of a hivemind ``TimedStorage``'s expiration heap (a
+    ``DHTLocalStorage`` or a ``DictionaryDHTValue``) when they outnumber the live ones;
+    returns how many went.
+
+    hivemind pushes a heap entry on every store, refreshes and refused older values
+    included, and removes a deleted key's entry only when it reaches the top at its
+    expiry, so a record re-stored or evicted many times within its lifetime grows the heap
+    by one entry each time. Contract (checked on 1.1.12): ``storage.expiration_heap`` is a
+    ``heapq`` list of ``HeapEntry``, ``storage.key_to_heap`` maps each live key to its one
+    current entry, and an entry not in ``key_to_heap`` is skipped when popped.
+    """
+    heap, live = storage.expiration_heap, storage.key_to_heap
+    if len(heap) <= 2 * len(live) + 64:
+        return 0
+    stale = len(heap) - len(live)
+    heap[:] = list(live.values())
+    heapq.heapify(heap)
+    return stale
