@@ -20,7 +20,8 @@ from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
+from swarmnode.compat.hivemind import (connect, local_storage, ping, replace_storage, routed_peers,
+                                       without_join_replication)
 from swarmnode.swarm.transport.hivemind_layout import (announce_expiry, announce_key, announcement_age, bundle_expiry,
                                                        bundle_key, shard_of)
 from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
@@ -38,9 +39,16 @@ def write_private(path: str, data: bytes) -> None:
 
 
 async def bound_storage(_dht: Any, node: DHTNode, *, swarm: str) -> None:
+    """Bound what ``node`` holds and sends of the swarm's records (see :func:`bound_node`)."""
+    bound_node(node, swarm)
+
+
+def bound_node(node: DHTNode, swarm: str) -> None:
     """Put :func:`~swarmnode.swarm.transport.hivemind_storage.bounded_storage` in place of the
-    DHT protocol's unbounded storage and cache."""
+    DHT protocol's unbounded storage and cache, and stop its copying of everything it holds to
+    each node id it has not met (:func:`~swarmnode.compat.hivemind.without_join_replication`)."""
     replace_storage(node, *bounded_storage(SwarmRecordValidator(swarm)))
+    without_join_replication(node)
 
 
 async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:

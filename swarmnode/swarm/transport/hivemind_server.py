@@ -47,10 +47,8 @@ class HivemindServer(Transport):
         from hivemind.dht.node import DHTNode
         from hivemind.dht.validation import CompositeValidator
 
-        from swarmnode.compat.hivemind import replace_storage
-        from swarmnode.swarm.transport.hivemind_calls import write_private
+        from swarmnode.swarm.transport.hivemind_calls import bound_node, write_private
         from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
-        from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 
         spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
         key_file = os.path.join(spool, "identity.key")
@@ -62,7 +60,7 @@ class HivemindServer(Transport):
             self._node = await DHTNode.create(
                 initial_peers=[], client_mode=False,
                 record_validator=CompositeValidator([SwarmRecordValidator(self.swarm)]), **kwargs)
-            replace_storage(self._node, *bounded_storage(SwarmRecordValidator(self.swarm)))
+            bound_node(self._node, self.swarm)
         except Exception as exc:
             raise TransportError(f"the hivemind DHT server could not start on {self.listen}: {exc}") from None
         finally:
