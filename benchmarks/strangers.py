@@ -2,7 +2,7 @@
 
 For each target (``swarmnode relay``, and ``swarmnode start`` on the tests' tiny model), on
 127.0.0.1: two honest private nodes exchange a bundle every ``--period`` seconds through the
-target only (``tests/strangerlab.py``); then ``tests/stranger_<transport>.py`` (keys and
+target only (``tests/strangerlab.py``); then ``tests/programs/stranger_<transport>.py`` (keys and
 records of its own, made from ``docs/protocol.md``) sends valid records from ``--keys``
 keys for ``--rounds`` rounds each (hivemind: ``call_store`` of 116 KB bundles under each
 key's own layout 2 bundle key; libp2p: a host per key pushing announcements and holds). It
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from strangerlab import HonestPair, Memory, Stranger, Target, refusal_counts  # noqa: E402
 from nodeproc import free_port  # noqa: E402
+from strangerlab import HonestPair, Memory, Stranger, Target, refusal_counts  # noqa: E402
 from tinymodel import build_tiny_model  # noqa: E402
 
 
@@ -87,7 +87,8 @@ def measure(kind: str, args: argparse.Namespace, work: Path, model: Path | None)
         memory.close()
         end = time.time() - args.period - 3  # rounds published after this are not due yet
         counters = refusal_counts(target.metrics())
-        print(f"\n### {kind} over {args.transport}: {done['sent']} records from {args.keys} keys in {done['seconds']:.0f} s")
+        print(f"\n### {kind} over {args.transport}: {done['sent']} records from {args.keys} keys "
+              f"in {done['seconds']:.0f} s")
         print(f"stranger: {json.dumps({k: v for k, v in done.items() if k != 'event'})}")
         print("| process | RSS start (MB) | peak | end | end - start |")
         print("|---|---|---|---|---|")
@@ -102,7 +103,8 @@ def measure(kind: str, args: argparse.Namespace, work: Path, model: Path | None)
             own = {r: (watch.seen[r] - t if r in watch.seen else None) for r, t in pair.published.items()}
             during = {r: s for r, s in own.items() if t0 <= pair.published[r] < t1}
             after = {r: s for r, s in own.items() if t1 <= pair.published[r] < end}
-            print(f"the node itself, accepted: during {_within(during, args.period)}; after {_within(after, args.period)}")
+            print(f"the node itself, accepted: during {_within(during, args.period)}; "
+                  f"after {_within(after, args.period)}")
         print(f"target counters: {json.dumps(counters)}", flush=True)
     finally:
         for part in (watch, pair, stranger):
@@ -127,7 +129,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="strangers-") as tmp:
         work = Path(tmp)
         model = build_tiny_model(work / "tiny-model") if "node" in args.targets else None
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout
         print(f"commit {commit.strip()}; {args.keys} keys x {args.rounds} rounds over {args.transport}")
         for kind in args.targets:
             measure(kind, args, work, model)

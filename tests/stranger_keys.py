@@ -1,5 +1,6 @@
 """Free keys and valid records made from ``docs/protocol.md`` alone, for the strangers that
-attack a node or a relay from outside (``tests/stranger_hivemind.py``, ``tests/stranger_libp2p.py``).
+attack a node or a relay from outside (``tests/programs/stranger_hivemind.py`` and
+``stranger_libp2p.py``).
 
 Nothing here imports swarmnode, hivemind or py-libp2p: keys are Ed25519 keys of the
 ``cryptography`` package, PeerIDs and bundles are written byte for byte as the protocol

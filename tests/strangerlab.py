@@ -4,7 +4,7 @@ for ``tests/test_strangers.py`` and ``benchmarks/strangers.py``.
 :class:`Target` starts ``swarmnode relay`` or ``swarmnode start`` (the tiny model) on
 127.0.0.1 and names its processes (the relay or node, the node's forked DHT process, p2pd);
 :class:`Memory` samples their RSS with psutil; :class:`Stranger` runs
-``tests/stranger_<transport>.py`` (keys and records of its own, from ``docs/protocol.md``);
+``tests/programs/stranger_<transport>.py`` (keys and records of its own, from ``docs/protocol.md``);
 :class:`HonestPair` is two private network-only nodes (``tests/transport_node.py``) that
 exchange bundles through the target only, so each bundle one gets from the other was kept
 and served by the target, and the latency says whether it came within a round.
@@ -25,8 +25,10 @@ from pathlib import Path
 
 import psutil
 
+import programs
 from nodeproc import free_port, start_argv, write_signal_tasks
-from transport_node import ProcNode, wait_for
+from transport_node import ProcNode
+from waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -82,7 +84,7 @@ class Target:
                 return False
             names = self.processes()
             return "p2pd" in names and (self.kind == "relay" or self.transport != "hivemind" or "dht" in names)
-        wait_for(up, timeout, f"the {self.kind} to start")
+        wait_until(up, timeout, f"the {self.kind} to start")
         return self
 
     def processes(self) -> dict[str, int]:
@@ -139,12 +141,13 @@ def refusal_counts(metrics: str) -> dict[str, float]:
     """``refused_<reason>``, ``evicted`` and ``stored_bytes`` of a ``/metrics`` text."""
     out: dict[str, float] = {}
     for line in metrics.splitlines():
-        found = re.match(r'swarmnode_transport_(refused_total|evicted_total|stored_bytes)(?:\{(\w+)="([^"]*)"\})? (\S+)$',
-                         line)
+        found = re.match(r'swarmnode_transport_(refused_total|evicted_total|stored_bytes)'
+                         r'(?:\{(\w+)="([^"]*)"\})? (\S+)$', line)
         if not found:
             continue
         family, _, label, value = found.groups()
-        name = {"refused_total": f"refused_{label}", "evicted_total": "evicted", "stored_bytes": f"{label}_bytes"}[family]
+        name = {"refused_total": f"refused_{label}", "evicted_total": "evicted",
+                "stored_bytes": f"{label}_bytes"}[family]
         out[name] = float(value)
     return out
 
@@ -190,12 +193,12 @@ class Memory:
 
 
 class Stranger:
-    """``tests/stranger_<transport>.py`` against ``target`` (a multiaddr), its own session; its
+    """``tests/programs/stranger_<transport>.py`` against ``target`` (a multiaddr), its own session; its
     JSON events in :attr:`events`."""
 
     def __init__(self, transport: str, target: str, keys: int, rounds: int, *extra: str, stderr: Path | None = None):
-        argv = [sys.executable, str(HERE / f"stranger_{transport}.py"), "--target", target, "--swarm", SWARM,
-                "--keys", str(keys), "--rounds", str(rounds), *extra]
+        argv = programs.argv(f"stranger_{transport}", "--target", target, "--swarm", SWARM, "--keys", keys,
+                             "--rounds", rounds, *extra)
         self._stderr = open(stderr, "w") if stderr else subprocess.DEVNULL
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      text=True, start_new_session=True)
@@ -215,7 +218,7 @@ class Stranger:
             if self.proc.poll() is not None and self.last(name) is None:
                 raise AssertionError(f"the stranger exited with {self.proc.returncode} before {name!r}")
             return self.last(name)
-        return wait_for(seen, timeout, f"the stranger's {name!r}")
+        return wait_until(seen, timeout, f"the stranger's {name!r}")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -240,7 +243,7 @@ class HonestPair:
         self.sender.ready(120)
         self.reader.ready(120)
         target_id = target.rsplit("/p2p/", 1)[1]
-        wait_for(lambda: target_id in self.sender.peers() and target_id in self.reader.peers(), 120,
+        wait_until(lambda: target_id in self.sender.peers() and target_id in self.reader.peers(), 120,
                  "the honest nodes to join the target")
         self.published: dict[int, float] = {}  # round -> time.time() of its publish
         self._stop = threading.Event()

@@ -1,7 +1,7 @@
 """A stranger with many free keys against one libp2p peer (protocol 3): stock py-libp2p hosts,
 one per key, in one process.
 
-For ``tests/test_strangers.py`` and ``benchmarks/strangers.py``. Keys, bundles and
+For ``tests/test_strangers.py`` and ``benchmarks/strangers.py`` (through ``tests/strangerlab.py``). Keys, bundles and
 announcements come from :mod:`stranger_keys` (written from ``docs/protocol.md``, no swarmnode
 code). Every key runs its own host (its PeerID is the key's), dials ``--target`` and, for
 each round 0..``--rounds``-1: makes a valid bundle (about 116 KB by default), pushes it on
@@ -12,7 +12,7 @@ seconds (a receiver reads one push a second a peer). It serves its bundles on
 ``/swarmnode/bundle/2.0.0`` to whoever pulls them, and stays connected ``--linger`` seconds
 after its last round. ``--concurrency`` keys run at once::
 
-    python tests/stranger_libp2p.py --target MADDR --swarm S --keys 120 --rounds 6
+    python tests/programs/stranger_libp2p.py --target MADDR --swarm S --keys 120 --rounds 6
 
 Prints JSON lines: ``{"event": "ready"}``, ``{"event": "progress", ...}`` after every
 ``--report`` keys, ``{"event": "done", ...}``: records sent (holds pushed), stored (held),
@@ -35,7 +35,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its shared modules
 
 from stranger_keys import Key, announcement, bundle  # noqa: E402
 

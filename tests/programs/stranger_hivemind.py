@@ -1,8 +1,9 @@
 """A stranger with many free keys against one hivemind peer: a stock ``hivemind.DHT`` client
 (its own process) that stores valid layout 2 bundle records on ``--target`` with ``call_store``.
 
-For ``tests/test_strangers.py`` and ``benchmarks/strangers.py``. Keys and bundles come from
-:mod:`stranger_keys` (written from ``docs/protocol.md``, no swarmnode code); the records go
+For ``tests/test_strangers.py`` and ``benchmarks/strangers.py`` (through ``tests/strangerlab.py``).
+Keys and bundles come from :mod:`stranger_keys` (written from ``docs/protocol.md``, no
+swarmnode code); the records go
 under each key's own bundle key ``<swarm>/v2/bundle/<PeerID>/<round>``, subkey the PeerID,
 expiring at the bundle's signed ``created`` + 300 s, so every one of them is valid and only
 a byte budget can stop them. For each round 0..``--rounds``-1, every key stores one bundle
@@ -11,7 +12,7 @@ the wire by default), ``--concurrency`` calls at a time. With ``--as-nodes``, ea
 pings the target as a DHT server of its own (a node id of its own, as a stranger running one
 hivemind DHT per key would), so the target takes every key for a new neighbour::
 
-    python tests/stranger_hivemind.py --target MADDR --swarm S --keys 120 --rounds 6
+    python tests/programs/stranger_hivemind.py --target MADDR --swarm S --keys 120 --rounds 6
 
 Prints JSON lines: ``{"event": "ready"}`` once joined, ``{"event": "progress", ...}`` after
 every ``--report`` records and ``{"event": "done", ...}`` at the end (records sent, stored,
@@ -31,11 +32,11 @@ from typing import Any
 
 import hivemind
 from hivemind.dht.routing import DHTID
-from hivemind.proto import dht_pb2
 from hivemind.p2p import PeerID
+from hivemind.proto import dht_pb2
 from hivemind.utils import MSGPackSerializer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its shared modules
 
 from stranger_keys import Key, bundle  # noqa: E402
 
@@ -56,10 +57,12 @@ async def _store_round(_dht: Any, node: Any, *, target: str, swarm: str, label: 
         value = MSGPackSerializer.dumps(wire)
         async with gate:
             if as_nodes and round_no == 0:
-                hello = dht_pb2.PingRequest(peer=dht_pb2.NodeInfo(node_id=DHTID.generate(source=key.peer_id).to_bytes()))
+                node_id = DHTID.generate(source=key.peer_id).to_bytes()
+                hello = dht_pb2.PingRequest(peer=dht_pb2.NodeInfo(node_id=node_id))
                 await node.protocol.get_stub(peer).rpc_ping(hello, timeout=30)
-            ok = await node.protocol.call_store(peer, [DHTID.generate(source=f"{swarm}/v2/bundle/{key.peer_id}/{round_no}")],
-                                                [value], [created + BUNDLE_TTL], subkeys=[key.peer_id])
+            record_key = DHTID.generate(source=f"{swarm}/v2/bundle/{key.peer_id}/{round_no}")
+            ok = await node.protocol.call_store(peer, [record_key], [value], [created + BUNDLE_TTL],
+                                                subkeys=[key.peer_id])
         counts["sent"] += 1
         counts["bytes"] += len(value)
         counts["unanswered" if ok is None else "stored" if ok[0] else "refused"] += 1
