@@ -38,8 +38,8 @@ from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.guard import claimed_sender
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
-from swarmnode.swarm.transport.hivemind_layout import (ANNOUNCE_SHARDS, BUNDLE_TTL, announce_key, announcement_message,
-                                                       bundle_expiry, bundle_key, shard_of)
+from swarmnode.swarm.transport.hivemind_layout import (ANNOUNCE_SHARDS, BUNDLE_TTL, SUBKEYS_PER_KEY, announce_key,
+                                                       announcement_message, bundle_expiry, bundle_key, shard_of)
 from swarmnode.swarm.transport.pull import ANNOUNCE_TTL
 
 SIGNATURE = 64
@@ -50,7 +50,9 @@ MAX_CLOCK_SKEW = 30.0
 PUBLISH_SLACK = 60.0
 MAX_ANNOUNCE_BYTES = 96  # a msgpack int (at most 9 bytes) and the 64-byte signature, with room
 MAX_BUNDLE_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
-VERIFIED_CACHE = 65_536  # announcements already checked (a shard is re-read while candidates are few)
+# Announcements already checked (a shard is re-read while candidates are few): as many as the
+# shards can hold, about 350 bytes each (5.6 MB at most).
+VERIFIED_CACHE = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY
 
 # Counters of the process the validator and storage run in (the DHT process): refusals by
 # reason, records evicted to keep within budget.
