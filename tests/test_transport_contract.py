@@ -350,7 +350,8 @@ READING.reset(reading)
 wrong_round = rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle)
 out["stored: header only"] = [checker.validate(wrong_round), checker.check_stored(wrong_round),
                               checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle)),
-                              checker.check_stored(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle))]
+                              checker.check_stored(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle)),
+                              checker.check_stored(signed)]
 print(json.dumps(out))
 """
 
@@ -377,7 +378,7 @@ def test_hivemind_record_validator():
                     "refused_foreign_key": 3, "refused_malformed": 3, "refused_not_a_bundle": 1,
                     "refused_old_version": 2, "refused_too_large": 1, "refused_unsigned_expiry": 1,
                     "refused_wrong_shard": 1},
-        "stored: header only": [True, "foreign_key", False, None],
+        "stored: header only": [True, "foreign_key", False, None, None],
     }
 
 

@@ -148,8 +148,11 @@ class SwarmRecordValidator(RecordValidatorBase):
         return None if sender == subkey else "foreign_key"
 
     def check_stored(self, record: DHTRecord) -> str | None:
-        """Why a bundle record must not be kept (a refusal reason), or None: the whole check,
-        envelope, payload, signer, swarm, key and expiry. Never raises; does not count."""
+        """Why a record about to be stored must not be kept (a refusal reason), or None: for a
+        bundle record the whole check, envelope, payload, signer, swarm, key and expiry (an
+        announcement was checked whole by :meth:`validate`). Never raises; does not count."""
+        if record.key in self._shards:
+            return None
         try:
             return self._check_bundle(record)
         except Exception:  # any malformed field from a peer is a refusal, never an error
