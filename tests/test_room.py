@@ -7,7 +7,7 @@ import random
 import threading
 
 from swarmnode.swarm.transport.libp2p_holding import BundleStore
-from swarmnode.swarm.transport.room import PROBATION_SLOTS, SLOT_S, Room
+from swarmnode.swarm.transport.room import PROBATION_SLOTS, SLOT_S, TIE_BYTES, Room
 
 
 def _establish(room: Room, signer: str, t0: float = 0.0) -> float:
@@ -73,10 +73,13 @@ def test_over_its_bound_a_signer_loses_its_first_record_and_a_writer_that_would_
     room.add("a", "a2", 4_000, 2.0)
     for i in range(2):
         room.add("b", f"b{i}", 4_000, float(i))
-    room.add("c", "c0", 9_000, 0.0)
-    assert room.total == 25_000
-    assert room.make_room("d", "d0", 6_000) == ([("c", "c0")], None)  # the largest holder gives way
-    room.add("d", "d0", 6_000, 0.0)
+    room.add("c", "c0", 10_000, 0.0)
+    assert room.total == 26_000
+    assert room.make_room("d", "d0", 5_000) == ([("c", "c0")], None)  # the largest holder gives way
+    room.add("d", "d0", 5_000, 0.0)
+    room.add("c", "c1", 9_000, 1.0)
+    # ... but not to a writer that would hold within TIE_BYTES as much: it gives way itself
+    assert room.make_room("f", "f0", 9_000 - TIE_BYTES + 1) == ([], "newcomers_full")
     # a fresh writer that would hold the most of a full store is refused before any check
     assert room.refused_outright("e", 9_000, "e0") == "newcomers_full"  # here, every signer is a newcomer
     assert room.make_room("e", "e0", 9_000)[1] == "newcomers_full"

@@ -416,8 +416,8 @@ out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(80
 out["crowd checked"] = len(checked)
 out["newcomers within their room"] = store.stats()["newcomer_bytes"] <= store.room.newcomer_room
 out["honest kept all"] = set(store.room.items("Hone")) == held_before
-# a newcomer smaller than the crowd's members makes room from the largest of them
-out["a smaller newcomer fits"] = store.store_subkey(key(200), "Tiny", value(4000), clock[0] + 250)
+# a newcomer 4 KiB smaller than the crowd's members (TIE_BYTES) makes room from the largest of them
+out["a smaller newcomer fits"] = store.store_subkey(key(200), "Tiny", value(3500), clock[0] + 250)
 out["a bad record is refused after the room check"] = store.store_subkey(key(201), "Tinz", b"bad" + value(3600)[3:], clock[0] + 250)
 # an evicted record takes its key with it: no empty dictionary stays behind
 out["no empty keys"] = all(len(v.value.data) for v in store.data.values()) and len(store.data) == len(store._subkeys)
@@ -426,7 +426,7 @@ out["total within budget"] = store.total <= store.budget
 for i, name in enumerate(("Estb", "Estc")):
     for slot in range(4):
         clock[0] += SLOT_S
-        store.store_subkey(key(300 + 10 * i + slot), name, value(7200), clock[0] + 900)
+        store.store_subkey(key(300 + 10 * i + slot), name, value(3500), clock[0] + 900)
 many = sum(store.store_subkey(key(400 + i), "Estb", value(7200), clock[0] + 900 + i) for i in range(30))
 out["budget shared by the established"] = store.total <= store.budget and sum(store.room.held("Hone", k)[0] for k in store.room.items("Hone")) >= 20000
 out["re-store too soon refused"] = store.store_subkey(key(429), "Estb", value(7200), clock[0] + 929.1)

@@ -15,10 +15,15 @@ groups (:class:`~swarmnode.swarm.standing.PeerShare`):
   the budget together; over it, the newcomer holding the most gives way;
 * over the budget, the established signer holding the most gives way (a newcomer, when no
   signer is established);
-* a writer that would then hold the most of its class gives way itself (its own first
-  record), and one with nothing to give is refused. So every signer keeps at least an equal
-  share of its class's room, and a crowd of new keys, however large, shares one minority
-  slice and never displaces an established signer's records.
+* a writer that would then hold the most of its class, or within :data:`TIE_BYTES` of it,
+  gives way itself (its own first record), and one with nothing to give is refused. So every
+  signer keeps at least an equal share of its class's room, and a crowd of new keys, however
+  large, shares one minority slice and never displaces an established signer's records. The
+  margin keeps a crowd from churning that slice with records a few bytes smaller each: to
+  displace a holder, a record must be 4 KiB smaller than what that holder holds, so a crowd
+  filling the slice with ever smaller records is done after about
+  slice / 4 KiB x ln(largest / smallest record) of them (some 4,500 for 116 KB records and
+  6 MiB), and every later one is refused before its check.
 
 A record a writer holding nothing else would be refused anyway is refused by
 :meth:`Room.refused_outright`, which a store asks before checking the record (decompression,
@@ -38,6 +43,7 @@ NEWCOMER_SHARE = 0.25
 SLOT_S = 60.0
 PROBATION_SLOTS = 3
 PROMOTIONS_PER_SLOT = 2
+TIE_BYTES = 4096
 
 K = TypeVar("K", bound=Hashable)
 
@@ -97,11 +103,11 @@ class Room(Generic[K]):
         established = self.established(signer)
         if not established and self._class_bytes[False] - old_size + size > self.newcomer_room:
             largest = self._largest(False)
-            if largest is None or size >= self._bytes[largest]:
+            if largest is None or size + TIE_BYTES > self._bytes[largest]:
                 return "newcomers_full"
         if self.total - old_size + size > self.budget and self._victim_class() == established:
             largest = self._largest(established)
-            if largest is None or size >= self._bytes[largest]:
+            if largest is None or size + TIE_BYTES > self._bytes[largest]:
                 return "storage_full"
         return None
 
@@ -150,10 +156,11 @@ class Room(Generic[K]):
     def _give_way(self, victims: bool, writer: str, writer_established: bool, grows: int, keep: K,
                   gone: list[tuple[str, K]]) -> bool:
         """Drop the first record of class ``victims``' largest holder (True: established), or
-        the writer's own if it is of that class and would then hold the most; False when
-        nothing can go."""
+        the writer's own if it is of that class and would then hold the most (within
+        :data:`TIE_BYTES`); False when nothing can go."""
         victim = self._largest(victims)
-        if victim is None or (writer_established == victims and self._bytes[writer] + grows >= self._bytes[victim]):
+        if victim is None or (writer_established == victims
+                              and self._bytes[writer] + grows + TIE_BYTES > self._bytes[victim]):
             victim = writer
         return self._drop_first(victim, keep, gone)
 
