@@ -443,6 +443,17 @@ few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
 out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", clock[0] + 100) for i in range(4)]
 out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", clock[0] + 110)
 out["another key"] = few.store_subkey(key(1), "P3", b"h", clock[0] + 100)
+# announcements have a room of their own (a sixth: 100,000 bytes, newcomers 10 slots): a crowd
+# announcing fills its newcomers' slots and leaves the bundles' room alone; every refresh of a
+# held announcement fits, whatever its round's length
+shards = [key(1000 + s) for s in range(2)]
+mixed = BoundedStorage(budget=600 * 1000, per_signer=32 * 1000, announce_keys=shards)
+out["own announcement"] = mixed.store_subkey(shards[0], "Ownn", b"\\x7f" + b"s" * 64, clock[0] + 100)
+out["junk announcements held"] = sum(mixed.store_subkey(shards[i % 2], f"J{i:03d}", b"\\x01" + b"s" * 64, clock[0] + 100)
+                                     for i in range(40))
+out["a newcomer's bundle beside them"] = mixed.store_subkey(key(500), "Ownn", value(7200), clock[0] + 100)
+out["own announcement refreshed, longer"] = mixed.store_subkey(shards[0], "Ownn", b"\\xcc\\x80" + b"s" * 64,
+                                                               clock[0] + 101)
 out["refused"] = {k: v for k, v in sorted(COUNTS.items()) if k.startswith("refused")}
 print(json.dumps(out))
 """
@@ -461,7 +472,9 @@ def test_hivemind_bounded_storage():
         "re-store too soon refused": False, "heaps stay small": True,
         "one record over a signer's bound": False, "regular (not subkeyed) value": False,
         "per key": [True, True, True, False], "a held signer refreshes": True, "another key": True,
-        "refused": {"refused_key_full": 1, "refused_newcomers_full": 37, "refused_not_a_bundle": 1,
+        "own announcement": True, "junk announcements held": 9, "a newcomer's bundle beside them": True,
+        "own announcement refreshed, longer": True,
+        "refused": {"refused_key_full": 1, "refused_newcomers_full": 68, "refused_not_a_bundle": 1,
                     "refused_not_subkeyed": 1, "refused_too_frequent": 1, "refused_too_large": 1},
     }
 

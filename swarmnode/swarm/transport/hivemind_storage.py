@@ -3,25 +3,27 @@
 :class:`BoundedStorage` is installed in every DHT this project runs (a node's DHT process, a
 relay's DHT server) in place of hivemind's unbounded storage and cache
 (:func:`~swarmnode.compat.hivemind.replace_storage`). Its room is split over signers by
-:class:`~swarmnode.swarm.transport.room.Room` (bytes per signer and in all, newcomers a
-quarter of it together), each record counted with what it costs in memory
-(:data:`ENTRY_OVERHEAD`). What it refuses it refuses before the record's expensive check
-(decompression, signature), and what it evicts leaves nothing behind in hivemind's
-structures. Refusals and evictions are counted in
+two :class:`~swarmnode.swarm.transport.room.Room`: one for bundle records (bytes per signer
+and in all, newcomers a quarter of it together) and one for announcements
+(:data:`ANNOUNCE_SHARE` of the budget, each announcement one slot of the same size), so a
+crowd of keys announcing leaves the bundles' room alone and the other way round. Each
+record is counted with what it costs in memory (:data:`ENTRY_OVERHEAD`). What it refuses it
+refuses before the record's expensive check (decompression, signature), and what it evicts
+leaves nothing behind in hivemind's structures. Refusals and evictions are counted in
 :data:`~swarmnode.swarm.transport.hivemind_records.COUNTS`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer, get_dht_time
 
 from swarmnode.compat.hivemind import DHTID, DHTLocalStorage, DictionaryDHTValue, compact_expirations
-from swarmnode.swarm.transport.hivemind_layout import SUBKEYS_PER_KEY
-from swarmnode.swarm.transport.hivemind_records import COUNTS, SwarmRecordValidator, refuse
+from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, announce_key
+from swarmnode.swarm.transport.hivemind_records import MAX_ANNOUNCE_BYTES, COUNTS, SwarmRecordValidator, refuse
 from swarmnode.swarm.transport.room import Room
 
 STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records
@@ -35,6 +37,11 @@ ENTRY_OVERHEAD = 2200
 # A record is replaced only by one expiring this much later: each re-store is a heap entry,
 # so a record's re-stores are held to 1 / MIN_REFRESH a second.
 MIN_REFRESH = 0.25
+# The announcements' room, of a storage's budget: 4 MiB of the 24 (about 1,800 announcements:
+# a node holds the shards nearest its id, at most 1,024 announcements each).
+ANNOUNCE_SHARE = 1 / 6
+# What an announcement counts as, whatever its round: every refresh of one fits in its place.
+ANNOUNCE_SLOT = MAX_ANNOUNCE_BYTES + 64 + ENTRY_OVERHEAD
 
 Check = Callable[[DHTRecord], "str | None"]
 
@@ -43,7 +50,9 @@ class BoundedStorage(DHTLocalStorage):
     """hivemind's local DHT storage within ``budget`` bytes and ``per_signer`` bytes a signer
     (the subkey: every record this swarm stores is signed by its subkey's PeerID), split as
     :class:`~swarmnode.swarm.transport.room.Room` says; a signer's *first* record is the one
-    expiring first.
+    expiring first. Records under ``announce_keys`` (the announcement shards) have a room of
+    their own, :data:`ANNOUNCE_SHARE` of ``budget``, each counted as :data:`ANNOUNCE_SLOT`
+    bytes.
 
     A record the room rules would refuse outright is refused before ``check`` (the record's
     whole validity check, run only on records that will be kept). Only subkeyed records are
@@ -55,9 +64,12 @@ class BoundedStorage(DHTLocalStorage):
     """
 
     def __init__(self, budget: int, per_signer: int, per_key: int = SUBKEYS_PER_KEY, *,
-                 check: Check | None = None, room: Room[DHTID] | None = None):
+                 check: Check | None = None, announce_keys: Collection[DHTID] = ()):
         super().__init__()
-        self.room: Room[DHTID] = room or Room(budget, per_signer)
+        announce_budget = int(budget * ANNOUNCE_SHARE) if announce_keys else 0
+        self.room: Room[DHTID] = Room(budget - announce_budget, per_signer)
+        self.announcements: Room[DHTID] = Room(announce_budget, ANNOUNCE_SLOT)
+        self.announce_keys = frozenset(announce_keys)
         self.per_key = per_key
         self.check = check
         self._subkeys: Counter[DHTID] = Counter()  # signers held under each key
@@ -65,14 +77,16 @@ class BoundedStorage(DHTLocalStorage):
 
     @property
     def budget(self) -> int:
-        return self.room.budget
+        return self.room.budget + self.announcements.budget
 
     @property
     def total(self) -> int:
-        return self.room.total
+        return self.room.total + self.announcements.total
 
     def stats(self) -> dict[str, int]:
-        return self.room.stats()
+        """The bundle room's bytes and signers by standing, and the announcements' as
+        ``announce_*``."""
+        return {**self.room.stats(), **{f"announce_{k}": v for k, v in self.announcements.stats().items()}}
 
     def store(self, key: DHTID, value: Any, expiration_time: float, subkey: Any = None) -> bool:
         if subkey is None:
@@ -82,8 +96,9 @@ class BoundedStorage(DHTLocalStorage):
     def store_subkey(self, key: DHTID, subkey: Any, value: bytes, expiration_time: float) -> bool:
         if not isinstance(subkey, str) or not isinstance(value, bytes):
             return refuse("malformed")
-        size = len(value) + len(subkey) + ENTRY_OVERHEAD
-        room = self.room
+        announcement = key in self.announce_keys
+        size = ANNOUNCE_SLOT if announcement else len(value) + len(subkey) + ENTRY_OVERHEAD
+        room = self.announcements if announcement else self.room
         old = room.held(subkey, key)
         if old is not None and expiration_time < old[1] + MIN_REFRESH:
             return refuse("too_frequent")
@@ -93,7 +108,8 @@ class BoundedStorage(DHTLocalStorage):
             return refuse("key_full")  # the signers already held keep their place
         now = get_dht_time()
         self._purge_expired(now)
-        room.tick(now)
+        self.room.tick(now)
+        self.announcements.tick(now)
         reason = room.refused_outright(subkey, size, key)
         if reason is None and self.check is not None:
             reason = self.check(DHTRecord(key.to_bytes(), MSGPackSerializer.dumps(subkey), value, expiration_time))
@@ -131,16 +147,19 @@ class BoundedStorage(DHTLocalStorage):
         if now - self._purged_at < 1.0:
             return
         self._purged_at = now
-        for signer, key in self.room.ordered_before(now):
-            self.room.remove(signer, key)
-            self._subkeys[key] -= 1
-            if self._subkeys[key] <= 0:
-                del self._subkeys[key]
+        for room in (self.room, self.announcements):
+            for signer, key in room.ordered_before(now):
+                room.remove(signer, key)
+                self._subkeys[key] -= 1
+                if self._subkeys[key] <= 0:
+                    del self._subkeys[key]
         compact_expirations(self)
 
 
 def bounded_storage(checker: SwarmRecordValidator) -> tuple[BoundedStorage, BoundedStorage]:
     """A storage (:data:`STORAGE_BYTES`) and a cache (:data:`CACHE_BYTES`) for one DHT, each
-    checking the records it keeps with ``checker``'s whole check."""
-    return (BoundedStorage(STORAGE_BYTES, SIGNER_BYTES, check=checker.check_stored),
-            BoundedStorage(CACHE_BYTES, SIGNER_BYTES, check=checker.check_stored))
+    checking the records it keeps with ``checker``'s whole check and keeping the swarm's
+    announcements in a room of their own."""
+    shards = [DHTID.generate(source=announce_key(checker.swarm, shard)) for shard in range(ANNOUNCE_SHARDS)]
+    return (BoundedStorage(STORAGE_BYTES, SIGNER_BYTES, check=checker.check_stored, announce_keys=shards),
+            BoundedStorage(CACHE_BYTES, SIGNER_BYTES, check=checker.check_stored, announce_keys=shards))
