@@ -20,10 +20,22 @@ from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import (connect, local_storage, ping, replace_storage, routed_peers,
-                                       without_join_replication)
-from swarmnode.swarm.transport.hivemind_layout import (announce_expiry, announce_key, announcement_age, bundle_expiry,
-                                                       bundle_key, shard_of)
+from swarmnode.compat.hivemind import (
+    connect,
+    local_storage,
+    ping,
+    replace_storage,
+    routed_peers,
+    without_join_replication,
+)
+from swarmnode.swarm.transport.hivemind_layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
 from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
 from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 

@@ -23,7 +23,7 @@ from hivemind.utils import MSGPackSerializer, get_dht_time
 
 from swarmnode.compat.hivemind import DHTID, DHTLocalStorage, DictionaryDHTValue, compact_expirations
 from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, announce_key
-from swarmnode.swarm.transport.hivemind_records import MAX_ANNOUNCE_BYTES, COUNTS, SwarmRecordValidator, refuse
+from swarmnode.swarm.transport.hivemind_records import COUNTS, MAX_ANNOUNCE_BYTES, SwarmRecordValidator, refuse
 from swarmnode.swarm.transport.room import Room
 
 STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records
