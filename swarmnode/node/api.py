@@ -406,13 +406,16 @@ def _transport_families(out: _Exposition, transport: Mapping[str, int] | None,
                [("swarmnode_transport_evicted_total", {}, refusals.get("evicted", 0))])
     out.family("swarmnode_transport_stored_bytes", "gauge",
                "Bytes of peers' records the transport holds now: by store (stored, cached, held) and by the "
-               "signers' standing with it (newcomer, established).",
+               "signers' standing with it (newcomer, established; hivemind's announcements apart: announce_*).",
                [("swarmnode_transport_stored_bytes", {"store": store}, refusals[f"{store}_bytes"])
-                for store in ("stored", "cached", "held", "newcomer", "established") if f"{store}_bytes" in refusals])
+                for store in ("stored", "cached", "held", "newcomer", "established", "announce_newcomer",
+                              "announce_established") if f"{store}_bytes" in refusals])
     out.family("swarmnode_transport_signers", "gauge",
-               "Signers whose records the transport holds now, by standing with it.",
+               "Signers whose records the transport holds now, by standing with it (announcements: announce_*).",
                [("swarmnode_transport_signers", {"standing": standing}, refusals[plural])
-                for standing, plural in (("newcomer", "newcomers"), ("established", "established"))
+                for standing, plural in (("newcomer", "newcomers"), ("established", "established"),
+                                         ("announce_newcomer", "announce_newcomers"),
+                                         ("announce_established", "announce_established"))
                 if plural in refusals])
 
 
