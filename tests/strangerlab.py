@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +43,15 @@ def _identity(home: Path) -> str:
     return json.loads(out.stdout)["peer_id"]
 
 
+def _listening(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 class Target:
     """``swarmnode relay`` (kind ``relay``) or a training node on ``model`` (kind ``node``), in
     ``home``, listening on 127.0.0.1, in a session of its own."""
@@ -49,7 +59,7 @@ class Target:
     def __init__(self, kind: str, transport: str, home: Path, model: Path | None = None,
                  stderr: Path | None = None, metrics_port: int | None = None):
         self.kind, self.transport, self.home = kind, transport, home
-        port = free_port()
+        self.port = port = free_port()
         listen = f"/ip4/127.0.0.1/tcp/{port}"
         self.metrics_port = metrics_port
         if kind == "relay":
@@ -82,8 +92,10 @@ class Target:
                 raise AssertionError(f"the {self.kind} exited with {self.proc.returncode}")
             if self.kind == "node" and not (self.home / "metrics.jsonl").exists():
                 return False
+            if self.transport != "hivemind":  # py-libp2p runs in the process itself: it listens when up
+                return _listening(self.port)
             names = self.processes()
-            return "p2pd" in names and (self.kind == "relay" or self.transport != "hivemind" or "dht" in names)
+            return "p2pd" in names and (self.kind == "relay" or "dht" in names)
         wait_until(up, timeout, f"the {self.kind} to start")
         return self
 
