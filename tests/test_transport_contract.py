@@ -404,7 +404,8 @@ out["honest stores"] = [store.store_subkey(key(slot), "Hone", value(7200), clock
                         for slot in range(4) if not clock.__setitem__(0, clock[0] + SLOT_S)]
 out["honest established"] = store.stats()["established"] == 1
 # one signer over its own bound: its record expiring first leaves
-out["honest over its bound"] = [store.store_subkey(key(10 + i), "Hone", value(7200), clock[0] + 800 + i) for i in range(2)]
+out["honest over its bound"] = [store.store_subkey(key(10 + i), "Hone", value(7200), clock[0] + 800 + i)
+                               for i in range(2)]
 out["honest holds at most its bound"] = store.stats()["established_bytes"] <= 32000
 held_before = set(store.room.items("Hone"))
 # a crowd of 40 new keys, 8,000 bytes each: together they hold at most the newcomers' room;
@@ -416,7 +417,8 @@ out["newcomers within their room"] = store.stats()["newcomer_bytes"] <= store.ro
 out["honest kept all"] = set(store.room.items("Hone")) == held_before
 # a newcomer 4 KiB smaller than the crowd's members (TIE_BYTES) makes room from the largest of them
 out["a smaller newcomer fits"] = store.store_subkey(key(200), "Tiny", value(3500), clock[0] + 250)
-out["a bad record is refused after the room check"] = store.store_subkey(key(201), "Tinz", b"bad" + value(3600)[3:], clock[0] + 250)
+out["a bad record is refused after the room check"] = store.store_subkey(key(201), "Tinz", b"bad" + value(3600)[3:],
+                                                                          clock[0] + 250)
 # an evicted record takes its key with it: no empty dictionary stays behind
 out["no empty keys"] = all(len(v.value.data) for v in store.data.values()) and len(store.data) == len(store._subkeys)
 out["total within budget"] = store.total <= store.budget
@@ -426,7 +428,8 @@ for i, name in enumerate(("Estb", "Estc")):
         clock[0] += SLOT_S
         store.store_subkey(key(300 + 10 * i + slot), name, value(3500), clock[0] + 900)
 many = sum(store.store_subkey(key(400 + i), "Estb", value(7200), clock[0] + 900 + i) for i in range(30))
-out["budget shared by the established"] = store.total <= store.budget and sum(store.room.held("Hone", k)[0] for k in store.room.items("Hone")) >= 20000
+out["budget shared by the established"] = store.total <= store.budget and \\
+    sum(store.room.held("Hone", k)[0] for k in store.room.items("Hone")) >= 20000
 out["re-store too soon refused"] = store.store_subkey(key(429), "Estb", value(7200), clock[0] + 929.1)
 # refreshing one record keeps hivemind's heaps small
 refresh = BoundedStorage(budget=10**6, per_signer=10**6)
@@ -447,8 +450,8 @@ out["another key"] = few.store_subkey(key(1), "P3", b"h", clock[0] + 100)
 shards = [key(1000 + s) for s in range(2)]
 mixed = BoundedStorage(budget=600 * 1000, per_signer=32 * 1000, announce_keys=shards)
 out["own announcement"] = mixed.store_subkey(shards[0], "Ownn", b"\\x7f" + b"s" * 64, clock[0] + 100)
-out["junk announcements held"] = sum(mixed.store_subkey(shards[i % 2], f"J{i:03d}", b"\\x01" + b"s" * 64, clock[0] + 100)
-                                     for i in range(40))
+out["junk announcements held"] = sum(mixed.store_subkey(shards[i % 2], f"J{i:03d}", b"\\x01" + b"s" * 64,
+                                                     clock[0] + 100) for i in range(40))
 out["a newcomer's bundle beside them"] = mixed.store_subkey(key(500), "Ownn", value(7200), clock[0] + 100)
 out["own announcement refreshed, longer"] = mixed.store_subkey(shards[0], "Ownn", b"\\xcc\\x80" + b"s" * 64,
                                                                clock[0] + 101)
