@@ -69,9 +69,10 @@ def _within(latencies: dict[int, float | None], period: float) -> str:
 
 def measure(kind: str, args: argparse.Namespace, work: Path, model: Path | None) -> None:
     target = Target(kind, args.transport, work / kind, model, stderr=work / f"{kind}.err",
-                    metrics_port=free_port() if kind == "relay" and args.relay_metrics else None).ready()
+                    metrics_port=free_port() if kind == "relay" and args.relay_metrics else None)
     pair = stranger = watch = None
     try:
+        target.ready()
         pair = HonestPair(args.transport, target.address, args.period, work)
         pair.start()
         watch = AcceptedWatch(target, pair.sender.peer_id) if kind == "node" else None

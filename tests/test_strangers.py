@@ -42,9 +42,10 @@ BOUNDS = {("relay", "hivemind"): {"relay": 45, "p2pd": 40},
 def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transport, tmp_path, tiny_model_dir):
     keys, rounds, extra = FLOODS[transport]
     target = Target(kind, transport, tmp_path / kind, tiny_model_dir, stderr=tmp_path / f"{kind}.err",
-                    metrics_port=free_port() if kind == "relay" else None).ready()
+                    metrics_port=free_port() if kind == "relay" else None)
     pair = stranger = None
     try:
+        target.ready()
         pair = HonestPair(transport, target.address, PERIOD, tmp_path)
         pair.start()
         time.sleep(2 * PERIOD)
