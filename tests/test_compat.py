@@ -284,7 +284,12 @@ def test_hivemind_doors_on_two_real_dht_nodes():
     assert _run_check("compat_hivemind") == {"routed before": False, "ping": True, "routed after": True,
                                              "key id": True, "other key id": False,
                                              "storage sees subkeyed writes": True,
-                                             "deleting the subkey drops the record": True}
+                                             "deleting the subkey drops the record": True,
+                                             "pinged a new node gets a copy by default": True,
+                                             "a new node gets a copy by default": True,
+                                             "routed a new node gets a copy by default": True,
+                                             "pinged no copy once turned off": True, "no copy once turned off": True,
+                                             "routed no copy once turned off": True}
 
 
 @pytest.mark.slow

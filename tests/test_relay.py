@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from swarmnode.node.api import relay_prometheus_text
 from swarmnode.node.relay import Relay, bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
 from transport_node import descendants
@@ -108,4 +109,22 @@ def test_a_flooding_peer_is_rate_limited_then_blocked_in_the_transport(tmp_path)
     assert relay._admit_hold(bundle(honest, 0))  # a peer in good standing is held
     assert relay.counts.dropped > 0 and relay.counts.held < 30
     assert [peer for peer, _ in relay.transport.blocked] == [flooder.peer_id]
-    assert relay.counts.peers_seen == {flooder.peer_id, honest.peer_id}
+
+
+def test_relay_metrics_show_what_its_stores_refused_and_hold():
+    """A relay's /metrics text: the transport's refusals by reason, evictions, what its
+    stores hold by standing (announcements apart) and its holds by outcome."""
+    text = relay_prometheus_text(3, {"published": 0}, {
+        "refused_newcomers_full": 6913, "refused_far_expiry": 2, "evicted": 220, "stored_bytes": 5283785,
+        "newcomer_bytes": 4996095, "established_bytes": 282970, "announce_newcomer_bytes": 4720,
+        "announce_established_bytes": 0, "newcomers": 240, "established": 2, "announce_newcomers": 2,
+        "announce_established": 0}, {"held": 4, "dropped": 1})
+    lines = set(text.splitlines())
+    for line in ('swarmnode_peers 3', 'swarmnode_transport_refused_total{reason="newcomers_full"} 6913',
+                 'swarmnode_transport_refused_total{reason="far_expiry"} 2', 'swarmnode_transport_evicted_total 220',
+                 'swarmnode_transport_stored_bytes{store="newcomer"} 4996095',
+                 'swarmnode_transport_stored_bytes{store="announce_newcomer"} 4720',
+                 'swarmnode_transport_signers{standing="newcomer"} 240',
+                 'swarmnode_transport_signers{standing="announce_newcomer"} 2',
+                 'swarmnode_relay_holds_total{outcome="dropped"} 1'):
+        assert line in lines, (line, text)

@@ -286,9 +286,10 @@ from hivemind.utils import MSGPackSerializer as S
 from transport_node import identity_for, make_bundle
 from swarmnode.compat.hivemind import record_key_id
 from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, announce_key, bundle_key, shard_of
-from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind_records import READING, SwarmRecordValidator
 
 alice, mallory = identity_for(1), identity_for(2)
+reading = READING.set(True)  # a node reading records: each is checked whole
 checker = SwarmRecordValidator("sw")            # any node's view
 signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs her announcements
 bundle = make_bundle(alice, "sw", 7, 2000, random.Random(0))
@@ -301,7 +302,7 @@ out["valid bundle"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), a
 out["someone else's subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle))
 out["another round's key"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle))
 out["another swarm"] = SwarmRecordValidator("other").validate(rec(bundle_key("other", alice.peer_id, 7), alice.peer_id, bundle))
-out["garbage"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"SNB\\x01" + bytes(200)))
+out["garbage"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"SNB\\x02" + alice.public_key + bytes(200)))
 out["not bytes"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, 12))
 out["no subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), None, bundle))
 home = announce_key("sw", shard_of(alice.peer_id))
@@ -341,6 +342,14 @@ out["oversized record"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7
 far_head = rec(home, alice.peer_id, 7, exp=three_years)
 out["head expiring in 3 years"] = checker.validate(dataclasses.replace(far_head, value=signer.sign_value(far_head)))
 out["counted"] = {k: v for k, v in sorted(COUNTS.items())}
+# Storing, the validator checks only what costs nothing; the storage runs the whole check
+# (check_stored) once it has room.
+READING.reset(reading)
+wrong_round = rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle)
+out["stored: header only"] = [checker.validate(wrong_round), checker.check_stored(wrong_round),
+                              checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle)),
+                              checker.check_stored(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle)),
+                              checker.check_stored(signed)]
 print(json.dumps(out))
 """
 
@@ -367,40 +376,85 @@ def test_hivemind_record_validator():
                     "refused_foreign_key": 3, "refused_malformed": 3, "refused_not_a_bundle": 1,
                     "refused_old_version": 2, "refused_too_large": 1, "refused_unsigned_expiry": 1,
                     "refused_wrong_shard": 1},
+        "stored: header only": [True, "foreign_key", False, None, None],
     }
 
 
 BOUNDED_STORAGE_CHECKS = """
-import json
+import json, time
 from hivemind.dht.routing import DHTID
-from hivemind.utils import get_dht_time
+import swarmnode.swarm.transport.hivemind_storage as hs
 from swarmnode.swarm.transport.hivemind_records import COUNTS
 from swarmnode.swarm.transport.hivemind_storage import ENTRY_OVERHEAD, BoundedStorage
+from swarmnode.swarm.transport.room import SLOT_S
 
-now = get_dht_time()
-store = BoundedStorage(budget=20 * 1000, per_signer=4 * 1000)
+clock = [time.time() - 300]  # the storage's clock (hivemind's own expires records by the real one)
+hs.get_dht_time = lambda: clock[0]
+checked = []
+def check(record):
+    checked.append(record.key)
+    return "not_a_bundle" if record.value.startswith(b"bad") else None
+
 key = lambda i: DHTID.generate(source=f"k{i}")
 value = lambda n: b"v" * (n - ENTRY_OVERHEAD - 4)   # a record of n bytes as counted, subkey "H..." 4 chars
 out = {}
-out["honest stores"] = [store.store_subkey(key(i), "Hone", value(900), now + 100 + i) for i in range(3)]
+store = BoundedStorage(budget=100 * 1000, per_signer=32 * 1000, check=check)   # newcomers: 25,000 in all
+# Hone stores in three slots of the store's standing: it is established from the fourth.
+out["honest stores"] = [store.store_subkey(key(slot), "Hone", value(7200), clock[0] + 900)
+                        for slot in range(4) if not clock.__setitem__(0, clock[0] + SLOT_S)]
+out["honest established"] = store.stats()["established"] == 1
 # one signer over its own bound: its record expiring first leaves
-out["honest over its bound"] = store.store_subkey(key(3), "Hone", value(1500), now + 200)
-out["honest holds"] = sorted(k for k, (_, e) in store._held["Hone"].items() for _ in [0]) == sorted([key(1), key(2), key(3)])
-# a crowd of 40 signers, 1500 bytes each: the budget holds, the largest holder (honest)
-# gives up its records expiring first until it holds no more than a crowd member, then a
-# crowd member that would hold the most is refused
-out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(1500), now + 250) for i in range(40))
+out["honest over its bound"] = [store.store_subkey(key(10 + i), "Hone", value(7200), clock[0] + 800 + i)
+                               for i in range(2)]
+out["honest holds at most its bound"] = store.stats()["established_bytes"] <= 32000
+held_before = set(store.room.items("Hone"))
+# a crowd of 40 new keys, 8,000 bytes each: together they hold at most the newcomers' room;
+# the honest signer keeps everything; those refused outright cost no check
+checked.clear()
+out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(8000), clock[0] + 250) for i in range(40))
+out["crowd checked"] = len(checked)
+out["newcomers within their room"] = store.stats()["newcomer_bytes"] <= store.room.newcomer_room
+out["honest kept all"] = set(store.room.items("Hone")) == held_before
+# a newcomer 4 KiB smaller than the crowd's members (TIE_BYTES) makes room from the largest of them
+out["a smaller newcomer fits"] = store.store_subkey(key(200), "Tiny", value(3500), clock[0] + 250)
+out["a bad record is refused after the room check"] = store.store_subkey(key(201), "Tinz", b"bad" + value(3600)[3:],
+                                                                          clock[0] + 250)
+# an evicted record takes its key with it: no empty dictionary stays behind
+out["no empty keys"] = all(len(v.value.data) for v in store.data.values()) and len(store.data) == len(store._subkeys)
 out["total within budget"] = store.total <= store.budget
-out["honest kept its newest record"] = list(store._held["Hone"]) == [key(3)]
-out["re-store too soon refused"] = store.store_subkey(key(3), "Hone", value(1500), now + 200.1)
-out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(5000), now + 100)
-out["regular (not subkeyed) value"] = store.store(key(10), b"x", now + 100)
-out["readable"] = store.get(key(3)).value.get("Hone").value == value(1500)
-out["evicted"] = COUNTS["evicted"] > 0
+# established signers over the budget: the one holding the most gives way
+for i, name in enumerate(("Estb", "Estc")):
+    for slot in range(4):
+        clock[0] += SLOT_S
+        store.store_subkey(key(300 + 10 * i + slot), name, value(3500), clock[0] + 900)
+many = sum(store.store_subkey(key(400 + i), "Estb", value(7200), clock[0] + 900 + i) for i in range(30))
+out["budget shared by the established"] = store.total <= store.budget and \\
+    sum(store.room.held("Hone", k)[0] for k in store.room.items("Hone")) >= 20000
+out["re-store too soon refused"] = store.store_subkey(key(429), "Estb", value(7200), clock[0] + 929.1)
+# refreshing one record keeps hivemind's heaps small
+refresh = BoundedStorage(budget=10**6, per_signer=10**6)
+for i in range(2000):
+    refresh.store_subkey(key(0), "Ref0", b"r", clock[0] + 100 + i)
+clock[0] += 2
+refresh.store_subkey(key(1), "Ref1", b"r", clock[0] + 100)
+out["heaps stay small"] = max(len(refresh.expiration_heap), len(refresh.get(key(0)).value.expiration_heap)) < 200
+out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(36000), clock[0] + 100)
+out["regular (not subkeyed) value"] = store.store(key(10), b"x", clock[0] + 100)
 few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
-out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", now + 100) for i in range(4)]
-out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", now + 110)
-out["another key"] = few.store_subkey(key(1), "P3", b"h", now + 100)
+out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", clock[0] + 100) for i in range(4)]
+out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", clock[0] + 110)
+out["another key"] = few.store_subkey(key(1), "P3", b"h", clock[0] + 100)
+# announcements have a room of their own (a sixth: 100,000 bytes, newcomers 10 slots): a crowd
+# announcing fills its newcomers' slots and leaves the bundles' room alone; every refresh of a
+# held announcement fits, whatever its round's length
+shards = [key(1000 + s) for s in range(2)]
+mixed = BoundedStorage(budget=600 * 1000, per_signer=32 * 1000, announce_keys=shards)
+out["own announcement"] = mixed.store_subkey(shards[0], "Ownn", b"\\x7f" + b"s" * 64, clock[0] + 100)
+out["junk announcements held"] = sum(mixed.store_subkey(shards[i % 2], f"J{i:03d}", b"\\x01" + b"s" * 64,
+                                                     clock[0] + 100) for i in range(40))
+out["a newcomer's bundle beside them"] = mixed.store_subkey(key(500), "Ownn", value(7200), clock[0] + 100)
+out["own announcement refreshed, longer"] = mixed.store_subkey(shards[0], "Ownn", b"\\xcc\\x80" + b"s" * 64,
+                                                               clock[0] + 101)
 out["refused"] = {k: v for k, v in sorted(COUNTS.items()) if k.startswith("refused")}
 print(json.dumps(out))
 """
@@ -411,13 +465,18 @@ def test_hivemind_bounded_storage():
     result = _run_python(BOUNDED_STORAGE_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "honest stores": [True, True, True], "honest over its bound": True, "honest holds": True,
-        "crowd stored": 12, "total within budget": True, "honest kept its newest record": True,
-        "re-store too soon refused": False, "one record over a signer's bound": False,
-        "regular (not subkeyed) value": False, "readable": True, "evicted": True,
+        "honest stores": [True, True, True, True], "honest established": True,
+        "honest over its bound": [True, True], "honest holds at most its bound": True,
+        "crowd stored": 3, "crowd checked": 3, "newcomers within their room": True, "honest kept all": True,
+        "a smaller newcomer fits": True, "a bad record is refused after the room check": False,
+        "no empty keys": True, "total within budget": True, "budget shared by the established": True,
+        "re-store too soon refused": False, "heaps stay small": True,
+        "one record over a signer's bound": False, "regular (not subkeyed) value": False,
         "per key": [True, True, True, False], "a held signer refreshes": True, "another key": True,
-        "refused": {"refused_key_full": 1, "refused_not_subkeyed": 1, "refused_storage_full": 28, "refused_too_frequent": 1,
-                    "refused_too_large": 1},
+        "own announcement": True, "junk announcements held": 9, "a newcomer's bundle beside them": True,
+        "own announcement refreshed, longer": True,
+        "refused": {"refused_key_full": 1, "refused_newcomers_full": 68, "refused_not_a_bundle": 1,
+                    "refused_not_subkeyed": 1, "refused_too_frequent": 1, "refused_too_large": 1},
     }
 
 

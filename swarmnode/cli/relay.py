@@ -13,7 +13,8 @@ from swarmnode.node.relay import Relay, RelayError, bootstrap_lines
 from swarmnode.swarm.bootstrap import resolve_bootstrap
 
 # The keys a relay reads; the model, round and training keys do not apply to it.
-RELAY_KEYS = ("home", "log_level", "transport", "swarm", "bootstrap", "bootstrap_file", "listen", "announce")
+RELAY_KEYS = ("home", "log_level", "transport", "swarm", "bootstrap", "bootstrap_file", "listen", "announce",
+              "api_port")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,8 @@ and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECK
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import os
 import signal
 import threading
@@ -23,8 +25,9 @@ from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
-__all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "connect", "local_storage",
-           "ping", "record_key_id", "replace_storage", "routed_peers", "start_dht"]
+__all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
+           "connect", "local_storage", "ping", "record_key_id", "replace_storage", "routed_peers", "start_dht",
+           "without_join_replication"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"
@@ -127,3 +130,56 @@ def replace_storage(node: DHTNode, storage: DHTLocalStorage, cache: DHTLocalStor
 def local_storage(node: DHTNode) -> tuple[Any, Any]:
     """``node``'s (storage, cache), as :func:`replace_storage` set them."""
     return node.protocol.storage, node.protocol.cache
+
+
+def compact_expirations(storage: Any) -> int:
+    """Drop the stale entries of a hivemind ``TimedStorage``'s expiration heap (a
+    ``DHTLocalStorage`` or a ``DictionaryDHTValue``) when they outnumber the live ones;
+    returns how many went.
+
+    hivemind pushes a heap entry on every store, refreshes and refused older values
+    included, and removes a deleted key's entry only when it reaches the top at its
+    expiry, so a record re-stored or evicted many times within its lifetime grows the heap
+    by one entry each time. Contract (checked on 1.1.12): ``storage.expiration_heap`` is a
+    ``heapq`` list of ``HeapEntry``, ``storage.key_to_heap`` maps each live key to its one
+    current entry, and an entry not in ``key_to_heap`` is skipped when popped.
+    """
+    heap, live = storage.expiration_heap, storage.key_to_heap
+    if len(heap) <= 2 * len(live) + 64:
+        return 0
+    stale = len(heap) - len(live)
+    heap[:] = list(live.values())
+    heapq.heapify(heap)
+    return stale
+
+
+def without_join_replication(node: DHTNode) -> None:
+    """Have ``node`` stop sending its stored records to every DHT node it meets for the first time.
+
+    On every request it answers or gets an answer to, hivemind's DHT checks whether the other
+    side's node id is new to its routing table; if so, it sends that node, in one
+    ``call_store`` built at once, every record it holds that the newcomer is nearer to than
+    its own neighbours (all of them while it has none). The node id is whatever the caller
+    writes in its request, so a peer claiming a new one in every ping makes a node serialise
+    its storage again each time and hold it until sent. This project's records are stored
+    again by their owners every round and read from any of the nearest nodes, so nothing
+    depends on that copy.
+
+    Contract (checked on 1.1.12): ``DHTProtocol`` calls ``self.update_routing_table(node_id,
+    peer_id, responded)`` (an attribute, looked up per call) for every request; besides that
+    copy it resolves a missing ``node_id`` from the routing table, adds a responding node with
+    ``routing_table.add_or_update_node`` (which returns a node to ping when its bucket is
+    full; pinged with ``call_ping``) and deletes a node that did not respond.
+    """
+    protocol = node.protocol
+
+    async def update_routing_table(node_id: DHTID | None, peer_id: PeerID, responded: bool = True) -> None:
+        node_id = node_id if node_id is not None else protocol.routing_table.get(peer_id=peer_id)
+        if responded:
+            to_ping = protocol.routing_table.add_or_update_node(node_id, peer_id)
+            if to_ping is not None:
+                asyncio.create_task(protocol.call_ping(to_ping[1]))
+        elif node_id is not None and node_id in protocol.routing_table:
+            del protocol.routing_table[node_id]
+
+    protocol.update_routing_table = update_routing_table

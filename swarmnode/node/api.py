@@ -100,19 +100,16 @@ def _write_private_json(path: os.PathLike, data: dict) -> None:
         raise
 
 
-class ApiServer:
-    """Serves the API of one node; :meth:`start` and :meth:`stop` run on the node's loop."""
+class LocalApi:
+    """An aiohttp app bound to 127.0.0.1 only, answering only requests for that host, whose
+    port and bearer token :meth:`start` writes to ``<home>/api.json``; subclasses add their
+    routes (:meth:`_routes`). :meth:`start` and :meth:`stop` run on the owner's loop."""
 
-    def __init__(self, state: NodeState, control: NodeControl, *, home: NodeHome, port: int = 0,
-                 keepalive_s: float = KEEPALIVE_S):
-        self.state = state
-        self.control = control
+    def __init__(self, *, home: NodeHome, port: int = 0):
         self.home = home
         self.port = port
-        self.keepalive_s = keepalive_s
         self.token = secrets.token_urlsafe(32)
         self._runner: web.AppRunner | None = None
-        self._streams: set[asyncio.Queue] = set()
 
     @web.middleware
     async def _local_host_only(self, request: web.Request, handler):
@@ -122,23 +119,14 @@ class ApiServer:
             return _error(403, f"this API answers only requests for {HOST}:{self.port}")
         return await handler(request)
 
-    def _app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors_as_json, self._local_host_only], client_max_size=MAX_BODY)
-        app.router.add_get("/v1/status", self._status)
-        app.router.add_get("/v1/rounds", self._rounds)
-        app.router.add_get("/v1/peers", self._peers)
-        app.router.add_get("/v1/yardstick", self._yardstick)
-        app.router.add_get("/v1/events", self._events)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/v1/stop", self._authorized(self._stop))
-        app.router.add_post("/v1/pause", self._authorized(self._pause))
-        app.router.add_post("/v1/resume", self._authorized(self._resume))
-        return app
+    def _routes(self, app: web.Application) -> None:
+        raise NotImplementedError
 
     async def start(self) -> int:
         """Bind 127.0.0.1, write ``<home>/api.json`` and return the port."""
-        self.state.bind_loop(asyncio.get_running_loop())
-        self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=1.0)
+        app = web.Application(middlewares=[_errors_as_json, self._local_host_only], client_max_size=MAX_BODY)
+        self._routes(app)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -161,11 +149,7 @@ class ApiServer:
         return self.port
 
     async def stop(self) -> None:
-        """End the event streams, close the socket and remove ``api.json``."""
-        for q in list(self._streams):
-            if q.full():
-                q.get_nowait()
-            q.put_nowait(_CLOSE)
+        """Close the socket and remove ``api.json``."""
         try:
             self.home.api_file.unlink()
         except FileNotFoundError:
@@ -173,6 +157,56 @@ class ApiServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+class MetricsApi(LocalApi):
+    """Only ``GET /metrics``, whose Prometheus text ``text()`` makes (a relay's)."""
+
+    def __init__(self, text: Callable[[], str], *, home: NodeHome, port: int = 0):
+        super().__init__(home=home, port=port)
+        self._text = text
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self._metrics)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._text().encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+
+class ApiServer(LocalApi):
+    """Serves the API of one node; :meth:`start` and :meth:`stop` run on the node's loop."""
+
+    def __init__(self, state: NodeState, control: NodeControl, *, home: NodeHome, port: int = 0,
+                 keepalive_s: float = KEEPALIVE_S):
+        super().__init__(home=home, port=port)
+        self.state = state
+        self.control = control
+        self.keepalive_s = keepalive_s
+        self._streams: set[asyncio.Queue] = set()
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/status", self._status)
+        app.router.add_get("/v1/rounds", self._rounds)
+        app.router.add_get("/v1/peers", self._peers)
+        app.router.add_get("/v1/yardstick", self._yardstick)
+        app.router.add_get("/v1/events", self._events)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/stop", self._authorized(self._stop))
+        app.router.add_post("/v1/pause", self._authorized(self._pause))
+        app.router.add_post("/v1/resume", self._authorized(self._resume))
+
+    async def start(self) -> int:
+        """Bind 127.0.0.1, write ``<home>/api.json`` and return the port."""
+        self.state.bind_loop(asyncio.get_running_loop())
+        return await super().start()
+
+    async def stop(self) -> None:
+        """End the event streams, close the socket and remove ``api.json``."""
+        for q in list(self._streams):
+            if q.full():
+                q.get_nowait()
+            q.put_nowait(_CLOSE)
+        await super().stop()
 
     # -- read-only endpoints ----------------------------------------------------------------
 
@@ -320,12 +354,6 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
                 for (outcome, reason), count in sorted(bundles.items())]
                or [("swarmnode_bundles_total", {"outcome": "accepted", "reason": ""}, 0)])
     out.family("swarmnode_peers", "gauge", "Peers connected now.", [("swarmnode_peers", {}, peers)])
-    if transport:
-        out.family("swarmnode_transport_events_total", "counter",
-                   "Transport events since start: bundles published, publish errors, messages delivered to the "
-                   "node, duplicates dropped, handler errors, join attempts.",
-                   [("swarmnode_transport_events_total", {"event": name}, count)
-                    for name, count in sorted(transport.items())])
     out.family("swarmnode_paused", "gauge", "1 while the node is paused (starts no new round).",
                [("swarmnode_paused", {}, int(snap["paused"]))])
     threads = snap["threads"]
@@ -350,16 +378,56 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])
-    if refusals:
-        refused = sorted((k.removeprefix("refused_"), n) for k, n in refusals.items() if k.startswith("refused_"))
-        out.family("swarmnode_transport_refused_total", "counter",
-                   "Records the transport itself refused (hivemind: its DHT's validator and storage budget), "
-                   "by reason.", [("swarmnode_transport_refused_total", {"reason": r}, n) for r, n in refused]
-                   or [("swarmnode_transport_refused_total", {"reason": ""}, 0)])
-        out.family("swarmnode_transport_evicted_total", "counter",
-                   "Records the transport's storage evicted to stay within its byte budget.",
-                   [("swarmnode_transport_evicted_total", {}, refusals.get("evicted", 0))])
-        out.family("swarmnode_transport_stored_bytes", "gauge", "Bytes of peers' records the transport holds now.",
-                   [("swarmnode_transport_stored_bytes", {"store": store}, refusals.get(f"{store}_bytes", 0))
-                    for store in ("stored", "cached")])
+    _transport_families(out, transport, refusals)
+    return out.text()
+
+
+def _transport_families(out: _Exposition, transport: Mapping[str, int] | None,
+                        refusals: Mapping[str, int] | None) -> None:
+    """The transport's families, each only when there is something to show: its events
+    (:meth:`NodeControl.transport_stats`) and what it refused, evicted and holds
+    (:meth:`NodeControl.refusals`)."""
+    if transport:
+        out.family("swarmnode_transport_events_total", "counter",
+                   "Transport events since start: bundles published, publish errors, messages delivered to the "
+                   "node, duplicates dropped, handler errors, join attempts.",
+                   [("swarmnode_transport_events_total", {"event": name}, count)
+                    for name, count in sorted(transport.items())])
+    if not refusals:
+        return
+    refused = sorted((k.removeprefix("refused_"), n) for k, n in refusals.items() if k.startswith("refused_"))
+    out.family("swarmnode_transport_refused_total", "counter",
+               "Records the transport itself refused (hivemind: its DHT's validator and storage; libp2p: "
+               "pushes, holds and announcements it dropped), by reason.",
+               [("swarmnode_transport_refused_total", {"reason": r}, n) for r, n in refused]
+               or [("swarmnode_transport_refused_total", {"reason": ""}, 0)])
+    out.family("swarmnode_transport_evicted_total", "counter",
+               "Records the transport's stores evicted to stay within their bounds.",
+               [("swarmnode_transport_evicted_total", {}, refusals.get("evicted", 0))])
+    out.family("swarmnode_transport_stored_bytes", "gauge",
+               "Bytes of peers' records the transport holds now: by store (stored, cached, held) and by the "
+               "signers' standing with it (newcomer, established; hivemind's announcements apart: announce_*).",
+               [("swarmnode_transport_stored_bytes", {"store": store}, refusals[f"{store}_bytes"])
+                for store in ("stored", "cached", "held", "newcomer", "established", "announce_newcomer",
+                              "announce_established") if f"{store}_bytes" in refusals])
+    out.family("swarmnode_transport_signers", "gauge",
+               "Signers whose records the transport holds now, by standing with it (announcements: announce_*).",
+               [("swarmnode_transport_signers", {"standing": standing}, refusals[plural])
+                for standing, plural in (("newcomer", "newcomers"), ("established", "established"),
+                                         ("announce_newcomer", "announce_newcomers"),
+                                         ("announce_established", "announce_established"))
+                if plural in refusals])
+
+
+def relay_prometheus_text(peers: int, transport: Mapping[str, int], refusals: Mapping[str, int],
+                          holds: Mapping[str, int]) -> str:
+    """A relay's metrics in the Prometheus text format: its peers, its transport's families
+    (see :func:`prometheus_text`) and ``holds``, the bundles private peers left with it
+    (libp2p) by outcome (``held``, ``dropped``)."""
+    out = _Exposition()
+    out.family("swarmnode_peers", "gauge", "Peers connected now.", [("swarmnode_peers", {}, peers)])
+    _transport_families(out, transport, refusals)
+    out.family("swarmnode_relay_holds_total", "counter",
+               "Bundles private peers pushed to this relay to hold, by outcome (libp2p).",
+               [("swarmnode_relay_holds_total", {"outcome": outcome}, n) for outcome, n in sorted(holds.items())])
     return out.text()

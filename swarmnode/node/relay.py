@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from swarmnode.config import NodeConfig
+from swarmnode.node.api import MetricsApi, relay_prometheus_text
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.guard import PeerGuard, claimed_sender
 from swarmnode.swarm.identity import Identity, IdentityError
@@ -44,11 +45,11 @@ class RelayError(RuntimeError):
 
 @dataclass
 class RelayCounts:
-    """Written in the libp2p host thread (the hold filter), read for the status line."""
+    """Written in the libp2p host thread (the hold filter), read for the status line and
+    ``/metrics``."""
 
     held: int = 0           # bundles taken to hold (libp2p) from peers in good standing
     dropped: int = 0        # bundles refused from rate-limited or banned peers
-    peers_seen: set[str] = field(default_factory=set)
 
 
 def bootstrap_lines(addresses: list[str]) -> str:
@@ -93,9 +94,16 @@ class Relay:
         sender = claimed_sender(data)
         if sender is not None:
             self._guard.judge(sender, None)  # authenticated: it gets its own bucket from now on
-            self.counts.peers_seen.add(sender)
         self.counts.held += 1
         return True
+
+    def metrics_text(self) -> str:
+        """``/metrics``: peers, the transport's counters (what it refused, evicted and holds)
+        and the holds by outcome."""
+        assert self.transport is not None
+        return relay_prometheus_text(len(self.transport.peers()), vars(self.transport.stats),
+                                     self.transport.refusals(),
+                                     {"held": self.counts.held, "dropped": self.counts.dropped})
 
     async def run(self, on_ready: Callable[[list[str]], None]) -> int:
         loop = asyncio.get_running_loop()
@@ -113,16 +121,23 @@ class Relay:
             await self.transport.start()
         except TransportError as exc:
             raise RelayError(str(exc)) from None
+        api = MetricsApi(self.metrics_text, home=self.home, port=self.cfg.api_port)
         try:
+            try:
+                await api.start()
+            except OSError as exc:
+                raise RelayError(str(exc)) from None
             on_ready(self.transport.addresses())
             while not self._stop.is_set():
                 try:
                     await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
                 except asyncio.TimeoutError:
-                    log.info("relay: %d peers connected; %d bundles held from %d peers, %d refused",
-                             len(self.transport.peers()), self.counts.held, len(self.counts.peers_seen),
-                             self.counts.dropped)
+                    refused = sum(n for k, n in self.transport.refusals().items() if k.startswith("refused_"))
+                    log.info("relay: %d peers connected; %d bundles held, %d refused by the guard; %d records "
+                             "refused by the transport (see /metrics)", len(self.transport.peers()),
+                             self.counts.held, self.counts.dropped, refused)
             log.info("relay: stopping")
         finally:
+            await api.stop()
             await self.transport.stop()
         return 0

@@ -20,6 +20,7 @@ from swarmnode.compat.hivemind import (
     record_key_id,
     replace_storage,
     routed_peers,
+    without_join_replication,
 )
 
 
@@ -69,6 +70,24 @@ async def main():
                                                    and (after is None or "signer" not in after.value))
     for node in (a, b):
         await node.shutdown()
+    for label, turn_off in (("a new node gets a copy by default", False), ("no copy once turned off", True)):
+        lone = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        await lone.store("compat/copy", b"x", get_dht_time() + 60)  # no neighbours: kept by itself
+        if turn_off:
+            without_join_replication(lone)
+        newcomer = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+        address = (await lone.get_visible_maddrs())[0]
+        await connect(newcomer, lone.peer_id, [address.decapsulate(f"/p2p/{lone.peer_id}")])
+        out["pinged " + label] = await ping(newcomer, lone.peer_id)
+        for _ in range(30):
+            copied = local_storage(newcomer)[0].get(DHTID.generate(source="compat/copy")) is not None
+            if copied:
+                break
+            await asyncio.sleep(0.1)
+        out[label] = copied and not turn_off or not copied and turn_off
+        out["routed " + label] = newcomer.peer_id in routed_peers(lone)
+        for node in (lone, newcomer):
+            await node.shutdown()
     print(json.dumps(out))
 
 

@@ -8,7 +8,8 @@ Each transport's decisions are plain code that imports neither network stack (ti
 in as ``now``, randomness from an injected ``random.Random``), called by the transport and
 callable as they are by a simulation of many nodes in one process:
 
-* both: :mod:`.pull` (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``);
+* both: :mod:`.pull` (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``),
+  :mod:`.room` (``Room``: how a store of peers' records is split over signers);
 * hivemind: :mod:`.hivemind_layout` (record keys, shards, expiries), :mod:`.hivemind_pull`
   (``HivemindPull``: which shards a poll reads, what it fetches);
 * libp2p: :mod:`.announce` (the signed announcement), :mod:`.libp2p_spread`

@@ -20,7 +20,14 @@ from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
+from swarmnode.compat.hivemind import (
+    connect,
+    local_storage,
+    ping,
+    replace_storage,
+    routed_peers,
+    without_join_replication,
+)
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -29,8 +36,8 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_records import COUNTS
-from swarmnode.swarm.transport.hivemind_storage import CACHE_BYTES, SIGNER_BYTES, STORAGE_BYTES, BoundedStorage
+from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 
 CALL_TIMEOUT = 30.0
 DIAL_TIMEOUT = 5.0
@@ -43,16 +50,29 @@ def write_private(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-async def bound_storage(_dht: Any, node: DHTNode) -> None:
-    """Put :class:`BoundedStorage` in place of the DHT protocol's unbounded storage and cache."""
-    replace_storage(node, BoundedStorage(STORAGE_BYTES, SIGNER_BYTES), BoundedStorage(CACHE_BYTES, SIGNER_BYTES))
+async def bound_storage(_dht: Any, node: DHTNode, *, swarm: str) -> None:
+    """Bound what ``node`` holds and sends of the swarm's records (see :func:`bound_node`)."""
+    bound_node(node, swarm)
+
+
+def bound_node(node: DHTNode, swarm: str) -> None:
+    """Put :func:`~swarmnode.swarm.transport.hivemind_storage.bounded_storage` in place of the
+    DHT protocol's unbounded storage and cache, and stop its copying of everything it holds to
+    each node id it has not met (:func:`~swarmnode.compat.hivemind.without_join_replication`)."""
+    replace_storage(node, *bounded_storage(SwarmRecordValidator(swarm)))
+    without_join_replication(node)
 
 
 async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
-    """The DHT process's refusal and eviction counters, and the bytes its storage holds."""
+    """The DHT process's refusal and eviction counters, and what its storage holds."""
+    return storage_counters(node)
+
+
+def storage_counters(node: DHTNode) -> dict[str, int]:
+    """``COUNTS`` of this process, the bytes ``node``'s storage and cache hold, and the
+    storage's bytes and signers by standing (newcomers, established)."""
     storage, cache = local_storage(node)
-    held = {"stored_bytes": storage.total, "cached_bytes": cache.total}
-    return {**COUNTS, **held}
+    return {**COUNTS, "stored_bytes": storage.total, "cached_bytes": cache.total, **storage.stats()}
 
 
 async def visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
@@ -99,6 +119,7 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
     """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
     signed expiry)), and the peers connected now."""
     announced: dict[str, tuple[int, float]] = {}
+    READING.set(True)  # this task only: the lookups check every record whole
     if shards:
         found = await node.get_many([announce_key(swarm, s) for s in shards],
                                     sufficient_expiration_time=float("inf"))
@@ -122,6 +143,7 @@ async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
                         wanted: list[tuple[str, int]]) -> list[tuple[str, int, bytes]]:
     """The bundle records of the (peer, round) pairs ``wanted`` that were found."""
     keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
+    READING.set(True)  # this task only: the lookups check every record whole
     found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
     records = []
     for key, result in found.items():

@@ -123,7 +123,7 @@ class HivemindTransport(Transport):
             with contextlib.suppress(OSError):
                 os.unlink(key_file)
         try:
-            await self._call(calls.bound_storage)
+            await self._call(partial(calls.bound_storage, swarm=self.swarm))
             self._addresses = await self._call(calls.visible_addresses)
             own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
             if own != self.identity.peer_id:

@@ -13,10 +13,10 @@ Records are checked by the same
 :class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator` as every node's DHT
 (bundles signed by their sender, announcements signed by their owner in the owner's shard),
 so a relay stores nothing a peer could forge; nodes behind NAT, DHT clients, store their
-records on servers like this one. It keeps them in hivemind's own storage, without the
-per-signer bounds a node's DHT process installs
-(:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`). It publishes nothing
-and reads no bundle.
+records on servers like this one. It keeps them within the same bounds as a node's DHT
+process (:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`: bytes per
+signer and in all, newcomers' share), and its counters are the same
+(:meth:`HivemindServer.refusals`). It publishes nothing and reads no bundle.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class HivemindServer(Transport):
         from hivemind.dht.node import DHTNode
         from hivemind.dht.validation import CompositeValidator
 
-        from swarmnode.swarm.transport.hivemind_calls import write_private
+        from swarmnode.swarm.transport.hivemind_calls import bound_node, write_private
         from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
 
         spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
@@ -60,6 +60,7 @@ class HivemindServer(Transport):
             self._node = await DHTNode.create(
                 initial_peers=[], client_mode=False,
                 record_validator=CompositeValidator([SwarmRecordValidator(self.swarm)]), **kwargs)
+            bound_node(self._node, self.swarm)
         except Exception as exc:
             raise TransportError(f"the hivemind DHT server could not start on {self.listen}: {exc}") from None
         finally:
@@ -94,3 +95,12 @@ class HivemindServer(Transport):
 
     def addresses(self) -> list[str]:
         return list(self._addresses)
+
+    def refusals(self) -> dict[str, int]:
+        """What the DHT server refused and evicted, by reason, and what its storage holds
+        (:func:`~swarmnode.swarm.transport.hivemind_calls.storage_counters`)."""
+        if self._node is None:
+            return {}
+        from swarmnode.swarm.transport.hivemind_calls import storage_counters
+
+        return storage_counters(self._node)

@@ -7,8 +7,10 @@
 * ``/swarmnode/hold/2.0.0`` (:data:`HOLD_PROTOCOL`): a private node (behind NAT: no one dials
   it, and two of them never connect) pushes each bundle to :func:`choose_holders`, up to
   :data:`HOLDERS` connected public peers, which keep it if :func:`hold_rejection` finds
-  nothing wrong (:data:`HELD_ROUNDS` rounds an author, :data:`HELD_BYTES` in all) and serve
-  it; its announcement lists them.
+  nothing wrong and serve it (:data:`HELD_ROUNDS` rounds an author, :data:`HELD_BYTES` in
+  all split over authors as :class:`~swarmnode.swarm.transport.room.Room` says, so a crowd
+  of new keys holds at most a quarter; a bundle the room would refuse is refused before it
+  is checked); its announcement lists them.
 * A pull asks the announcement's :func:`pull_sources` in turn (the author, then its holders)
   until one answers with a bundle that passes :func:`pulled_rejection`: no longer than
   announced (else ``too_large``, read no further), hashing to the announced digest (else
@@ -19,15 +21,17 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
-from collections import OrderedDict
+import time
 from dataclasses import dataclass
-from typing import Collection, Iterable
+from typing import Callable, Collection, Iterable
 
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.transport.announce import Announcement, is_count, is_peer_id
-from swarmnode.swarm.transport.base import relay_rejection
+from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, relay_rejection
+from swarmnode.swarm.transport.room import NEWCOMER_SHARE, Room
 
 BUNDLE_PROTOCOL = "/swarmnode/bundle/2.0.0"
 HOLD_PROTOCOL = "/swarmnode/hold/2.0.0"
@@ -39,6 +43,7 @@ HOLDERS = 2                 # public peers a private node leaves each bundle wit
 OWN_ROUNDS = 8
 HELD_ROUNDS = 8
 HELD_BYTES = 8 * 1024 * 1024
+HELD_SIGNER_BYTES = 1024 * 1024  # one author's held bundles (a few large ones, hundreds of usual ones)
 HELD_ACK = b"held"
 
 
@@ -61,27 +66,52 @@ def parse_request(raw: bytes) -> tuple[str, int] | None:
 
 
 class BundleStore:
-    """Bundles a node serves, by (author, round): at most ``per_author`` rounds an author and
-    ``max_bytes`` in all, oldest out. Thread-safe: written on the asyncio loop and in the host
-    thread, read in the host thread."""
+    """Bundles a node serves, by (author, round): at most ``per_author`` rounds an author
+    (its oldest out), and the bytes, ``max_bytes`` in all and ``per_signer`` an author, split
+    over authors by a :class:`~swarmnode.swarm.transport.room.Room` (newcomers, authors not
+    yet established with this store, ``newcomer_share`` of it together; a node's own
+    bundles take the whole room). Thread-safe: written on the asyncio loop and in the host
+    thread, read in the host thread. ``evicted`` counts what left to make room."""
 
-    def __init__(self, per_author: int, max_bytes: int):
+    def __init__(self, per_author: int, max_bytes: int, *, per_signer: int | None = None,
+                 newcomer_share: float = NEWCOMER_SHARE, clock: Callable[[], float] = time.monotonic):
         self.per_author = per_author
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._bytes = 0
+        self.room: Room[tuple[str, int]] = Room(max_bytes, per_signer or max_bytes, newcomer_share=newcomer_share)
+        self.evicted = 0
+        self._items: dict[tuple[str, int], bytes] = {}
+        self._clock = clock
+        self._arrivals = itertools.count()
         self._lock = threading.Lock()
 
-    def put(self, author: str, round_no: int, data: bytes) -> None:
+    def refused_outright(self, author: str, size: int) -> str | None:
+        """Why a new bundle of ``size`` bytes from ``author`` would be refused whatever it is
+        (see :meth:`~swarmnode.swarm.transport.room.Room.refused_outright`), asked before it
+        is checked; None when it may fit."""
         with self._lock:
-            self._drop((author, round_no))
-            self._items[(author, round_no)] = data
-            self._bytes += len(data)
-            rounds = [key for key in self._items if key[0] == author]
-            for key in rounds[:max(0, len(rounds) - self.per_author)]:
-                self._drop(key)
-            while self._bytes > self.max_bytes:
-                self._drop(next(iter(self._items)))
+            self.room.tick(self._clock())
+            return self.room.refused_outright(author, size, None)
+
+    def put(self, author: str, round_no: int, data: bytes) -> str | None:
+        """Keep ``data`` as ``author``'s bundle of ``round_no``; the refusal reason when the room
+        rules refuse it (``signer_full``, ``newcomers_full``, ``storage_full``), else None."""
+        key = (author, round_no)
+        with self._lock:
+            room = self.room
+            room.tick(self._clock())
+            rounds = sorted((k for k in room.items(author) if k != key), key=lambda k: room.held(author, k)[1])
+            for old in rounds[:max(0, len(rounds) + 1 - self.per_author)]:
+                room.remove(author, old)
+                self._items.pop(old, None)
+                self.evicted += 1
+            gone, reason = room.make_room(author, key, len(data))
+            for _, item in gone:
+                self._items.pop(item, None)
+            self.evicted += len(gone)
+            if reason is not None:
+                return reason
+            self._items[key] = data
+            room.add(author, key, len(data), next(self._arrivals))
+            return None
 
     def get(self, author: str, round_no: int) -> bytes | None:
         with self._lock:
@@ -90,29 +120,21 @@ class BundleStore:
     def __len__(self) -> int:
         return len(self._items)
 
-    def _drop(self, key: tuple[str, int]) -> None:
-        data = self._items.pop(key, None)
-        if data is not None:
-            self._bytes -= len(data)
-
-
-def round_of(data: bytes) -> int | None:
-    """The signed round of a bundle envelope, None when it has none."""
-    try:
-        round_no = open_envelope(data)[1].get("round")
-    except BundleRejected:
-        return None
-    return round_no if is_count(round_no) else None
-
 
 def hold_rejection(pusher: str, data: bytes) -> tuple[int | None, str | None]:
     """(round, None) for a bundle ``pusher`` may leave here (signed by it, with a round), else
-    (None, the reason counted against it: a bundle reason, or ``malformed``)."""
-    reason = relay_rejection(pusher, data)
-    if reason is not None:
-        return None, reason
-    round_no = round_of(data)
-    return (round_no, None) if round_no is not None else (None, "malformed")
+    (None, the reason counted against it: a bundle reason, or ``malformed``). Opens the
+    envelope once (decompression and signature: the check that costs)."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        return None, "too_large"
+    try:
+        sender, payload = open_envelope(data)
+    except BundleRejected as exc:
+        return None, exc.reason
+    if sender != pusher:
+        return None, "peer_id_mismatch"
+    round_no = payload.get("round")
+    return (round_no, None) if is_count(round_no) else (None, "malformed")
 
 
 def choose_holders(public: Iterable[str], bootstrap: Collection[str]) -> list[str]:

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import random
 import time
+from collections import Counter
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -69,6 +70,7 @@ from swarmnode.swarm.transport.libp2p_holding import (
     HELD_ACK,
     HELD_BYTES,
     HELD_ROUNDS,
+    HELD_SIGNER_BYTES,
     HOLD_PROTOCOL,
     MAX_REQUEST_BYTES,
     OWN_ROUNDS,
@@ -124,8 +126,9 @@ class Libp2pTransport(Transport):
         peers' bundles pulled per round of this node (0: none, for a node that only serves)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.private = private
-        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES)
-        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
+        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES, newcomer_share=1.0)
+        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, per_signer=HELD_SIGNER_BYTES)
+        self._counts: Counter[str] = Counter()  # refusals in the host thread, for refusals()
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
         self._host_rng = random.Random()  # host thread only, as are the next two
         self._first_hand = FirstHand(rng=self._host_rng)
@@ -219,6 +222,13 @@ class Libp2pTransport(Transport):
 
     def addresses(self) -> list[str]:
         return list(self._addresses)
+
+    def refusals(self) -> dict[str, int]:
+        """What the host dropped or refused by reason (pushes read too soon, holds without
+        room), held bundles evicted to make room, and what the held store holds, by the
+        authors' standing with it."""
+        held = self.held
+        return {**self._counts, "evicted": held.evicted, "held_bytes": held.room.total, **held.room.stats()}
 
     def _heard(self, announcements: list[Announcement]) -> int:
         """Announcements pushed to this node that checked out, on the event loop."""
@@ -314,7 +324,10 @@ class Libp2pTransport(Transport):
         """ANNOUNCE_PROTOCOL: keep a peer's own announcement, at most one every PUSH_EVERY
         seconds (closer ones are dropped unread); hand it to the pull plan."""
         now = time.monotonic()
-        if self._is_blocked(pusher, now) or not self._pacer.admit(pusher, now):
+        if self._is_blocked(pusher, now):
+            return b""
+        if not self._pacer.admit(pusher, now):
+            self._counts["refused_push_too_soon"] += 1
             return b""
         parsed = parse_push(request, self.swarm)
         if parsed is None or parsed[0].author != pusher:
@@ -391,13 +404,22 @@ class Libp2pTransport(Transport):
         """HOLD_PROTOCOL (public nodes): keep a bundle signed by the pusher; acknowledge it."""
         if self._is_blocked(pusher, time.monotonic()):
             return b""
+        # Whether there is room for the pusher comes first: a crowd of new keys beyond its
+        # share costs no decompression and no signature check.
+        reason = self.held.refused_outright(pusher, len(data))
+        if reason is not None:
+            self._counts["refused_hold_" + reason] += 1
+            return b""
         round_no, reason = hold_rejection(pusher, data)
         if reason is not None:
             self._reject_threadsafe(pusher, reason)
             return b""
         if self._hold_filter is not None and not self._hold_filter(data):
             return b""
-        self.held.put(pusher, round_no, data)
+        reason = self.held.put(pusher, round_no, data)
+        if reason is not None:
+            self._counts["refused_hold_" + reason] += 1
+            return b""
         return HELD_ACK
 
     async def _leave_with_holders(self, data: bytes) -> list[str]:

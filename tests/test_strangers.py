@@ -1,0 +1,75 @@
+"""Strangers with many free keys, from outside, against a real relay and a real training node.
+
+Each test starts the target (``swarmnode relay`` or ``swarmnode start`` on the tiny model)
+and two honest private nodes that exchange a bundle every :data:`PERIOD` seconds through the
+target only (``tests/strangerlab.py``), then a stranger (``tests/programs/stranger_<transport>.py``:
+keys, bundles and announcements made from ``docs/protocol.md`` by its own code) sends valid
+records from :data:`KEYS` keys: on hivemind ``call_store`` of 116 KB bundles under each key's
+own bundle key, each key first introducing itself as a DHT node of its own; on libp2p a host
+per key pushing holds of its bundles and its announcements. They check, measuring each
+process of the target with psutil, that its memory stays within a bound that the flood
+would have broken before the target's stores were bounded, that the honest nodes' bundles
+still arrive within two periods during and after it, and that what the target refused is
+counted in its ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nodeproc import free_port
+from strangerlab import HonestPair, Memory, Stranger, Target, refusal_counts
+
+pytestmark = pytest.mark.slow
+
+PERIOD = 4.0
+# 116 KB bundles: 480 records from 240 keys (hivemind) are 56 MB on the wire, over twice
+# what a DHT storage holds; 120 keys pushing 3 holds each (libp2p) are 42 MB, over five times
+# what a public node holds for private ones.
+FLOODS = {"hivemind": (240, 2, ("--as-nodes",)), "libp2p": (120, 3, ())}
+# RSS growth (MB) each target process may show at the end; the flood took them well past it
+# before (see docs/reliability.md, "What N keys can still do").
+BOUNDS = {("relay", "hivemind"): {"relay": 45, "p2pd": 40},
+          ("node", "hivemind"): {"node": 30, "dht": 45, "p2pd": 40},
+          ("relay", "libp2p"): {"relay": 45},
+          ("node", "libp2p"): {"node": 45}}
+
+
+@pytest.mark.parametrize("kind", ["relay", "node"])
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transport, tmp_path, tiny_model_dir):
+    keys, rounds, extra = FLOODS[transport]
+    target = Target(kind, transport, tmp_path / kind, tiny_model_dir, stderr=tmp_path / f"{kind}.err",
+                    metrics_port=free_port() if kind == "relay" else None)
+    pair = stranger = None
+    try:
+        target.ready()
+        pair = HonestPair(transport, target.address, PERIOD, tmp_path)
+        pair.start()
+        time.sleep(2 * PERIOD)
+        memory = Memory(target.processes())
+        stranger = Stranger(transport, target.address, keys, rounds, *extra, stderr=tmp_path / "stranger.err")
+        stranger.wait("ready", 120)
+        t0 = time.time()
+        done = stranger.wait("done", 240)
+        t1 = time.time()
+        time.sleep(5 * PERIOD)
+        memory.close()
+        counters = refusal_counts(target.metrics())
+        growth = memory.growth()
+        during, after = pair.latencies(t0, t1), pair.latencies(t1, time.time() - 2 * PERIOD - 2)
+        print(f"\n{kind} over {transport}: {done}; RSS growth MB {growth}; honest latencies during {during}, "
+              f"after {after}; counters {counters}")
+        assert done["sent"] >= keys * rounds * 0.9
+        for name, bound in BOUNDS[(kind, transport)].items():
+            assert growth[name] < bound, (name, growth[name])
+        assert after and all(s is not None and s <= 2 * PERIOD for s in {**during, **after}.values())
+        refused = {k: v for k, v in counters.items() if k.startswith("refused_")}
+        assert any("newcomers_full" in k for k in refused), counters
+    finally:
+        for part in (pair, stranger):
+            if part is not None:
+                part.close() if isinstance(part, HonestPair) else part.kill()
+        target.stop()
