@@ -110,7 +110,9 @@ async def main() -> None:
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
-    from swarmnode.swarm.transport.libp2p_pull import ANNOUNCE_PROTOCOL, PUSH_EVERY, BundleStore, _exchange
+    from swarmnode.swarm.transport.libp2p_holding import BundleStore
+    from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
+    from swarmnode.swarm.transport.libp2p_streams import exchange
     from libp2p.peer.id import ID
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
@@ -138,8 +140,8 @@ async def main() -> None:
             published += 1
             await asyncio.sleep(PUSH_EVERY + 0.1)
         for peer in transport.peers():
-            await transport._in_host(_exchange, transport._host, ID.from_base58(peer), ANNOUNCE_PROTOCOL,
-                                     BAD_ANNOUNCEMENT, 0)
+            await transport._bridge.run(exchange, transport._host, ID.from_base58(peer), ANNOUNCE_PROTOCOL,
+                                        BAD_ANNOUNCEMENT, 0)
         await asyncio.sleep(PUSH_EVERY + 0.1)
     seconds = time.monotonic() - started
     print(json.dumps({"event": "done", "published": published, "seconds": round(seconds, 1),

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.transport import base
-from swarmnode.swarm.transport.base import Transport, peer_id_of
+from swarmnode.swarm.transport.base import Transport
 
 SWARM = "rejoin-test"
 
