@@ -50,10 +50,10 @@ COLUMNS = ["transport", "N", "relays", "recv KB", "sent KB", "msgs", "sigs", "bu
            "p50 s", "p95 s", "p50, p95 of round", "late", "busiest (KB/s, what)", "wall s"]
 
 
-def machine_scenario(transport: str, nodes: int, seed: int) -> Scenario:
-    round_s = 15.0
+def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.0, rounds: int = 4) -> Scenario:
+    machine = {**MACHINE, "hardware": (Hardware("benchmark", 1.0, round_s),)}
     return Scenario(transport=transport, nodes=nodes, seed=seed, warmup_s=MACHINE["join_s"] + round_s,
-                    measure_s=4 * round_s, **MACHINE)
+                    measure_s=rounds * round_s, **machine)
 
 
 def relays_for(transport: str, nodes: int) -> int:
@@ -86,40 +86,42 @@ def costs_with(transport: str, values: dict[str, float]) -> dict[str, Any]:
     return {"hivemind_costs": replace(HivemindCosts(), **values)}
 
 
-def fit(directory: Path, transports: Sequence[str], sizes: Sequence[int], seed: int) -> None:
+def fit(directory: Path, transports: Sequence[str], fit_nodes: int, seed: int) -> None:
     """Fit each transport's overheads (:data:`FITTED`) to the bytes ``benchmarks/swarm_scale.py``
-    measured at ``sizes`` (its JSON files ``<transport>-<N>.json`` in ``directory``), by least
-    squares over received and sent bytes per node per round: the simulated bytes are linear in
-    them. Prints the fitted values, then the simulated against the measured bytes at every
-    size with a file in ``directory``."""
+    measured in its runs of at most ``fit_nodes`` nodes (its JSON files in ``directory``, any
+    round length), by least squares over received and sent bytes per node per round: the
+    simulated bytes are linear in them. Prints the fitted values, then the simulated against the
+    measured figures of every run in ``directory``."""
+    measured = _measured(directory)
     for transport in transports:
         names = FITTED[transport]
         rows, targets = [], []
-        for n in sizes:
-            measured = _measured(directory, transport, n)
-            s = machine_scenario(transport, n, seed)
+        for m in measured:
+            if m["transport"] != transport or m["nodes"] > fit_nodes:
+                continue
+            s = machine_scenario(transport, m["nodes"], seed, m["round_s"], m["rounds"])
             zero = {name: 0 for name in names}
             base = run(s, **costs_with(transport, zero))
             unit = [run(s, **costs_with(transport, {**zero, name: 1})) for name in names]
-            for key, target in (("rx_bytes", measured["recv_mb"] * 1e6), ("tx_bytes", measured["sent_mb"] * 1e6)):
+            for key, target in (("rx_bytes", m["recv_mb"] * 1e6), ("tx_bytes", m["sent_mb"] * 1e6)):
                 rows.append([u[key] - base[key] for u in unit])
                 targets.append(target - base[key])
-        solution = _least_squares(rows, targets)
-        values = dict(zip(names, solution))
+        if not rows:
+            raise SystemExit(f"swarm_sim: no {transport} run of at most {fit_nodes} nodes in {directory}")
+        values = dict(zip(names, _least_squares(rows, targets)))
         print(f"{transport}: " + ", ".join(f"{k} = {v:.1f}" for k, v in values.items()))
-        for path in sorted(directory.glob(f"{transport}-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-            n = int(path.stem.split("-")[1])
-            r = run(machine_scenario(transport, n, seed), **costs_with(transport, values))
-            m = _measured(directory, transport, n)
-            print(f"  N={n}: recv {r['rx_bytes'] / 1e3:.1f} KB simulated, {m['recv_mb'] * 1e3:.1f} measured "
-                  f"({r['rx_bytes'] / (m['recv_mb'] * 1e6) - 1:+.0%})")
+        for m in measured:
+            if m["transport"] == transport:
+                r = run(machine_scenario(transport, m["nodes"], seed, m["round_s"], m["rounds"]),
+                        **costs_with(transport, values))
+                print(f"  N={m['nodes']}, rounds of {m['round_s']:g} s: recv {r['rx_bytes'] / 1e3:.1f} KB "
+                      f"simulated, {m['recv_mb'] * 1e3:.1f} measured ({r['rx_bytes'] / (m['recv_mb'] * 1e6) - 1:+.0%})")
 
 
-def _measured(directory: Path, transport: str, n: int) -> dict[str, Any]:
-    results = json.loads((directory / f"{transport}-{n}.json").read_text())["results"]
-    if not results:
-        raise SystemExit(f"swarm_sim: {directory / f'{transport}-{n}.json'} holds no result")
-    return results[0]
+def _measured(directory: Path) -> list[dict[str, Any]]:
+    """Every result of the swarm_scale.py JSON files in ``directory``, fewest nodes first."""
+    out = [r for path in directory.glob("*.json") for r in json.loads(path.read_text())["results"]]
+    return sorted(out, key=lambda r: (r["transport"], r["nodes"], r["round_s"]))
 
 
 def _least_squares(rows: list[list[float]], targets: list[float]) -> list[float]:
@@ -156,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fit the cost models' overheads to swarm_scale.py's JSON files in DIR (see fit())")
     args = parser.parse_args(argv)
     if args.fit:
-        fit(args.fit, args.transports, args.nodes or [2, 3, 4], args.seed)
+        fit(args.fit, args.transports, max(args.nodes or [4]), args.seed)
         return 0
     sizes = args.nodes or ([8, 32, 64] if args.machine else [1000, 10000])
     scenarios = []

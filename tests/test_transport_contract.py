@@ -27,7 +27,8 @@ from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for,
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
-from swarmnode.swarm.transport.base import Backoff, expand_unspecified, relay_rejection
+from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
+from swarmnode.swarm.transport.joining import Backoff
 from memory_transport import MemoryHub, MemoryTransport
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,17 +23,31 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from swarmnode.swarm.sim.dht import (BUCKET_SIZE, NUM_REPLICAS, WAIT_TIMEOUT, Space, key_id, keys_per_request,
-                                     per_key_workers, plan_lookup)
-from swarmnode.swarm.sim.node import SimNode, World, peer_id
-from swarmnode.swarm.transport.base import Backoff
-from swarmnode.swarm.transport.hivemind_layout import (announce_expiry, announce_key, announcement_age, bundle_expiry,
-                                                       bundle_key, shard_of)
+from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.sim.dht import (
+    BUCKET_SIZE,
+    NUM_REPLICAS,
+    WAIT_TIMEOUT,
+    Space,
+    key_id,
+    keys_per_request,
+    per_key_workers,
+    plan_lookup,
+)
+from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.transport.hivemind_layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
 from swarmnode.swarm.transport.hivemind_pull import HivemindPull
+from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 
 POLL_INTERVAL = 1.0
-JOIN_CHECK_S = 5.0
 DIAL_TIMEOUT = 5.0
 SWARM = "sim"
 _VERIFIED_CACHE = 65_536
@@ -73,10 +87,11 @@ class HivemindNode(SimNode):
         self.gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
         self.verified: dict[tuple[str, int, float], None] = {}  # announcements already checked (the validator's cache)
         self.loop_busy = False
-        self.loop_free = 0.0
+        self.loop_free = rng.uniform(0.0, POLL_INTERVAL)  # when the loop's pause ends: loops start at any phase
         self.poll_at: float | None = None
         self.poll_token = 0  # only the poll scheduled last runs
-        self.backoff = Backoff()
+        self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
+        self.joining = JoinLoop(self.bootstrap, rng)
 
     # -- the DHT's wire ----------------------------------------------------------------------
 
@@ -87,15 +102,16 @@ class HivemindNode(SimNode):
             return 0.0
         net.transfer(self.idx, server, self.costs.handshake)
         net.transfer(server, self.idx, self.costs.handshake)
+        self.world.meter.count("bytes_connect", self.world.now, 2 * self.costs.handshake)
         hosts.connect(self.idx, server, self.world.now)
         self.world.meter.count("connections_opened", self.world.now)
         return 2 * 2 * net.latency(self.idx, server)
 
     def lookup(self, keys: list[str], early: bool, done: Callable[[dict[int, list[int]]], None],
-               store: bool = False) -> None:
-        """A traversal of ``keys`` (``get_many``, or with ``store`` the one ``store_many`` starts
-        with): bytes counted at every server visited; ``done({key id: holders visited})`` when
-        it ends."""
+               purpose: str) -> None:
+        """A traversal of ``keys`` (``get_many``, or the one ``store_many`` starts with): bytes
+        counted at every server visited (and, in the meter, under ``purpose``);
+        ``done({key id: holders visited})`` when it ends."""
         world, net, space, c = self.world, self.world.net, self.space, self.costs
         now = world.now
         ids = [key_id(k) for k in keys]
@@ -103,7 +119,7 @@ class HivemindNode(SimNode):
         workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
         found: dict[int, list[int]] = {}
         slowest = 0.0
-        visits = 0
+        visits = wire = 0
         # An answer lists the nearest peers the answerer knows: every server but itself and the asker.
         listed = min(BUCKET_SIZE, space.servers() - 1 - (self.idx in space.up)) * c.neighbor
         for kid, order in zip(ids, orders):
@@ -128,6 +144,7 @@ class HivemindNode(SimNode):
                     answer = (c.rpc if first else 0) + c.wire(listed + value)
                     net.transfer(self.idx, host, request, first)
                     net.transfer(host, self.idx, answer, first)
+                    wire += request + answer
                     wave_s = max(wave_s, setup + 2 * net.latency(self.idx, host))
                 elapsed += wave_s
                 if early and hit:
@@ -135,7 +152,8 @@ class HivemindNode(SimNode):
             found[kid] = hit
             slowest = max(slowest, elapsed)
         world.meter.count("dht_visits", now, visits)
-        world.meter.count("dht_lookups", now, len(ids))
+        world.meter.count(f"dht_lookups_{purpose}", now, len(ids))
+        world.meter.count(f"bytes_{purpose}", now, wire)
         self.after(slowest, done, found)
 
     # -- joining ----------------------------------------------------------------------------
@@ -143,34 +161,28 @@ class HivemindNode(SimNode):
     def join(self) -> None:
         if self.public:
             self.space.server_up(self.idx)
-        self.backoff.reset()
         self._keep_joined()
 
-    def _bootstrap_in_reach(self) -> bool:
-        peers = self.world.hosts.peers[self.idx]
-        return any(b in peers for b in self.world.bootstrap if b != self.idx)
-
     def _keep_joined(self) -> None:
-        """Transport._keep_joined with hivemind's join: connect, ping, look up the node's own id."""
+        """Transport._keep_joined (its JoinLoop) with hivemind's join: connect, ping, and look
+        up the node's own id to fill the routing table."""
         world = self.world
-        others = [b for b in world.bootstrap if b != self.idx]
-        if not others:
+        connected = [peer_id(p) for p in world.hosts.peers[self.idx]]
+        dial = self.joining.to_dial(bootstrap_in_reach(connected, self.bootstrap))
+        if not dial:
+            self.after(self.joining.wait(False, False), self._keep_joined)
             return
-        if self._bootstrap_in_reach():
-            self.backoff.reset()
-            self.after(JOIN_CHECK_S, self._keep_joined)
-            return
-        up = [b for b in others if world.net.online[b]]
+        world.meter.count("join_attempts", world.now)
+        up = [h for h in (world.index[peer_id_of(m) or ""] for m in dial) if world.net.online[h]]
         if not up:
-            world.meter.count("join_retries", world.now)
-            self.after(DIAL_TIMEOUT + self.backoff.next_delay(), self._keep_joined)
+            self.after(DIAL_TIMEOUT + self.joining.wait(True, False), self._keep_joined)
             return
-        setup = 0.0
         for b in up:
-            setup = max(setup, self._connect(b))
+            self._connect(b)
             world.net.transfer(self.idx, b, self.costs.rpc)  # the ping
             world.net.transfer(b, self.idx, self.costs.rpc)
-        self.lookup([self.peer_id], False, lambda _found: self.after(JOIN_CHECK_S, self._keep_joined))
+        self.lookup([self.peer_id], False, lambda _found: self.after(self.joining.wait(True, True), self._keep_joined),
+                    "join")
 
     # -- publishing -------------------------------------------------------------------------
 
@@ -178,7 +190,7 @@ class HivemindNode(SimNode):
         world = self.world
         made = world.now
         key = bundle_key(SWARM, self.peer_id, round_no)
-        self.lookup([key], False, lambda found: self._stored_bundle(round_no, key, made), store=True)
+        self.lookup([key], False, lambda found: self._stored_bundle(round_no, key, made), "store")
 
     def _replicas(self, key: str) -> list[int]:
         """Where a store of ``key`` lands: the nearest servers up (this node if it is one of them)."""
@@ -196,6 +208,7 @@ class HivemindNode(SimNode):
                 continue
             world.net.transfer(self.idx, host, c.rpc + c.node_info + c.key + c.wire(c.record + size))
             world.net.transfer(host, self.idx, c.rpc)
+            world.meter.count("bytes_store", world.now, 2 * c.rpc + c.node_info + c.key + c.wire(c.record + size))
             slowest = max(slowest, 2 * world.net.latency(self.idx, host))
         return slowest
 
@@ -207,7 +220,7 @@ class HivemindNode(SimNode):
                               lambda h: space.put_bundle(h, kid, self.idx, round_no, expires))
         shard_key = announce_key(SWARM, shard_of(self.peer_id))
         self.after(wait, self.lookup, [shard_key], False,
-                   lambda found: self._stored_announcement(round_no, shard_key), True)
+                   lambda found: self._stored_announcement(round_no, shard_key), "store")
 
     def _stored_announcement(self, round_no: int, key: str) -> None:
         world, space = self.world, self.space
@@ -254,7 +267,7 @@ class HivemindNode(SimNode):
             return
         keys = [announce_key(SWARM, s) for s in shards]
         self.lookup(keys, self.costs.early_shards,
-                    lambda found: self._read(started, established, shards, self._announcements(keys, found)))
+                    lambda found: self._read(started, established, shards, self._announcements(keys, found)), "read")
 
     def _announcements(self, keys: list[str], found: dict[int, list[int]]) -> dict[str, tuple[int, float]]:
         """The shards' announcements merged over the replicas visited: peer -> (round, age)."""
@@ -291,7 +304,7 @@ class HivemindNode(SimNode):
             self._end_poll(started, bool(shards))
             return
         keys = [bundle_key(SWARM, peer, round_no) for peer, round_no in chosen]
-        self.lookup(keys, self.costs.early_bundles, lambda found: self._fetched(started, chosen, keys, found))
+        self.lookup(keys, self.costs.early_bundles, lambda found: self._fetched(started, chosen, keys, found), "fetch")
 
     def _fetched(self, started: float, chosen: list[tuple[str, int]], keys: list[str],
                  found: dict[int, list[int]]) -> None:

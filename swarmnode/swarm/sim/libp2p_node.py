@@ -30,19 +30,35 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from swarmnode.swarm.sim.node import SimNode, World, peer_id
-from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
-from swarmnode.swarm.transport.base import Backoff
-from swarmnode.swarm.transport.libp2p_holding import (HELD_BYTES, HELD_ROUNDS, OWN_ROUNDS, BundleStore,
-                                                      choose_holders, pull_sources)
-from swarmnode.swarm.transport.libp2p_peers import EXCHANGE_EVERY, EXCHANGE_FIRST, PEER_TARGET, ExchangeRound, answer_order
-from swarmnode.swarm.transport.libp2p_spread import FirstHand, Libp2pPull, PushPacer, push_targets
+from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.transport.announce import Announcement
+from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
+from swarmnode.swarm.transport.libp2p_holding import (
+    HELD_BYTES,
+    HELD_ROUNDS,
+    OWN_ROUNDS,
+    BundleStore,
+    choose_holders,
+    pull_sources,
+)
+from swarmnode.swarm.transport.libp2p_peers import (
+    EXCHANGE_EVERY,
+    EXCHANGE_FIRST,
+    ExchangeRound,
+    answer_order,
+)
+from swarmnode.swarm.transport.libp2p_spread import (
+    FirstHand,
+    Libp2pPull,
+    PushPacer,
+    push_targets,
+)
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 
 PULL_INTERVAL = 1.0
 STREAM_TIMEOUT = 10.0
 DIAL_TIMEOUT = 5.0
-JOIN_CHECK_S = 5.0
 SWARM = "sim"
 
 
@@ -87,11 +103,11 @@ class Libp2pNode(SimNode):
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
         self.loop_busy = False
-        self.loop_free = 0.0  # when the pull loop's sleep after its last pass ends
+        self.loop_free = rng.uniform(0.0, PULL_INTERVAL)  # when the loop's sleep ends: loops start at any phase
         self.tick_at: float | None = None  # the pass scheduled next, if any
         self.tick_token = 0  # only the pass scheduled last runs
-        self.backoff = Backoff()
-        self.joining = False
+        self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
+        self.joining = JoinLoop(self.bootstrap, rng)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -152,38 +168,27 @@ class Libp2pNode(SimNode):
     # -- joining ----------------------------------------------------------------------------
 
     def join(self) -> None:
-        self.backoff.reset()
         self._keep_joined()
         self.after(EXCHANGE_FIRST, self._exchange_peers)
 
-    def _bootstrap_in_reach(self) -> bool:
-        peers = self.world.hosts.peers[self.idx]
-        return any(b in peers for b in self.world.bootstrap if b != self.idx)
-
     def _keep_joined(self) -> None:
-        """Transport._keep_joined: dial every bootstrap peer while none is connected."""
-        others = [b for b in self.world.bootstrap if b != self.idx]
-        if not others:
+        """Transport._keep_joined: its JoinLoop says whom to dial and how long to wait."""
+        world = self.world
+        dial = self.joining.to_dial(bootstrap_in_reach(self.connected_ids(), self.bootstrap))
+        if not dial:
+            self.after(self.joining.wait(False, False), self._keep_joined)
             return
-        if self._bootstrap_in_reach():
-            self.backoff.reset()
-            self.after(JOIN_CHECK_S, self._keep_joined)
-            return
-        pending = {"left": len(others), "ok": False}
+        world.meter.count("join_attempts", world.now)
+        pending = {"left": len(dial), "ok": False}
 
         def settled(ok: bool) -> None:
             pending["left"] -= 1
             pending["ok"] |= ok
-            if pending["left"]:
-                return
-            if pending["ok"]:
-                self.after(JOIN_CHECK_S, self._keep_joined)
-            else:
-                self.world.meter.count("join_retries", self.world.now)
-                self.after(self.backoff.next_delay(), self._keep_joined)
+            if not pending["left"]:
+                self.after(self.joining.wait(True, pending["ok"]), self._keep_joined)
 
-        for b in others:
-            self.dial(b, settled)
+        for maddr in dial:
+            self.dial(world.index[peer_id_of(maddr) or ""], settled)
 
     def _exchange_peers(self) -> None:
         """One ExchangeRound: ask a few connected peers for theirs, dial until enough."""
@@ -214,7 +219,7 @@ class Libp2pNode(SimNode):
     def _dial_listed(self, turn: ExchangeRound, listed: list[int], asks: list[int]) -> None:
         while listed and not turn.enough():
             other = listed.pop(0)
-            maddr = f"/ip4/10.0.0.1/tcp/1/p2p/{peer_id(other)}"
+            maddr = address(other)
             if not turn.worth_dialing(maddr):
                 continue
 

@@ -49,6 +49,11 @@ def peer_id(host: int) -> str:
     return f"sim-{host}"
 
 
+def address(host: int) -> str:
+    """A multiaddr of host number ``host`` (what a bootstrap list or a peer exchange names)."""
+    return f"/ip4/10.0.0.1/tcp/1/p2p/{peer_id(host)}"
+
+
 class SimNode:
     """Host ``idx`` of ``world``; ``round_s`` 0 for a relay (it publishes nothing and never sleeps)."""
 

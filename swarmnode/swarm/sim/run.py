@@ -21,8 +21,14 @@ from swarmnode.swarm.sim.libp2p_node import Libp2pCosts, Libp2pNode
 from swarmnode.swarm.sim.meter import Meter
 from swarmnode.swarm.sim.network import Hosts, Network
 from swarmnode.swarm.sim.node import SimNode, World, peer_id
-from swarmnode.swarm.sim.scenario import (LIBP2P_MAX_CONNECTIONS, P2PD_GRACE_S, P2PD_HIGH, P2PD_LOW, Scenario,
-                                          draw_hardware, draw_places)
+from swarmnode.swarm.sim.scenario import (
+    P2PD_GRACE_S,
+    P2PD_HIGH,
+    P2PD_LOW,
+    Scenario,
+    draw_hardware,
+    draw_places,
+)
 
 
 def build(s: Scenario, libp2p_costs: Libp2pCosts | None = None,
