@@ -43,7 +43,7 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_pull import HivemindPull
+from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, HivemindPull
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 
@@ -68,8 +68,6 @@ class HivemindCosts:
     record: int = 75  # a record's framing beyond its value
     handshake: int = 4000  # a new connection, each way
     upkeep_s: float = 0.0  # bytes a second each way a node spends on the DHT's and p2pd's upkeep
-    early_bundles: bool = False  # a bundle lookup ends at the first copy (sufficient_expiration_time finite)
-    early_shards: bool = False
 
     def wire(self, payload: int) -> int:
         """``payload`` bytes with a TCP/IP/Ethernet header for each full segment after the first."""
@@ -92,6 +90,9 @@ class HivemindNode(SimNode):
         self.poll_token = 0  # only the poll scheduled last runs
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
         self.joining = JoinLoop(self.bootstrap, rng)
+        # How far its gets go (the transport's rule; a scenario may set the other one, to compare).
+        self.fetch_to_first_copy = world.scenario.extra.get("fetch_to_first_copy", FETCH_TO_FIRST_COPY)
+        self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
 
     # -- the DHT's wire ----------------------------------------------------------------------
 
@@ -123,8 +124,10 @@ class HivemindNode(SimNode):
         # An answer lists the nearest peers the answerer knows: every server but itself and the asker.
         listed = min(BUCKET_SIZE, space.servers() - 1 - (self.idx in space.up)) * c.neighbor
         for kid, order in zip(ids, orders):
-            elapsed, hit = 0.0, []
-            for w in range(0, len(order), workers):
+            # get_many looks in the node's own storage first: a server may be a replica itself.
+            hit = [self.idx] if self.idx in space.up and space.holds(self.idx, kid, now) is not None else []
+            elapsed = 0.0
+            for w in range(0 if not (early and hit) else len(order), len(order), workers):
                 wave_s = 0.0
                 for host in order[w:w + workers]:
                     visits += 1
@@ -266,7 +269,7 @@ class HivemindNode(SimNode):
             self._read(started, established, [], {})
             return
         keys = [announce_key(SWARM, s) for s in shards]
-        self.lookup(keys, self.costs.early_shards,
+        self.lookup(keys, self.read_to_first_copy,
                     lambda found: self._read(started, established, shards, self._announcements(keys, found)), "read")
 
     def _announcements(self, keys: list[str], found: dict[int, list[int]]) -> dict[str, tuple[int, float]]:
@@ -304,7 +307,7 @@ class HivemindNode(SimNode):
             self._end_poll(started, bool(shards))
             return
         keys = [bundle_key(SWARM, peer, round_no) for peer, round_no in chosen]
-        self.lookup(keys, self.costs.early_bundles, lambda found: self._fetched(started, chosen, keys, found), "fetch")
+        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, chosen, keys, found), "fetch")
 
     def _fetched(self, started: float, chosen: list[tuple[str, int]], keys: list[str],
                  found: dict[int, list[int]]) -> None:

@@ -23,6 +23,7 @@ from hivemind.utils.multiaddr import Multiaddr
 from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
 from swarmnode.swarm.transport.hivemind_layout import (announce_expiry, announce_key, announcement_age, bundle_expiry,
                                                        bundle_key, shard_of)
+from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, sufficient_expiration
 from swarmnode.swarm.transport.hivemind_records import COUNTS
 from swarmnode.swarm.transport.hivemind_storage import CACHE_BYTES, SIGNER_BYTES, STORAGE_BYTES, BoundedStorage
 
@@ -94,8 +95,8 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
     signed expiry)), and the peers connected now."""
     announced: dict[str, tuple[int, float]] = {}
     if shards:
-        found = await node.get_many([announce_key(swarm, s) for s in shards],
-                                    sufficient_expiration_time=float("inf"))
+        enough = sufficient_expiration(READ_TO_FIRST_COPY, get_dht_time())
+        found = await node.get_many([announce_key(swarm, s) for s in shards], sufficient_expiration_time=enough)
         now = get_dht_time()
         for result in found.values():
             if result is None or not hasattr(result.value, "items"):
@@ -116,7 +117,8 @@ async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
                         wanted: list[tuple[str, int]]) -> list[tuple[str, int, bytes]]:
     """The bundle records of the (peer, round) pairs ``wanted`` that were found."""
     keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
-    found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
+    found = await node.get_many(list(keys),
+                                sufficient_expiration_time=sufficient_expiration(FETCH_TO_FIRST_COPY, get_dht_time()))
     records = []
     for key, result in found.items():
         peer, round_no = keys[key]
