@@ -30,16 +30,17 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarmnode.swarm.sim.hivemind_node import HivemindCosts  # noqa: E402
-from swarmnode.swarm.sim.libp2p_node import Libp2pCosts  # noqa: E402
-from swarmnode.swarm.sim.run import run  # noqa: E402
-from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError  # noqa: E402
+from swarmnode.swarm.sim.hivemind_node import HivemindCosts
+from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
+from swarmnode.swarm.sim.run import run
+from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
 
 MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
                round_jitter=0.0, aligned=True, regions_s=((0.0002,),), access_s=(0.0001, 0.0001),

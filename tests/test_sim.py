@@ -17,7 +17,7 @@ from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-import swarm_sim  # noqa: E402
+import swarm_sim
 
 
 def test_events_run_in_time_order_and_ties_in_the_order_scheduled():

@@ -8,7 +8,8 @@ generators the caller hands out. Nothing here sleeps or reads the wall clock.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Engine:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.sim.dht import (
@@ -43,7 +43,11 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, HivemindPull
+from swarmnode.swarm.transport.hivemind_pull import (
+    FETCH_TO_FIRST_COPY,
+    READ_TO_FIRST_COPY,
+    HivemindPull,
+)
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 

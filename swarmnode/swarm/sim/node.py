@@ -15,8 +15,9 @@ Events a node schedules for itself run only if it has not left since (:meth:`Sim
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.meter import Meter

@@ -24,8 +24,9 @@ import hashlib
 import logging
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import BundleRejected, open_envelope

@@ -21,10 +21,19 @@ simulation in virtual time run the same code.
 from __future__ import annotations
 
 import random
-from typing import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, shard_of
-from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, AwaitNext, PullPlan
+from swarmnode.swarm.transport.hivemind_layout import (
+    ANNOUNCE_SHARDS,
+    SUBKEYS_PER_KEY,
+    shard_of,
+)
+from swarmnode.swarm.transport.pull import (
+    FETCH_PER_ROUND,
+    FRESH_SHARE,
+    AwaitNext,
+    PullPlan,
+)
 
 SHARDS_PER_POLL = 4
 RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first

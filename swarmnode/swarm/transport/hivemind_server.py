@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError

@@ -12,7 +12,7 @@ same rule.
 from __future__ import annotations
 
 import random
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 from swarmnode.swarm.address import peer_id_of
 

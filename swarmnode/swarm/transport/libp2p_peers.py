@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from swarmnode.swarm.address import peer_id_of
 

@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from itertools import islice
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Mapping
+from itertools import islice
+from typing import Any
 
 from swarmnode.swarm.standing import PeerShare
 

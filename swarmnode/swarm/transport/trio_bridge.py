@@ -14,7 +14,8 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
