@@ -32,11 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from swarmnode.records import (
-    Group,
-    Question,
+    Group,  # noqa: E402
+    Question,  # noqa: E402
 )
-from swarmnode.swarm.bundle import encode_bundle
-from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
+from swarmnode.swarm.identity import Identity  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32

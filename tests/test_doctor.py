@@ -240,6 +240,7 @@ def fake_cpu(monkeypatch):
     return fake
 
 
+@pytest.mark.slow
 def test_threads_auto_reports_the_count_and_what_is_busy(fake_cpu):
     """A real program spinning beside doctor is named among the busiest; the count comes from the
     CPU readings (faked, so that the shared test machine's own load does not decide it)."""

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.transport import hivemind_calls as calls
-from swarmnode.swarm.transport.hivemind_dht import HivemindTransport
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of
-from swarmnode.swarm.transport.hivemind_pull import SHARDS_PER_POLL, HivemindPull
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport import hivemind_calls as calls  # noqa: E402
+from swarmnode.swarm.transport.hivemind_dht import HivemindTransport  # noqa: E402
+from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of  # noqa: E402
+from swarmnode.swarm.transport.hivemind_pull import SHARDS_PER_POLL, HivemindPull  # noqa: E402
 
 
 class FakeSwarm:

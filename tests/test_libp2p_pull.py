@@ -22,26 +22,10 @@ from pathlib import Path
 import pytest
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (
-    DOMAIN,
-    SAMPLE_SIZE,
-    Announcement,
-    parse_push,
-    parse_sample,
-    read_signed,
-)
+from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement, parse_push, parse_sample, read_signed
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
-from swarmnode.swarm.transport.libp2p_holding import (
-    choose_holders,
-    hold_rejection,
-    pull_sources,
-    pulled_rejection,
-)
-from swarmnode.swarm.transport.libp2p_peers import (
-    PEER_TARGET,
-    ExchangeRound,
-    answer_order,
-)
+from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
+from swarmnode.swarm.transport.libp2p_peers import PEER_TARGET, ExchangeRound, answer_order
 from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_EVERY,
     SAMPLE_EVERY_MAX,
@@ -52,7 +36,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transport_node import identity_for, make_bundle
+from transport_node import identity_for, make_bundle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SW = "sw"
@@ -262,6 +246,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     got = run_checks(PER_ROUND_BOUND)
     k = got["k"]
@@ -358,6 +343,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_holds_and_digest_checks_on_real_hosts():
     got = run_checks(TWO_HOSTS)
     assert got["held at the public node"] and got["a private node holds nothing"]
@@ -443,6 +429,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     got = run_checks(PUSH_AND_SAMPLE)
     pusher = identity_for(2).peer_id
@@ -508,6 +495,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_of_an_older_protocol_is_named_once():
     warnings = run_checks(OLD_PEER_CHECK)["warnings"]
     assert len([w for w in warnings if "older swarmnode" in w]) == 1, warnings
@@ -544,6 +532,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_exchange_answer_names_the_peers_in_random_order():
     got = run_checks(PEER_ANSWER_CHECK)
     assert got["peers named"] == [6] and not got["asker named"]

@@ -176,7 +176,8 @@ def test_without_awaiting_an_old_round_is_no_candidate_until_the_peers_next_is_h
     plan.next_round(now=100.0)  # 100 s rounds: fresh means made within 25 s
     plan.note_announced({"c": 7}, now=101.0)
     assert plan.choose(everyone) == [("c", 7)], "a's and b's rounds, 90 s old, are not fetched"
-    assert plan.fetched == {"c": 7} and plan.budget == 1.0, "nothing else asked for, the rest of the round's budget kept"
+    assert plan.fetched == {"c": 7} and plan.budget == 1.0, \
+        "nothing else asked for, the rest of the round's budget kept"
     plan.tick(now=127.0)
     assert plan.candidates() == {}, "c's round is now 26 s old"
     plan.note_announced({"a": 6}, now=128.0)

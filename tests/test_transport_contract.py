@@ -20,23 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
-from transport_node import (
-    SWARM,
-    MemNode,
-    ProcNode,
-    descendants,
-    identity_for,
-    make_bundle,
-    process_name,
-    wait_for,
-)
-
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
 from swarmnode.swarm.transport.joining import Backoff
+from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -80,6 +71,7 @@ def assert_clean(report: dict) -> None:
     assert children == [], f"processes left after stop: {children}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["memory", "hivemind", "libp2p"])
 def test_contract(spawn, transport):
     first = spawn(transport, 0)
@@ -118,6 +110,7 @@ def test_contract(spawn, transport):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     port = free_port()
@@ -139,6 +132,7 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     assert len(warnings) == 1, warnings
 
 
+@pytest.mark.slow
 def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path):
     """A node that dialed while the bootstrap peer's p2pd was up but its DHT not yet (a peer
     mid-start, slow on a loaded machine) has a connection and no DHT route; it must ask again
@@ -172,6 +166,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_hivemind_helpers_end_with_a_killed_node(spawn):
     """A node killed by a signal (OOM, kill -9) must not leave its DHT process and p2pd running."""
     node = spawn("hivemind", 0)
@@ -182,6 +177,7 @@ def test_hivemind_helpers_end_with_a_killed_node(spawn):
     wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_leaves_the_hivemind_dht_to_the_node(spawn):
     """Ctrl-C in a terminal (or ``timeout``) signals the node's whole process group. The node
     still finishes its round (here: 3 s, three polls) and may publish; only then does it stop
@@ -270,6 +266,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
 
 
+@pytest.mark.slow
 def test_second_stack_in_one_process_is_a_clear_error():
     result = _run_python(
         "import hivemind\n"
@@ -349,6 +346,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_record_validator():
     result = _run_python(HIVEMIND_VALIDATOR_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -409,6 +407,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_bounded_storage():
     result = _run_python(BOUNDED_STORAGE_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -423,6 +422,7 @@ def test_hivemind_bounded_storage():
     }
 
 
+@pytest.mark.slow
 def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
     """A hostile libp2p peer (tests/flooder.py, its own relay check removed) announces and
     serves garbage, flipped bytes, a stolen key's bundles and replays, and pushes malformed
@@ -466,6 +466,7 @@ print(json.dumps({name: parse_peer_answer(raw) for name, raw in cases.items()}))
 """
 
 
+@pytest.mark.slow
 def test_peer_exchange_answers_are_parsed_defensively():
     result = _run_python(PEER_ANSWER_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -510,6 +511,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
     """hivemind keeps no reference to the task running a call in the DHT process: once a call
     hangs on a future nothing else holds, the garbage collector destroys it mid-await and

@@ -15,12 +15,11 @@ import platform
 import socket
 import sys
 import tempfile
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.paths import NodeHome, cache_dir
@@ -368,7 +367,7 @@ def _dial(host: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
-    except TimeoutError:
+    except socket.timeout:
         return f"no answer in {timeout:g} s"
     except OSError as exc:
         return exc.strerror or str(exc)

@@ -263,7 +263,8 @@ class Libp2pNode(SimNode):
 
     def _announce(self, round_no: int, holders: list[str]) -> None:
         world = self.world
-        announcement = Announcement(self.peer_id, SWARM, round_no, world.scenario.bundle_bytes, "", (self.peer_id, *holders))
+        announcement = Announcement(self.peer_id, SWARM, round_no, world.scenario.bundle_bytes, "",
+                                    (self.peer_id, *holders))
         for target in push_targets(self.connected_ids(), self.rng):
             other = world.index[target]
             self.exchange(other, self.costs.announcement_bytes(len(announcement.holders)),

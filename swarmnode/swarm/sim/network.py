@@ -147,7 +147,8 @@ class Hosts:
 
     def room(self, a: int, b: int) -> bool:
         """Whether ``a`` may dial ``b`` now (both below their caps)."""
-        if self.max_total is not None and (len(self.peers[a]) >= self.max_total or len(self.peers[b]) >= self.max_total):
+        full = self.max_total is not None and max(len(self.peers[a]), len(self.peers[b])) >= self.max_total
+        if full:
             return False
         taken = self.inbound_ever[b] if self.inbound_held else self.inbound[b]
         return self.max_inbound is None or taken < self.max_inbound

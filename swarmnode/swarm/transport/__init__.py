@@ -20,23 +20,18 @@ The I/O around them: :mod:`.base` (the ``Transport`` interface and its join loop
 :mod:`.hivemind_storage`, :mod:`.hivemind_server` (hivemind); :mod:`.libp2p_pull`,
 :mod:`.libp2p_streams`, :mod:`.trio_bridge` (libp2p). ``tests/test_imports.py`` checks that
 the decision modules import no network stack.
+
+Part of the swarm layer. May import: base, compat.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from swarmnode.config import NodeConfig
-from swarmnode.swarm.transport.base import (
-    MessageHandler,
-    NodeIdentity,
-    Transport,
-    TransportError,
-    TransportStats,
-)
+from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
 
 TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),

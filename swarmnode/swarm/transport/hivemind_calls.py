@@ -13,21 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from hivemind.dht.node import DHTNode
 from hivemind.p2p import PeerID
 from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import (
-    connect,
-    local_storage,
-    ping,
-    replace_storage,
-    routed_peers,
-)
+from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -36,18 +29,9 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_pull import (
-    FETCH_TO_FIRST_COPY,
-    READ_TO_FIRST_COPY,
-    sufficient_expiration,
-)
+from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, sufficient_expiration
 from swarmnode.swarm.transport.hivemind_records import COUNTS
-from swarmnode.swarm.transport.hivemind_storage import (
-    CACHE_BYTES,
-    SIGNER_BYTES,
-    STORAGE_BYTES,
-    BoundedStorage,
-)
+from swarmnode.swarm.transport.hivemind_storage import CACHE_BYTES, SIGNER_BYTES, STORAGE_BYTES, BoundedStorage
 
 CALL_TIMEOUT = 30.0
 DIAL_TIMEOUT = 5.0

@@ -24,8 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError

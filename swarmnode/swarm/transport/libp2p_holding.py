@@ -22,8 +22,8 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Collection, Iterable
 
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.transport.announce import Announcement, is_count, is_peer_id

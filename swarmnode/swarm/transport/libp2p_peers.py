@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
-from typing import TypeVar
+from typing import Sequence, TypeVar
 
 from swarmnode.swarm.address import peer_id_of
 

@@ -36,9 +36,8 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import multiaddr
 import trio
@@ -79,12 +78,7 @@ from swarmnode.swarm.transport.libp2p_holding import (
     hold_rejection,
     parse_request,
 )
-from swarmnode.swarm.transport.libp2p_peers import (
-    EXCHANGE_EVERY,
-    EXCHANGE_FIRST,
-    PEERS_PROTOCOL,
-    ExchangeRound,
-)
+from swarmnode.swarm.transport.libp2p_peers import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
 from swarmnode.swarm.transport.libp2p_spread import (
     ANNOUNCE_PROTOCOL,
     SAMPLE_PROTOCOL,

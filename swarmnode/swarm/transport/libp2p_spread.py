@@ -26,16 +26,10 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
-from swarmnode.swarm.transport.pull import (
-    FETCH_PER_ROUND,
-    FRESH_SHARE,
-    OnlyFresh,
-    PullPlan,
-)
+from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
 
 ANNOUNCE_PROTOCOL = "/swarmnode/announce/3.0.0"
 SAMPLE_PROTOCOL = "/swarmnode/sample/3.0.0"

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 from libp2p.custom_types import TProtocol
