@@ -7,4 +7,6 @@ network (:mod:`~swarmnode.swarm.sim.network`: latency, bandwidth, NAT, py-libp2p
 p2pd's connection limits) and of hivemind's DHT (:mod:`~swarmnode.swarm.sim.dht`), with
 churn and a mix of hardware (:mod:`~swarmnode.swarm.sim.scenario`). Neither hivemind nor
 py-libp2p is imported. ``benchmarks/swarm_sim.py`` runs it and prints docs/scale.md's tables.
+
+Part of the swarm layer. May import: base, compat.
 """
