@@ -6,7 +6,8 @@ bandwidth, NAT, py-libp2p's and p2pd's connection limits, hivemind's DHT), with 
 mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the repository root::
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
-        [--nat 0.7] [--churn 0.2] [--relays R] [--warmup-s 900] [--measure-s 1200] [--seed 0] [--json PATH]
+        [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
+        [--seed 0] [--json PATH]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -57,10 +58,11 @@ def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.
                     measure_s=rounds * round_s, **machine)
 
 
-def relays_for(transport: str, nodes: int) -> int:
+def relays_for(transport: str, nodes: int, relay_inbound: int | None = None) -> int:
     """Enough relays for every node's bootstrap connection, and at least 4."""
-    cap = Scenario(transport=transport).relay_cap()
-    return max(4, math.ceil(nodes / cap * 1.25))
+    s = Scenario(transport=transport)
+    cap = (s if relay_inbound is None else replace(s, relay_inbound=relay_inbound)).relay_cap()
+    return max(4, math.ceil(nodes / max(cap, 1) * 1.25))  # a cap below 1 is refused by Scenario.check
 
 
 def table_row(r: dict[str, Any]) -> str:
@@ -152,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--relays", type=int, default=None, help="relays (default: enough for every node, at least 4)")
     parser.add_argument("--warmup-s", type=float, default=900.0)
     parser.add_argument("--measure-s", type=float, default=1200.0)
+    parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
+                        help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -169,9 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s = machine_scenario(transport, n, args.seed)
             else:
                 s = Scenario(transport=transport, nodes=n, nat_share=args.nat, churn_per_hour=args.churn,
-                             relays=relays_for(transport, n) if args.relays is None else args.relays,
+                             relays=relays_for(transport, n, args.relay_cap) if args.relays is None else args.relays,
                              warmup_s=args.warmup_s, measure_s=args.measure_s, seed=args.seed)
-            scenarios.append(replace(s, fetch_per_round=args.fetch_per_round))
+            s = replace(s, fetch_per_round=args.fetch_per_round)
+            if args.relay_cap is not None:
+                s = replace(s, relay_inbound=args.relay_cap)
+            scenarios.append(s)
     try:
         for s in scenarios:
             s.check()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +16,10 @@ from swarmnode.swarm.sim.network import Hosts, Network, Place
 from swarmnode.swarm.sim.run import run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
-import swarm_sim
+import swarm_sim  # noqa: E402
 
 
 def test_events_run_in_time_order_and_ties_in_the_order_scheduled():
@@ -102,9 +104,30 @@ def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_cons
         Scenario(transport="libp2p", nodes=2000, relays=2).check()
     with pytest.raises(ScenarioError, match="^hardware: the shares add up to 0.5"):
         Scenario(hardware=(Hardware("x", 0.5, 10.0),)).check()
+    with pytest.raises(ScenarioError, match="^nodes: 299 nodes keep a connection to the bootstrap node, which holds at "
+                                            "most 250: add relays"):
+        Scenario(transport="libp2p", nodes=300, nat_share=0.0, relays=0).check()
+    with pytest.raises(ScenarioError, match="^relay_inbound: 0 inbound connections"):
+        Scenario(relay_inbound=0).check()
     assert swarm_sim.main(["--nodes", "100", "--nat", "1", "--relays", "0", "--transports", "libp2p"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("swarm_sim: nat_share:")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "constraint"), [
+    (["--nodes", "1000", "--relays", "2", "--relay-cap", "100"], "relays: every node keeps a connection"),
+    (["--nodes", "1000", "--nat", "1", "--relays", "0"], "nat_share: every node is behind NAT and there is no relay"),
+    (["--nodes", "1000", "--relay-cap", "0"], "relay_inbound: 0 inbound connections"),
+    (["--nodes", "50", "--nat", "1.5"], "nat_share: 1.5 is not a share"),
+])
+def test_the_benchmark_ends_an_impossible_swarm_with_one_line_and_status_2_before_running_it(args, constraint):
+    """The script itself, as a user runs it: one line on stderr, exit 2, nothing on stdout,
+    within seconds (the check comes before any node is built)."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "swarm_sim.py"), "--transports", "libp2p", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"swarm_sim: {constraint}"), done.stderr
 
 
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])

@@ -97,13 +97,16 @@ class Scenario:
         if round(self.nodes * self.nat_share) >= self.nodes and self.relays == 0:
             raise ScenarioError("nat_share: every node is behind NAT and there is no relay, so no node can be "
                                 "dialed and none can reach another: add relays or public nodes")
+        if self.relay_inbound < 1 or self.relay_max_connections < self.relay_inbound:
+            raise ScenarioError(f"relay_inbound: {self.relay_inbound} inbound connections a host accepts must be at "
+                                f"least 1 and at most its {self.relay_max_connections} connections in all")
         if self.relays and self.nodes > self.relays * self.relay_cap():
             raise ScenarioError(
                 f"relays: every node keeps a connection to a bootstrap peer, and {self.relays} relay(s) hold at most "
                 f"{self.relay_cap()} each ({self.relays * self.relay_cap()} in all) for {self.nodes} nodes: "
                 f"give at least {math.ceil(self.nodes / self.relay_cap())} relays")
-        if self.relays == 0 and self.nodes > self.public_nodes() * self.relay_cap():
-            raise ScenarioError(f"nodes: {self.nodes} nodes keep a connection to the bootstrap node, which holds "
+        if self.relays == 0 and self.nodes - 1 > self.relay_cap():
+            raise ScenarioError(f"nodes: {self.nodes - 1} nodes keep a connection to the bootstrap node, which holds "
                                 f"at most {self.relay_cap()}: add relays")
 
     def relay_cap(self) -> int:
