@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--seed 0] [--json PATH]
+        [--addresses-announced] [--seed 0] [--json PATH]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -156,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measure-s", type=float, default=1200.0)
     parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
                         help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
+    parser.add_argument("--addresses-announced", action="store_true",
+                        help="libp2p: every public source of a bundle is dialable, as if announcements carried "
+                             "their sources' addresses (a protocol change, simulated only)")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -178,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = replace(s, fetch_per_round=args.fetch_per_round)
             if args.relay_cap is not None:
                 s = replace(s, relay_inbound=args.relay_cap)
+            if args.addresses_announced:
+                s = replace(s, extra={**s.extra, "addresses_announced": True})
             scenarios.append(s)
     try:
         for s in scenarios:

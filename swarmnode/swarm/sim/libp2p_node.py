@@ -21,6 +21,9 @@ How the real transport's loops map to events:
   ``PEER_TARGET`` connections; the join loop checks for a bootstrap peer every 5 s;
 * a peer the node never connected to has no address in its peerstore: a pull skips it, as
   ``dialable`` does. A pull from a peer with a known address that is not connected dials it.
+  With ``extra["addresses_announced"]`` every public source counts as known, as if the
+  announcement carried its sources' addresses (a protocol change this module lets one
+  measure; the real transport's announcement carries PeerIDs only).
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Libp2pNode(SimNode):
         self.tick_token = 0  # only the pass scheduled last runs
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
         self.joining = JoinLoop(self.bootstrap, rng)
+        self.addresses_announced = bool(world.scenario.extra.get("addresses_announced", False))
 
     # -- connections ------------------------------------------------------------------------
 
@@ -362,7 +366,7 @@ class Libp2pNode(SimNode):
             if world.hosts.connected(self.idx, source):
                 self._ask_bundle(author, round_no, source, sources, pending)
                 return
-            if source in self.known:
+            if source in self.known or (self.addresses_announced and world.net.places[source].public):
                 self.dial(source, lambda ok, s=source: (self._ask_bundle(author, round_no, s, sources, pending) if ok
                                                         else self._try_sources(author, round_no, sources, pending)))
                 return
