@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--addresses-announced] [--seed 0] [--json PATH]
+        [--slots-released] [--addresses-announced] [--seed 0] [--json PATH]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -42,6 +42,7 @@ from swarmnode.swarm.sim.hivemind_node import HivemindCosts
 from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
 from swarmnode.swarm.sim.run import run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.joining import JOIN_DIALS
 
 MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
                round_jitter=0.0, aligned=True, regions_s=((0.0002,),), access_s=(0.0001, 0.0001),
@@ -59,10 +60,10 @@ def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.
 
 
 def relays_for(transport: str, nodes: int, relay_inbound: int | None = None) -> int:
-    """Enough relays for every node's bootstrap connection, and at least 4."""
+    """Enough relays for every node's bootstrap connections with a quarter to spare, and at least 4."""
     s = Scenario(transport=transport)
     cap = (s if relay_inbound is None else replace(s, relay_inbound=relay_inbound)).relay_cap()
-    return max(4, math.ceil(nodes / max(cap, 1) * 1.25))  # a cap below 1 is refused by Scenario.check
+    return max(4, math.ceil(nodes * JOIN_DIALS / max(cap, 1) * 1.25))  # a cap below 1 is refused by Scenario.check
 
 
 def table_row(r: dict[str, Any]) -> str:
@@ -156,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measure-s", type=float, default=1200.0)
     parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
                         help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
+    parser.add_argument("--slots-released", action="store_true",
+                        help="libp2p: a host's inbound slot is free again when its connection closes (py-libp2p "
+                             "0.8.1 holds it until the host stops)")
     parser.add_argument("--addresses-announced", action="store_true",
                         help="libp2p: every public source of a bundle is dialable, as if announcements carried "
                              "their sources' addresses (a protocol change, simulated only)")
@@ -181,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = replace(s, fetch_per_round=args.fetch_per_round)
             if args.relay_cap is not None:
                 s = replace(s, relay_inbound=args.relay_cap)
+            if args.slots_released:
+                s = replace(s, inbound_held=False)
             if args.addresses_announced:
                 s = replace(s, extra={**s.extra, "addresses_announced": True})
             scenarios.append(s)

@@ -15,6 +15,7 @@ from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.network import Hosts, Network, Place
 from swarmnode.swarm.sim.run import run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -100,8 +101,8 @@ def test_the_dht_model_finds_the_xor_nearest_servers():
 def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_constraint(capsys):
     with pytest.raises(ScenarioError, match="^nat_share: every node is behind NAT and there is no relay"):
         Scenario(nodes=100, nat_share=1.0, relays=0).check()
-    with pytest.raises(ScenarioError, match="^relays: every node keeps a connection to a bootstrap peer"):
-        Scenario(transport="libp2p", nodes=2000, relays=2).check()
+    with pytest.raises(ScenarioError, match="^relays: every node dials 2 bootstrap peer"):
+        Scenario(transport="libp2p", nodes=2000, relays=4).check()
     with pytest.raises(ScenarioError, match="^hardware: the shares add up to 0.5"):
         Scenario(hardware=(Hardware("x", 0.5, 10.0),)).check()
     with pytest.raises(ScenarioError, match="^nodes: 299 nodes keep a connection to the bootstrap node, which holds at "
@@ -116,7 +117,7 @@ def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_cons
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("args", "constraint"), [
-    (["--nodes", "1000", "--relays", "2", "--relay-cap", "100"], "relays: every node keeps a connection"),
+    (["--nodes", "1000", "--relays", "2", "--relay-cap", "100"], "relays: every node dials 2 bootstrap peer(s)"),
     (["--nodes", "1000", "--nat", "1", "--relays", "0"], "nat_share: every node is behind NAT and there is no relay"),
     (["--nodes", "1000", "--relay-cap", "0"], "relay_inbound: 0 inbound connections"),
     (["--nodes", "50", "--nat", "1.5"], "nat_share: 1.5 is not a share"),
@@ -146,3 +147,13 @@ def test_a_run_depends_on_its_seed_only():
     for key in ("rx_bytes", "bundles_mean", "latency_p95_s", "events_run"):
         assert first[key] == again[key]
     assert first["events_run"] != other["events_run"]
+
+
+def test_a_node_dials_two_bootstrap_peers_at_a_time_drawn_at_random_and_none_while_one_is_connected():
+    many = [f"/ip4/10.0.0.{i}/tcp/1/p2p/Qm{i}" for i in range(10)]
+    loop = JoinLoop(many, random.Random(1))
+    drawn = [loop.to_dial(False) for _ in range(200)]
+    assert {len(d) for d in drawn} == {JOIN_DIALS} and all(len(set(d)) == len(d) for d in drawn)
+    assert {m for d in drawn for m in d} == set(many), "every bootstrap peer gets its turn"
+    assert loop.to_dial(True) == []
+    assert JoinLoop(many[:2], random.Random(1)).to_dial(False) == many[:2]

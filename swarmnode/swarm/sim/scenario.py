@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass, field
 
 from swarmnode.swarm.sim.network import Place
+from swarmnode.swarm.transport.joining import JOIN_DIALS
 
 MBIT = 1e6 / 8  # bytes a second in one Mbit/s
 TRANSPORTS = ("hivemind", "libp2p")
@@ -100,14 +101,18 @@ class Scenario:
         if self.relay_inbound < 1 or self.relay_max_connections < self.relay_inbound:
             raise ScenarioError(f"relay_inbound: {self.relay_inbound} inbound connections a host accepts must be at "
                                 f"least 1 and at most its {self.relay_max_connections} connections in all")
-        if self.relays and self.nodes > self.relays * self.relay_cap():
+        if self.relays and self.nodes * self.join_dials() > self.relays * self.relay_cap():
             raise ScenarioError(
-                f"relays: every node keeps a connection to a bootstrap peer, and {self.relays} relay(s) hold at most "
-                f"{self.relay_cap()} each ({self.relays * self.relay_cap()} in all) for {self.nodes} nodes: "
-                f"give at least {math.ceil(self.nodes / self.relay_cap())} relays")
+                f"relays: every node dials {self.join_dials()} bootstrap peer(s) to join, and {self.relays} relay(s) "
+                f"hold at most {self.relay_cap()} each ({self.relays * self.relay_cap()} in all) for {self.nodes} "
+                f"nodes: give at least {math.ceil(self.nodes * JOIN_DIALS / self.relay_cap())} relays")
         if self.relays == 0 and self.nodes - 1 > self.relay_cap():
             raise ScenarioError(f"nodes: {self.nodes - 1} nodes keep a connection to the bootstrap node, which holds "
                                 f"at most {self.relay_cap()}: add relays")
+
+    def join_dials(self) -> int:
+        """Bootstrap connections each node opens to join (:data:`~swarmnode.swarm.transport.joining.JOIN_DIALS`)."""
+        return min(JOIN_DIALS, max(self.relays, 1))
 
     def relay_cap(self) -> int:
         """Inbound connections one bootstrap peer holds at once."""

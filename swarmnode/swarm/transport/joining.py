@@ -3,8 +3,12 @@
 A node dials its bootstrap peers until one answers, and again whenever none of them is
 connected: other peers are not enough, since nodes that keep only each other after a
 bootstrap peer restarts would never dial it again, and every node joining through it later
-would form a second swarm cut off from theirs. While one is connected it looks again every
-:data:`CHECK_S` seconds; after dials that no one answered it waits a :class:`Backoff` delay.
+would form a second swarm cut off from theirs. Each time it dials at most :data:`JOIN_DIALS`
+of them, drawn at random (all of them when there are no more): a relay holds a few hundred
+connections (py-libp2p's connection manager), so a swarm of thousands needs many relays,
+and a node that dialed every one would take a connection at each, so that more relays would
+hold no more nodes. While one is connected it looks again every :data:`CHECK_S` seconds;
+after dials that no one answered it waits a :class:`Backoff` delay, and draws again.
 Randomness comes from an injected ``random.Random``, so a transport and a simulation run the
 same rule.
 """
@@ -17,6 +21,7 @@ from collections.abc import Collection, Sequence
 from swarmnode.swarm.address import peer_id_of
 
 CHECK_S = 5.0  # seconds between looks while a bootstrap peer is connected, or after one answered
+JOIN_DIALS = 2  # bootstrap peers dialed at a time: two, so that one down costs no backoff
 
 
 class Backoff:
@@ -50,14 +55,18 @@ class JoinLoop:
 
     def __init__(self, bootstrap: Sequence[str], rng: random.Random | None = None):
         self.bootstrap = list(bootstrap)
+        self.rng = rng
         self.backoff = Backoff(rng=rng)
 
     def to_dial(self, in_reach: bool) -> list[str]:
-        """The bootstrap peers to dial now (all of them), or none while one is in reach."""
+        """The bootstrap peers to dial now (at most :data:`JOIN_DIALS`, drawn at random), or
+        none while one is in reach."""
         if in_reach:
             self.backoff.reset()
             return []
-        return list(self.bootstrap)
+        if len(self.bootstrap) <= JOIN_DIALS:
+            return list(self.bootstrap)
+        return (self.rng or random).sample(self.bootstrap, JOIN_DIALS)
 
     def wait(self, dialed: bool, answered: bool) -> float:
         """Seconds until the next look: :data:`CHECK_S` if nothing was dialed or a peer answered,
