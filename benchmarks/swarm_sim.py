@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--slots-released] [--addresses-announced] [--seed 0] [--json PATH]
+        [--round-s S] [--slots-released] [--addresses-announced] [--seed 0] [--json PATH]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -157,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--measure-s", type=float, default=1200.0)
     parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
                         help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
+    parser.add_argument("--round-s", type=float, default=None, metavar="S",
+                        help="every node's rounds last S seconds (default: the hardware mix, 20 s to 300 s)")
     parser.add_argument("--slots-released", action="store_true",
                         help="libp2p: a host's inbound slot is free again when its connection closes (py-libp2p "
                              "0.8.1 holds it until the host stops)")
@@ -185,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             s = replace(s, fetch_per_round=args.fetch_per_round)
             if args.relay_cap is not None:
                 s = replace(s, relay_inbound=args.relay_cap)
+            if args.round_s is not None and not args.machine:
+                s = replace(s, hardware=(Hardware("one class", 1.0, args.round_s),))
             if args.slots_released:
                 s = replace(s, inbound_held=False)
             if args.addresses_announced:
