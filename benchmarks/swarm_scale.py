@@ -45,6 +45,12 @@ Columns, each per node per measured round unless said otherwise (mean over the N
   routing table (hivemind) at the end of the window: whether a node's neighbourhood, and so
   its upkeep, stays bounded as N grows.
 
+The JSON also has ``rejected_per_node_round``: what the transports dropped themselves and
+counted against a peer (``missing_payload``: a fetch or pull that found nothing), by reason,
+over the whole run (warm-up rounds included) per node per round; and ``received_by_round``:
+the bundles counted in ``bundles in``, per node, by the round they were published in (the
+warm-up rounds are 1 to ``--warmup-rounds``).
+
 Where namespaces cannot be built (not root, no ``ip``, the kernel refuses), the nodes use
 127.0.0.1, the byte columns read ``n/a`` and one line says why. A transport whose node is not
 ready within ``--ready-timeout`` s (or that lacks memory headroom: ``--min-free-mb``) or whose
@@ -64,9 +70,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -148,6 +156,7 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
     per_node: list[float] = []
     duplicates = 0
     latencies: list[float] = []
+    by_round: dict[int, int] = {}
     for i, received in enumerate(messages):
         first: dict[str, float] = {}
         for m in received:
@@ -161,6 +170,8 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
                 first[m["digest"]] = m["t_recv"]
         first = {d: t for d, t in first.items() if window[0] <= t < window[1]}
         per_node.append(len(first) / rounds)
+        for d in first:
+            by_round[published[d].get("round", -1)] = by_round.get(published[d].get("round", -1), 0) + 1
         latencies += [t - published[d]["t_pub"] for d, t in first.items()]
     wanted = min(n - 1, fetch_per_round)
     mean = statistics.fmean(per_node) if per_node else 0.0
@@ -168,6 +179,7 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
             "delivery_ratio": mean / wanted if wanted else None,
             "delivery_ratio_min": min(per_node, default=0.0) / wanted if wanted else None,
             "duplicates": duplicates / rounds / max(n, 1),
+            "received_by_round": {r: c / max(n, 1) for r, c in sorted(by_round.items())},
             "latency_s_p50": percentile(latencies, 50) if latencies else None,
             "latency_s_p95": percentile(latencies, 95) if latencies else None,
             "latency_s_max": max(latencies, default=None)}
@@ -309,6 +321,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
         run = run_rounds(nodes, with_net, args)
         result = deliveries(run["published"], [node.messages() for node in nodes], args.rounds,
                             args.fetch_per_round, run["window"])
+        rejected = Counter(e["reason"] for node in nodes for e in node.rejected())
         phase = "stop"
         stop_all(nodes)
     except (AssertionError, OSError) as exc:  # a node died or stopped answering
@@ -340,6 +353,8 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
             "processes_per_node": _mean([a["usage"].processes for a in after]),
             "cores": sum(cpu) / window_s if window_s > 0 else None,
             "peers_mean": _mean(run["peers"]), "peers_max": max(run["peers"]),
+            "rejected_per_node_round": {reason: count / n / (args.rounds + args.warmup_rounds)
+                                        for reason, count in sorted(rejected.items())},
             **result, "per_node": {**per_round, "peers": run["peers"], "received": received}}
 
 

@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "swarmnode"
 RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.announce",
          "swarmnode.swarm.transport.libp2p_spread", "swarmnode.swarm.transport.libp2p_holding",
          "swarmnode.swarm.transport.libp2p_peers", "swarmnode.swarm.transport.hivemind_layout",
-         "swarmnode.swarm.transport.hivemind_pull", "swarmnode.swarm.transport.room")
+         "swarmnode.swarm.transport.hivemind_pull", "swarmnode.swarm.transport.room",
+         "swarmnode.swarm.transport.joining", "swarmnode.swarm.sim.run")
 NETWORK_STACKS = {"hivemind", "libp2p", "trio", "multiaddr"}
 
 

@@ -21,17 +21,16 @@ def reread() -> AwaitNext:
     return AwaitNext(share=0.0)
 
 
-def test_a_round_fetches_at_most_k_and_carries_at_most_k_over():
+def test_a_round_fetches_at_most_k_and_carries_nothing_over():
     plan = PullPlan("me", 3, memory=100, freshness=heard(), rng=random.Random(1))
     plan.note_announced({f"p{i}": 1 for i in range(10)} | {"me": 1}, now=1.0)
     first = plan.choose(everyone)
     assert len(first) == 3 and "me" not in dict(first) and plan.choose(everyone) == []
-    plan.next_round(now=2.0)
+    plan.next_round(now=2.0)  # the first publish: the round's K, not K more on the start's K
     plan.next_round(now=3.0)
-    plan.next_round(now=4.0)  # three publishes, nothing spent: 2K at most
+    plan.next_round(now=4.0)  # three publishes, nothing spent: still K
     plan.note_announced({f"p{i}": 2 for i in range(10)}, now=5.0)
-    # At most K a choice; the carried budget goes over the next choices.
-    assert [len(plan.choose(everyone)) for _ in range(3)] == [3, 3, 0]
+    assert [len(plan.choose(everyone)) for _ in range(2)] == [3, 0]
 
 
 def test_an_announcement_seen_before_this_round_is_read_again_before_it_is_fetched():
@@ -177,7 +176,8 @@ def test_without_awaiting_an_old_round_is_no_candidate_until_the_peers_next_is_h
     plan.next_round(now=100.0)  # 100 s rounds: fresh means made within 25 s
     plan.note_announced({"c": 7}, now=101.0)
     assert plan.choose(everyone) == [("c", 7)], "a's and b's rounds, 90 s old, are not fetched"
-    assert plan.fetched == {"c": 7} and plan.budget == 3.0, "nothing else asked for, the rest of the budget kept"
+    assert plan.fetched == {"c": 7} and plan.budget == 1.0, \
+        "nothing else asked for, the rest of the round's budget kept"
     plan.tick(now=127.0)
     assert plan.candidates() == {}, "c's round is now 26 s old"
     plan.note_announced({"a": 6}, now=128.0)

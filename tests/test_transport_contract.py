@@ -25,7 +25,8 @@ from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
-from swarmnode.swarm.transport.base import Backoff, expand_unspecified, relay_rejection
+from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
+from swarmnode.swarm.transport.joining import Backoff
 from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,8 +29,8 @@ import math
 import random
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 PROMOTIONS_PER_ROUND = 2
 
@@ -65,21 +65,31 @@ class PeerShare:
         more than their slice. Deterministic given ``rng`` and the mapping's order."""
         cap, newcomer_cap = self.per_peer(n), self.newcomers(n)
         weight = (lambda p: 1.0) if weights is None else weights.__getitem__
-        taken: dict[str, int] = {}
+        # What each peer may still get, and the eligible peers of each kind in the mapping's
+        # order; a peer leaves its list once it has its due. Standing is asked once a peer.
+        left = {p: min(cap, k) for p, k in available.items() if min(cap, k) > 0}
+        kind = {p: bool(established(p)) for p in left}
+        regulars = [p for p in left if kind[p]]
+        crowd = [p for p in left if not kind[p]]
         newcomers_taken = 0
         out: list[str] = []
         while len(out) < n:
-            open_ = [p for p, k in available.items() if taken.get(p, 0) < min(cap, k)]
-            units: list[list[str]] = [[p] for p in open_ if established(p)]
-            crowd = [p for p in open_ if not established(p)] if newcomers_taken < newcomer_cap else []
-            if crowd:
-                units.append(crowd)
+            crowd_open = bool(crowd) and newcomers_taken < newcomer_cap
+            units = len(regulars) + crowd_open
             if not units:
                 break
-            unit = rng.choices(units, [sum(map(weight, u)) / len(u) for u in units])[0]
-            peer = unit[0] if len(unit) == 1 else rng.choices(unit, [weight(p) for p in unit])[0]
-            taken[peer] = taken.get(peer, 0) + 1
-            newcomers_taken += not established(peer)
+            unit_weights = [weight(p) for p in regulars]
+            if crowd_open:
+                unit_weights.append(sum(map(weight, crowd)) / len(crowd))
+            unit = rng.choices(range(units), unit_weights)[0]
+            if unit < len(regulars):
+                peer = regulars[unit]
+            else:
+                peer = crowd[0] if len(crowd) == 1 else rng.choices(crowd, [weight(p) for p in crowd])[0]
+            left[peer] -= 1
+            if not left[peer]:
+                (regulars if kind[peer] else crowd).remove(peer)
+            newcomers_taken += not kind[peer]
             out.append(peer)
         return out
 

@@ -9,14 +9,15 @@ in as ``now``, randomness from an injected ``random.Random``), called by the tra
 callable as they are by a simulation of many nodes in one process:
 
 * both: :mod:`.pull` (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``),
-  :mod:`.room` (``Room``: how a store of peers' records is split over signers);
+  :mod:`.room` (``Room``: how a store of peers' records is split over signers),
+  :mod:`.joining` (``JoinLoop``: when to dial the bootstrap peers again);
 * hivemind: :mod:`.hivemind_layout` (record keys, shards, expiries), :mod:`.hivemind_pull`
   (``HivemindPull``: which shards a poll reads, what it fetches);
 * libp2p: :mod:`.announce` (the signed announcement), :mod:`.libp2p_spread`
   (``Libp2pPull``, pushes, ``FirstHand``, samples), :mod:`.libp2p_holding` (bundle store,
   holders, pull sources and checks), :mod:`.libp2p_peers` (the peer exchange).
 
-The I/O around them: :mod:`.base` (the ``Transport`` interface and its join loop),
+The I/O around them: :mod:`.base` (the ``Transport`` interface, the dials of its join loop),
 :mod:`.hivemind_dht`, :mod:`.hivemind_calls`, :mod:`.hivemind_records`,
 :mod:`.hivemind_storage`, :mod:`.hivemind_server` (hivemind); :mod:`.libp2p_pull`,
 :mod:`.libp2p_streams`, :mod:`.trio_bridge` (libp2p). ``tests/test_imports.py`` checks that

@@ -22,14 +22,15 @@ import asyncio
 import collections
 import hashlib
 import logging
-import random
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
+from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -67,23 +68,6 @@ class TransportStats:
     duplicates: int = 0
     handler_errors: int = 0
     join_attempts: int = 0
-
-
-class Backoff:
-    """Delays for retrying: ``first``, doubling up to ``cap``, each with +-20 % jitter."""
-
-    def __init__(self, first: float = 1.0, cap: float = 60.0):
-        self.first = first
-        self.cap = cap
-        self._next = first
-
-    def next_delay(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.cap)
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self._next = self.first
 
 
 def relay_rejection(author: str, data: bytes) -> str | None:
@@ -297,46 +281,31 @@ class Transport(ABC):
             self._recent.popitem(last=False)
         return True
 
-    def _bootstrap_in_reach(self) -> bool:
-        """Connected to a bootstrap peer (to any peer, for bootstrap addresses without a PeerID)."""
-        connected = set(self.peers())
-        ids = {peer_id_of(m) for m in self.bootstrap}
-        return bool(connected) and (None in ids or bool(ids & connected))
-
     async def _keep_joined(self) -> None:
-        """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is connected.
-
-        Other peers are not enough: nodes that keep only each other after a bootstrap peer
-        restarts would never dial it again, and every node joining through it later would
-        form a second swarm cut off from theirs.
-        """
+        """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is
+        connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`)."""
         if not self.bootstrap:
             log.warning("%s transport: no bootstrap peers configured: this node trains alone until a peer "
                         "dials it at %s (give peers --bootstrap <address>, or set --bootstrap/--bootstrap-file)",
                         self.name, ", ".join(self.addresses()[:2]) or "its listen address")
             return
-        backoff = Backoff()
+        loop = JoinLoop(self.bootstrap)
         warned = False
         while True:
-            if self._bootstrap_in_reach():
-                backoff.reset()
-                await asyncio.sleep(5.0)
-                continue
-            self.stats.join_attempts += 1
-            results = await asyncio.gather(*(self._dial(m) for m in self.bootstrap))
-            answered = [m for m, ok in zip(self.bootstrap, results) if ok]
+            dial = loop.to_dial(bootstrap_in_reach(self.peers(), self.bootstrap))
+            if dial:
+                self.stats.join_attempts += 1
+            results = await asyncio.gather(*(self._dial(m) for m in dial))
+            answered = [m for m, ok in zip(dial, results) if ok]
             if answered:
                 log.info("%s transport: joined swarm '%s' through %s", self.name, self.swarm, answered[0])
                 warned = False
-                await asyncio.sleep(5.0)  # the peer list catches up; the backoff resets once it shows the peer
-                continue
-            delay = backoff.next_delay()
-            if not warned and not self.peers():
+            elif dial and not warned and not self.peers():
                 log.warning("%s transport: none of the %d bootstrap peer(s) answered (%s); training solo and "
                             "retrying in the background with backoff up to %.0f s", self.name,
-                            len(self.bootstrap), ", ".join(self.bootstrap[:3]), backoff.cap)
+                            len(self.bootstrap), ", ".join(self.bootstrap[:3]), loop.backoff.cap)
                 warned = True
-            await asyncio.sleep(delay)
+            await asyncio.sleep(loop.wait(bool(dial), bool(answered)))
 
 
 class TransportError(RuntimeError):

@@ -36,6 +36,7 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
+from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, sufficient_expiration
 from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
 from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 
@@ -121,8 +122,8 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
     announced: dict[str, tuple[int, float]] = {}
     READING.set(True)  # this task only: the lookups check every record whole
     if shards:
-        found = await node.get_many([announce_key(swarm, s) for s in shards],
-                                    sufficient_expiration_time=float("inf"))
+        enough = sufficient_expiration(READ_TO_FIRST_COPY, get_dht_time())
+        found = await node.get_many([announce_key(swarm, s) for s in shards], sufficient_expiration_time=enough)
         now = get_dht_time()
         for result in found.values():
             if result is None or not hasattr(result.value, "items"):
@@ -144,7 +145,8 @@ async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
     """The bundle records of the (peer, round) pairs ``wanted`` that were found."""
     keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
     READING.set(True)  # this task only: the lookups check every record whole
-    found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
+    found = await node.get_many(list(keys),
+                                sufficient_expiration_time=sufficient_expiration(FETCH_TO_FIRST_COPY, get_dht_time()))
     records = []
     for key, result in found.items():
         peer, round_no = keys[key]

@@ -30,8 +30,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import hivemind
 from hivemind.dht.node import DHTNode
@@ -39,10 +40,16 @@ from hivemind.dht.node import DHTNode
 from swarmnode.compat.hivemind import start_dht
 from swarmnode.swarm.bundle import open_envelope
 from swarmnode.swarm.transport import hivemind_calls as calls
-from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
+from swarmnode.swarm.transport.base import (
+    MAX_MESSAGE_BYTES,
+    NodeIdentity,
+    Transport,
+    TransportError,
+)
 from swarmnode.swarm.transport.hivemind_layout import LAYOUT_VERSION
 from swarmnode.swarm.transport.hivemind_pull import HivemindPull
 from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
+from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
 log = logging.getLogger("swarmnode.swarm.transport")

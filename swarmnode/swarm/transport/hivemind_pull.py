@@ -21,14 +21,40 @@ simulation in virtual time run the same code.
 from __future__ import annotations
 
 import random
-from typing import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, shard_of
-from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, AwaitNext, PullPlan
+from swarmnode.swarm.transport.hivemind_layout import (
+    ANNOUNCE_SHARDS,
+    SUBKEYS_PER_KEY,
+    shard_of,
+)
+from swarmnode.swarm.transport.pull import (
+    FETCH_PER_ROUND,
+    FRESH_SHARE,
+    AwaitNext,
+    PullPlan,
+)
 
 SHARDS_PER_POLL = 4
 RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first
 ANNOUNCED_MEMORY = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY  # every announcement the shards can hold
+# How far a lookup goes. hivemind's get visits servers nearest the key first; asked for the
+# record with the latest expiry (sufficient_expiration_time = infinity) it visits the key's
+# bucket_size (20) nearest servers whatever it finds, and every replica answers with its
+# copy: a 16-node swarm's fetch of one 8 KB bundle moved 5 copies and 15 answers' worth of
+# peer lists, and a shard read 5 copies of the shard (docs/scale.md). A bundle key holds one
+# record, written once by its author, so the first copy found is the record; a shard holds
+# every announcer's latest round at each of its replicas (each store goes to all of them),
+# so the first replica found has them too, but for stores it missed, which the next read,
+# or the announcer's next round, makes up.
+FETCH_TO_FIRST_COPY = True
+READ_TO_FIRST_COPY = True
+
+
+def sufficient_expiration(to_first_copy: bool, now: float) -> float:
+    """A get's ``sufficient_expiration_time``: ``now`` ends the search at the first live copy,
+    infinity goes on to every replica and keeps the copy that expires last."""
+    return now if to_first_copy else float("inf")
 
 
 class ShardCycle:

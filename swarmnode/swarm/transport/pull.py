@@ -8,10 +8,11 @@ from its ``rng``, so a transport and a simulation of many nodes run the same rul
 
 The budget and the draw, the same for every transport:
 
-* the budget starts at K (``fetch_per_round``) and each round of this node
-  (:meth:`PullPlan.next_round`, at its publish) adds K, carrying at most K over; a fetch is
-  spent when asked for, whether or not it finds anything, and a peer's announced round is
-  fetched at most once;
+* the budget is K (``fetch_per_round``) a round: K at the start, and each round of this node
+  (:meth:`PullPlan.next_round`, at its publish) starts again with K; what a round did not
+  spend lapses, so no round fetches more than K (a carry-over let a round after a lean one
+  fetch 2K, and the first round 2K: docs/scale.md). A fetch is spent when asked for,
+  whether or not it finds anything, and a peer's announced round is fetched at most once;
 * whom to fetch is a :data:`FETCH_SHARE` draw over the announcing peers, one slot each:
   peers with a record at this node alike, the others (newcomers) as one crowd that gets a
   quarter of the round's K, or, once the transport has seen every announcer
@@ -51,8 +52,10 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Mapping
+from itertools import islice
+from typing import Any
 
 from swarmnode.swarm.standing import PeerShare
 
@@ -103,6 +106,10 @@ class Freshness:
     def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
         raise NotImplementedError
 
+    def seen_since(self, plan: PullPlan) -> float:
+        """No announcement last seen before this is a candidate (so a plan looks no further back)."""
+        return float("-inf")
+
     def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         """True to leave established ``peer``'s drawn ``round_no`` unfetched now (the policy
         takes care of it, see :meth:`due`)."""
@@ -145,6 +152,9 @@ class AwaitNext(Freshness):
 
     def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
         return entry.seen >= plan.round_began and peer not in self.awaited
+
+    def seen_since(self, plan: PullPlan) -> float:
+        return plan.round_began
 
     def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
@@ -209,6 +219,9 @@ class OnlyFresh(Freshness):
     def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
         return entry.made >= self.oldest_fresh(plan)
 
+    def seen_since(self, plan: PullPlan) -> float:
+        return self.oldest_fresh(plan)  # a round is made before it is seen
+
 
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
@@ -233,11 +246,11 @@ class PullPlan:
         self._newcomers_fetched = 0  # this round
 
     def next_round(self, now: float) -> None:
-        """This node published a round at ``now`` (monotonic seconds): K more fetches (at
-        most K carried over)."""
+        """This node published a round at ``now`` (monotonic seconds): the new round's K
+        fetches (the last round's unspent ones lapse)."""
         self.round_s = now - self.round_began
         self.round_began = self.now = now
-        self.budget = min(self.budget + self.k, 2.0 * self.k)
+        self.budget = float(self.k)
         self._newcomers_fetched = 0
 
     def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
@@ -292,9 +305,17 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet that the freshness policy admits, by peer."""
-        return {p: a.round for p, a in self.announced.items()
-                if self.fetched.get(p, -1) < a.round and self.freshness.is_candidate(self, p, a)}
+        """Announced rounds not fetched yet that the freshness policy admits, by peer (in the
+        order they were last seen). Only announcements seen since the policy's
+        :meth:`Freshness.seen_since` are looked at: a swarm's worth of older ones costs nothing."""
+        since, fetched, freshness = self.freshness.seen_since(self), self.fetched, self.freshness
+        found = []
+        for p, a in reversed(self.announced.items()):
+            if a.seen < since:
+                break
+            if fetched.get(p, -1) < a.round and freshness.is_candidate(self, p, a):
+                found.append((p, a.round))
+        return dict(reversed(found))
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
@@ -338,6 +359,7 @@ class PullPlan:
     def _newcomer_room(self, established: Callable[[str], bool]) -> int:
         share = FETCH_SHARE.newcomers(self.k)
         if self.census_done:
-            regulars = sum(1 for p in self.announced if established(p))
+            # Established announcers beyond K - share change nothing: stop counting there.
+            regulars = sum(1 for _ in islice(filter(established, self.announced), self.k - share))
             share = max(share, self.k - regulars)
         return max(0, share - self._newcomers_fetched)

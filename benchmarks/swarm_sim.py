@@ -1,0 +1,216 @@
+"""The swarm at 1,000 and 10,000 nodes, rehearsed: the transports' own rules in a simulated network.
+
+One process, virtual time (``swarmnode.swarm.sim``): every node runs the decision code of
+the real transport (libp2p protocol 3, hivemind layout 2) over a model of the network (latency,
+bandwidth, NAT, py-libp2p's and p2pd's connection limits, hivemind's DHT), with churn and a
+mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the repository root::
+
+    PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
+        [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
+        [--round-s S] [--slots-released] [--addresses-announced] [--seed 0] [--json PATH]
+    PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
+
+``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
+nodes on one bridge joining through node 0, no churn, rounds of 15 s all at once, one
+warm-up round and 4 measured ones, bundles of 8,000 bytes, no standing (its nodes have none).
+
+Columns, per node per round of its own (mean over the nodes that published in the window):
+``recv KB`` / ``sent KB`` (wire bytes), ``msgs`` (messages sent and received), ``sigs``
+(signatures checked: announcements and bundles), ``bundles`` (distinct bundles of others
+first received in the window; mean, 5th percentile and min over the nodes), ``fresh`` (share
+of them received within the node's freshness window of being made), ``p50`` / ``p95``
+(delivery latency, publish to receipt, in seconds and as a share of the receiver's round),
+``late`` (nodes whose own p95 is past their round), and the busiest host (bytes a second in
+and out, and what it is). A configuration that cannot hold ends in one line naming the
+constraint, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from swarmnode.swarm.sim.hivemind_node import HivemindCosts
+from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
+from swarmnode.swarm.sim.run import run
+from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.joining import JOIN_DIALS
+
+MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
+               round_jitter=0.0, aligned=True, regions_s=((0.0002,),), access_s=(0.0001, 0.0001),
+               home_up_mbit=(1000.0, 1000.0), home_down_mbit=(1000.0, 1000.0), join_s=20.0,
+               extra={"standing": False})
+
+COLUMNS = ["transport", "N", "relays", "recv KB", "sent KB", "msgs", "sigs", "bundles (mean, p5, min)", "fresh",
+           "p50 s", "p95 s", "p50, p95 of round", "late", "busiest (KB/s, what)", "wall s"]
+
+
+def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.0, rounds: int = 4) -> Scenario:
+    machine = {**MACHINE, "hardware": (Hardware("benchmark", 1.0, round_s),)}
+    return Scenario(transport=transport, nodes=nodes, seed=seed, warmup_s=MACHINE["join_s"] + round_s,
+                    measure_s=rounds * round_s, **machine)
+
+
+def relays_for(transport: str, nodes: int, relay_inbound: int | None = None) -> int:
+    """Enough relays for every node's bootstrap connections with a quarter to spare, and at least 4."""
+    s = Scenario(transport=transport)
+    cap = (s if relay_inbound is None else replace(s, relay_inbound=relay_inbound)).relay_cap()
+    return max(4, math.ceil(nodes * JOIN_DIALS / max(cap, 1) * 1.25))  # a cap below 1 is refused by Scenario.check
+
+
+def table_row(r: dict[str, Any]) -> str:
+    def f(value: float | None, digits: int, scale: float = 1.0) -> str:
+        return "n/a" if value is None else f"{value / scale:.{digits}f}"
+
+    cells = [r["transport"], str(r["nodes"]), str(r["relays"]), f(r["rx_bytes"], 1, 1e3), f(r["tx_bytes"], 1, 1e3),
+             f(r["messages"], 0), f(r["signatures"], 0),
+             f"{f(r['bundles_mean'], 1)}, {f(r['bundles_p5'], 1)}, {f(r['bundles_min'], 1)}", f(r["fresh_share"], 2),
+             f(r["latency_p50_s"], 1), f(r["latency_p95_s"], 1),
+             f"{f(r['latency_p50_round'], 2)}, {f(r['latency_p95_round'], 2)}", str(r["nodes_p95_past_round"]),
+             f"{f(r['busiest_bytes_per_s'], 0, 1e3)}, {r['busiest_bytes_role']}", f(r["wall_s"], 0)]
+    return "| " + " | ".join(cells) + " |"
+
+
+# The overheads fitted per transport (the rest of each cost model is the protocol's own sizes).
+FITTED = {"libp2p": ("stream", "upkeep_per_connection_s"), "hivemind": ("rpc", "upkeep_s")}
+
+
+def costs_with(transport: str, values: dict[str, float]) -> dict[str, Any]:
+    """run()'s cost keyword for ``transport`` with ``values`` in place of its defaults."""
+    if transport == "libp2p":
+        return {"libp2p_costs": replace(Libp2pCosts(), **values)}
+    return {"hivemind_costs": replace(HivemindCosts(), **values)}
+
+
+def fit(directory: Path, transports: Sequence[str], fit_nodes: int, seed: int) -> None:
+    """Fit each transport's overheads (:data:`FITTED`) to the bytes ``benchmarks/swarm_scale.py``
+    measured in its runs of at most ``fit_nodes`` nodes (its JSON files in ``directory``, any
+    round length), by least squares over received and sent bytes per node per round: the
+    simulated bytes are linear in them. Prints the fitted values, then the simulated against the
+    measured figures of every run in ``directory``."""
+    measured = _measured(directory)
+    for transport in transports:
+        names = FITTED[transport]
+        rows, targets = [], []
+        for m in measured:
+            if m["transport"] != transport or m["nodes"] > fit_nodes:
+                continue
+            s = machine_scenario(transport, m["nodes"], seed, m["round_s"], m["rounds"])
+            zero = {name: 0 for name in names}
+            base = run(s, **costs_with(transport, zero))
+            unit = [run(s, **costs_with(transport, {**zero, name: 1})) for name in names]
+            for key, target in (("rx_bytes", m["recv_mb"] * 1e6), ("tx_bytes", m["sent_mb"] * 1e6)):
+                rows.append([u[key] - base[key] for u in unit])
+                targets.append(target - base[key])
+        if not rows:
+            raise SystemExit(f"swarm_sim: no {transport} run of at most {fit_nodes} nodes in {directory}")
+        values = dict(zip(names, _least_squares(rows, targets)))
+        print(f"{transport}: " + ", ".join(f"{k} = {v:.1f}" for k, v in values.items()))
+        for m in measured:
+            if m["transport"] == transport:
+                r = run(machine_scenario(transport, m["nodes"], seed, m["round_s"], m["rounds"]),
+                        **costs_with(transport, values))
+                print(f"  N={m['nodes']}, rounds of {m['round_s']:g} s: recv {r['rx_bytes'] / 1e3:.1f} KB "
+                      f"simulated, {m['recv_mb'] * 1e3:.1f} measured ({r['rx_bytes'] / (m['recv_mb'] * 1e6) - 1:+.0%})")
+
+
+def _measured(directory: Path) -> list[dict[str, Any]]:
+    """Every result of the swarm_scale.py JSON files in ``directory``, fewest nodes first."""
+    out = [r for path in directory.glob("*.json") for r in json.loads(path.read_text())["results"]]
+    return sorted(out, key=lambda r: (r["transport"], r["nodes"], r["round_s"]))
+
+
+def _least_squares(rows: list[list[float]], targets: list[float]) -> list[float]:
+    """x minimising |A x - b| for a few unknowns (normal equations, Gaussian elimination)."""
+    k = len(rows[0])
+    ata = [[sum(r[i] * r[j] for r in rows) for j in range(k)] for i in range(k)]
+    atb = [sum(r[i] * t for r, t in zip(rows, targets)) for i in range(k)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda i: abs(ata[i][col]))
+        ata[col], ata[pivot] = ata[pivot], ata[col]
+        atb[col], atb[pivot] = atb[pivot], atb[col]
+        for i in range(k):
+            if i != col and ata[col][col]:
+                f = ata[i][col] / ata[col][col]
+                ata[i] = [a - f * b for a, b in zip(ata[i], ata[col])]
+                atb[i] -= f * atb[col]
+    return [atb[i] / ata[i][i] if ata[i][i] else 0.0 for i in range(k)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=None)
+    parser.add_argument("--transports", nargs="+", default=["hivemind", "libp2p"], choices=["hivemind", "libp2p"])
+    parser.add_argument("--machine", action="store_true", help="benchmarks/swarm_scale.py's swarm (see above)")
+    parser.add_argument("--nat", type=float, default=0.7, help="share of the nodes behind NAT")
+    parser.add_argument("--churn", type=float, default=0.2, help="share of the nodes that leave in an hour")
+    parser.add_argument("--relays", type=int, default=None, help="relays (default: enough for every node, at least 4)")
+    parser.add_argument("--warmup-s", type=float, default=900.0)
+    parser.add_argument("--measure-s", type=float, default=1200.0)
+    parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
+                        help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
+    parser.add_argument("--round-s", type=float, default=None, metavar="S",
+                        help="every node's rounds last S seconds (default: the hardware mix, 20 s to 300 s)")
+    parser.add_argument("--slots-released", action="store_true",
+                        help="libp2p: a host's inbound slot is free again when its connection closes (py-libp2p "
+                             "0.8.1 holds it until the host stops)")
+    parser.add_argument("--addresses-announced", action="store_true",
+                        help="libp2p: every public source of a bundle is dialable, as if announcements carried "
+                             "their sources' addresses (a protocol change, simulated only)")
+    parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    parser.add_argument("--fit", metavar="DIR", type=Path,
+                        help="fit the cost models' overheads to swarm_scale.py's JSON files in DIR (see fit())")
+    args = parser.parse_args(argv)
+    if args.fit:
+        fit(args.fit, args.transports, max(args.nodes or [4]), args.seed)
+        return 0
+    sizes = args.nodes or ([8, 32, 64] if args.machine else [1000, 10000])
+    scenarios = []
+    for transport in args.transports:
+        for n in sizes:
+            if args.machine:
+                s = machine_scenario(transport, n, args.seed)
+            else:
+                s = Scenario(transport=transport, nodes=n, nat_share=args.nat, churn_per_hour=args.churn,
+                             relays=relays_for(transport, n, args.relay_cap) if args.relays is None else args.relays,
+                             warmup_s=args.warmup_s, measure_s=args.measure_s, seed=args.seed)
+            s = replace(s, fetch_per_round=args.fetch_per_round)
+            if args.relay_cap is not None:
+                s = replace(s, relay_inbound=args.relay_cap)
+            if args.round_s is not None and not args.machine:
+                s = replace(s, hardware=(Hardware("one class", 1.0, args.round_s),))
+            if args.slots_released:
+                s = replace(s, inbound_held=False)
+            if args.addresses_announced:
+                s = replace(s, extra={**s.extra, "addresses_announced": True})
+            scenarios.append(s)
+    try:
+        for s in scenarios:
+            s.check()
+    except ScenarioError as exc:
+        print(f"swarm_sim: {exc}", file=sys.stderr)
+        return 2
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS), flush=True)
+    results = []
+    for s in scenarios:
+        r = run(s)
+        results.append(r)
+        print(table_row(r), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""A model of hivemind 1.1.12's DHT: who holds a key, and what a lookup costs whom.
+
+Read from hivemind's ``dht/node.py``, ``protocol.py`` and ``traverse.py`` (the defaults
+swarmnode keeps: ``bucket_size`` 20, ``num_replicas`` 5, ``num_workers`` 4, ``chunk_size``
+16, ``wait_timeout`` 3 s, no caching):
+
+* **Servers and clients.** Public nodes are DHT servers: they hold records and answer
+  lookups. Nodes behind NAT are clients: they store at and read from servers, and no routing
+  table lists them.
+* **A store** (``store_many``) first looks for the key's nearest servers with a beam of
+  ``bucket_size`` (the lookup below, which never stops early), then stores the record at the
+  ``num_replicas`` nearest that answer (the storer itself if it is a server among them).
+* **A get** (``get_many_by_id``) looks the key up: it visits servers nearest first, ``num_workers``
+  requests in flight shared by the keys of one call, each request carrying up to
+  ``sqrt(keys)`` keys (``queries_per_call``); every visited server answers, for each key,
+  with its record if it holds one and ``bucket_size`` nearest peers it knows. With
+  ``sufficient_expiration_time`` = infinity (what swarmnode asks for) the search only ends
+  once the ``bucket_size`` nearest servers have all been visited, so every replica sends its
+  copy; with a finite one, it ends at the first copy found, and only the requests in flight
+  then still answer.
+* **Routing.** The servers a lookup visits are the ``bucket_size`` nearest to the key (the
+  beam), after the servers it asks on the way there (:func:`path_length`): none while a
+  node's routing table holds every server (hivemind splits a bucket down to depth 5 away
+  from its own id, so a table holds about 600 servers), ``num_workers`` a stage of 5 bits
+  beyond that. A server that went away stays in the others' routing tables until a request to
+  it times out (``wait_timeout``, 3 s); each node finds that out once.
+
+Distances are XOR distances between 160-bit ids, as in hivemind; a key's id is the SHA-1 of
+the key, a node's a random draw (hivemind derives both with SHA-1 too).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+BUCKET_SIZE = 20
+NUM_REPLICAS = 5
+NUM_WORKERS = 4
+CHUNK_SIZE = 16
+WAIT_TIMEOUT = 3.0
+TABLE_HOLDS = 600  # servers a routing table holds before far buckets stop splitting (about 32 x 20)
+STALE_S = 600.0  # a server gone this long has left every routing table that mattered
+_ID_BITS = 160
+
+
+def key_id(key: str) -> int:
+    return int.from_bytes(hashlib.sha1(key.encode()).digest(), "big")
+
+
+def path_length(servers: int) -> int:
+    """Servers a lookup visits before its beam: none while routing tables hold every server."""
+    if servers <= TABLE_HOLDS:
+        return 0
+    return NUM_WORKERS * math.ceil(math.log2(servers / TABLE_HOLDS) / 5 + 1e-9)
+
+
+@dataclass
+class Record:
+    """What one server holds under one key: a bundle marker, or an announcement shard."""
+
+    expires: float
+    value: Any = None  # a bundle's (author, round)
+    subkeys: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard: PeerID -> (round, expiry)
+
+
+class Space:
+    """Server ids, which servers are up, and the records each holds."""
+
+    def __init__(self, hosts: int, rng: random.Random):
+        self.ids = [rng.getrandbits(_ID_BITS) for _ in range(hosts)]
+        self._sorted: list[tuple[int, int]] = []  # (id, host) of servers up or lately gone
+        self.up: set[int] = set()
+        self.gone: dict[int, float] = {}  # server -> when it went away
+        self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+
+    def server_up(self, host: int) -> None:
+        if host not in self.up and host not in self.gone:
+            bisect.insort(self._sorted, (self.ids[host], host))
+        self.gone.pop(host, None)
+        self.up.add(host)
+
+    def server_down(self, host: int, now: float) -> None:
+        self.up.discard(host)
+        self.gone[host] = now
+
+    def forget_stale(self, now: float) -> None:
+        """Servers gone longer than :data:`STALE_S` leave the model's routing knowledge."""
+        stale = [h for h, t in self.gone.items() if now - t > STALE_S]
+        for host in stale:
+            del self.gone[host]
+            self._sorted.remove((self.ids[host], host))
+
+    def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""
+        ring = self._sorted
+        if not ring:
+            return []
+        width = 4 * k + len(skip) + 8
+        pos = bisect.bisect_left(ring, (key, -1))
+        lo, hi = max(0, pos - width), min(len(ring), pos + width)
+        window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
+        window.sort()
+        return [h for _, h in window[:k]]
+
+    def servers(self) -> int:
+        return len(self.up)
+
+    def holds(self, host: int, key: int, now: float) -> Record | None:
+        record = self.records[host].get(key)
+        if record is None:
+            return None
+        if record.expires < now:
+            del self.records[host][key]
+            return None
+        return record
+
+    def put_bundle(self, host: int, key: int, author: int, round_no: int, expires: float) -> None:
+        self.records[host][key] = Record(expires, (author, round_no))
+
+    def put_announcement(self, host: int, key: int, peer: str, round_no: int, expires: float) -> None:
+        record = self.records[host].get(key)
+        if record is None:
+            record = self.records[host][key] = Record(expires)
+        record.subkeys[peer] = (round_no, expires)
+        record.expires = max(record.expires, expires)
+
+    def shard_entries(self, record: Record, now: float) -> dict[str, tuple[int, float]]:
+        """A shard's announcements not expired (expired ones are dropped)."""
+        live = {p: v for p, v in record.subkeys.items() if v[1] >= now}
+        if len(live) != len(record.subkeys):
+            record.subkeys = live
+        return live
+
+
+def plan_lookup(space: Space, src: int, keys: list[int], rng: random.Random, gone_known: set[int],
+                early: bool) -> list[list[int]]:
+    """For each of ``keys``, the servers one ``get_many``/``store_many`` traversal visits, in
+    the order it visits them: the servers met on the way (:func:`path_length`), then the beam,
+    nearest first. ``gone_known``: servers ``src`` knows are gone. With ``early`` the caller
+    stops at the first wave with a holder (:func:`waves`)."""
+    path = path_length(space.servers())
+    skip = gone_known | {src}
+    out = []
+    for key in keys:
+        beam = space.nearest(key, BUCKET_SIZE, skip)
+        order = _random_servers(space, rng, path, skip, beam) if path else []
+        out.append(order + beam)
+    return out
+
+
+def per_key_workers(keys: int) -> int:
+    """Requests in flight for one key when a call looks up ``keys`` at once."""
+    return max(1, NUM_WORKERS // max(1, keys))
+
+
+def keys_per_request(keys: int) -> int:
+    """``queries_per_call`` of a traversal of ``keys`` keys."""
+    return max(1, min(int(keys ** 0.5), CHUNK_SIZE))
+
+
+def _random_servers(space: Space, rng: random.Random, n: int, skip: set[int], beam: list[int]) -> list[int]:
+    """``n`` servers met on the way to a key's beam: spread over the whole space."""
+    ring = space._sorted
+    out: list[int] = []
+    tries = 0
+    while len(out) < n and tries < 4 * n:
+        tries += 1
+        _, host = ring[rng.randrange(len(ring))]
+        if host not in skip and host not in beam and host not in out:
+            out.append(host)
+    return out

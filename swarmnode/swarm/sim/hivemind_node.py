@@ -1,0 +1,368 @@
+"""A simulated ``hivemind`` node, DHT layout 2: the transport's own rules over a model of the DHT.
+
+What it decides, it decides with the code the real transport runs
+(:mod:`~swarmnode.swarm.transport.hivemind_pull`: :class:`HivemindPull`, its
+:class:`PullPlan` and :class:`ShardCycle`; :mod:`~swarmnode.swarm.transport.hivemind_layout`:
+the keys, the shards, the expiries). What hivemind's DHT and p2pd do is modelled in
+:mod:`~swarmnode.swarm.sim.dht` (who holds a key, which servers a lookup visits) and here
+(what each visit costs on the wire, :class:`HivemindCosts`; p2pd's connections, opened for
+every server a lookup asks and trimmed by its connection manager).
+
+How the real transport's loops map to events: the poll loop (a poll, then a pause of
+``max(POLL_INTERVAL, the poll's duration)``) runs a poll only when it can do something on
+the wire: read shards (the plan wants candidates), or fetch (a round published, an awaited
+round due); a poll that would read and fetch nothing is skipped. A publish stores the bundle
+record, then the announcement, each a store traversal; the plan's next round begins once
+both are stored.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.sim.dht import (
+    BUCKET_SIZE,
+    NUM_REPLICAS,
+    WAIT_TIMEOUT,
+    Space,
+    key_id,
+    keys_per_request,
+    per_key_workers,
+    plan_lookup,
+)
+from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.transport.hivemind_layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
+from swarmnode.swarm.transport.hivemind_pull import (
+    FETCH_TO_FIRST_COPY,
+    READ_TO_FIRST_COPY,
+    HivemindPull,
+)
+from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
+from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
+
+POLL_INTERVAL = 1.0
+DIAL_TIMEOUT = 5.0
+SWARM = "sim"
+_VERIFIED_CACHE = 65_536
+
+
+@dataclass(frozen=True)
+class HivemindCosts:
+    """Wire bytes (Ethernet, IP and TCP headers included) of the DHT's messages. The payloads
+    follow hivemind's protobuf and msgpack encodings. ``upkeep_s`` is what hivemind's and
+    p2pd's own traffic costs a second, whatever the rounds: ``benchmarks/swarm_scale.py``'s
+    4-node runs at 15 s and 60 s rounds differ by 9.9 KB a second a node, and its 8-node run
+    received 9.1 KB a second more than the messages simulated here (docs/scale.md)."""
+
+    rpc: int = 700  # one request/response's framing, each way: a p2pd stream, noise, yamux, TCP
+    key: int = 22  # one key in a request
+    node_info: int = 60  # the asker's DHT id and PeerID, in every request
+    neighbor: int = 62  # one (DHT id, PeerID) of the nearest peers an answer lists for each key
+    announcement: int = 140  # one subkey of a shard: PeerID, round, signature, expiry
+    record: int = 75  # a record's framing beyond its value
+    handshake: int = 4000  # a new connection, each way
+    upkeep_s: float = 9000.0  # bytes a second each way a node spends on the DHT's and p2pd's upkeep
+
+    def wire(self, payload: int) -> int:
+        """``payload`` bytes with a TCP/IP/Ethernet header for each full segment after the first."""
+        return payload + (payload // 1448) * 66
+
+
+class HivemindNode(SimNode):
+    def __init__(self, world: World, idx: int, round_s: float, rng: random.Random, costs: HivemindCosts,
+                 space: Space):
+        super().__init__(world, idx, round_s, rng)
+        self.costs = costs
+        self.space = space
+        k = 0 if self.relay else world.scenario.fetch_per_round
+        self.pull = HivemindPull(self.peer_id, k, rng=rng)
+        self.gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
+        self.verified: dict[tuple[str, int, float], None] = {}  # announcements already checked (the validator's cache)
+        self.loop_busy = False
+        self.loop_free = rng.uniform(0.0, POLL_INTERVAL)  # when the loop's pause ends: loops start at any phase
+        self.poll_at: float | None = None
+        self.poll_token = 0  # only the poll scheduled last runs
+        self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
+        self.joining = JoinLoop(self.bootstrap, rng)
+        # How far its gets go (the transport's rule; a scenario may set the other one, to compare).
+        self.fetch_to_first_copy = world.scenario.extra.get("fetch_to_first_copy", FETCH_TO_FIRST_COPY)
+        self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
+
+    # -- the DHT's wire ----------------------------------------------------------------------
+
+    def _connect(self, server: int) -> float:
+        """p2pd opens a connection to ``server`` if it has none: its cost in seconds."""
+        hosts, net = self.world.hosts, self.world.net
+        if hosts.connected(self.idx, server):
+            return 0.0
+        net.transfer(self.idx, server, self.costs.handshake)
+        net.transfer(server, self.idx, self.costs.handshake)
+        self.world.meter.count("bytes_connect", self.world.now, 2 * self.costs.handshake)
+        hosts.connect(self.idx, server, self.world.now)
+        self.world.meter.count("connections_opened", self.world.now)
+        return 2 * 2 * net.latency(self.idx, server)
+
+    def lookup(self, keys: list[str], early: bool, done: Callable[[dict[int, list[int]]], None],
+               purpose: str) -> None:
+        """A traversal of ``keys`` (``get_many``, or the one ``store_many`` starts with): bytes
+        counted at every server visited (and, in the meter, under ``purpose``);
+        ``done({key id: holders visited})`` when it ends."""
+        world, net, space, c = self.world, self.world.net, self.space, self.costs
+        now = world.now
+        ids = [key_id(k) for k in keys]
+        orders = plan_lookup(space, self.idx, ids, self.rng, self.gone_known, early)
+        workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
+        found: dict[int, list[int]] = {}
+        slowest = 0.0
+        visits = wire = 0
+        # An answer lists the nearest peers the answerer knows: every server but itself and the asker.
+        listed = min(BUCKET_SIZE, space.servers() - 1 - (self.idx in space.up)) * c.neighbor
+        for kid, order in zip(ids, orders):
+            # get_many looks in the node's own storage first: a server may be a replica itself.
+            hit = [self.idx] if self.idx in space.up and space.holds(self.idx, kid, now) is not None else []
+            elapsed = 0.0
+            for w in range(0 if not (early and hit) else len(order), len(order), workers):
+                wave_s = 0.0
+                for host in order[w:w + workers]:
+                    visits += 1
+                    if host not in space.up:
+                        self.gone_known.add(host)
+                        wave_s = max(wave_s, WAIT_TIMEOUT)
+                        continue
+                    setup = self._connect(host)
+                    record = space.holds(host, kid, now)
+                    value = 0
+                    if record is not None:
+                        hit.append(host)
+                        value = c.record + (world.scenario.bundle_bytes if record.value is not None
+                                            else len(space.shard_entries(record, now)) * c.announcement)
+                    first = visits % per_request == 1 or per_request == 1
+                    request = (c.rpc + c.node_info if first else 0) + c.key
+                    answer = (c.rpc if first else 0) + c.wire(listed + value)
+                    net.transfer(self.idx, host, request, first)
+                    net.transfer(host, self.idx, answer, first)
+                    wire += request + answer
+                    wave_s = max(wave_s, setup + 2 * net.latency(self.idx, host))
+                elapsed += wave_s
+                if early and hit:
+                    break
+            found[kid] = hit
+            slowest = max(slowest, elapsed)
+        world.meter.count("dht_visits", now, visits)
+        world.meter.count(f"dht_lookups_{purpose}", now, len(ids))
+        world.meter.count(f"bytes_{purpose}", now, wire)
+        self.after(slowest, done, found)
+
+    # -- joining ----------------------------------------------------------------------------
+
+    def join(self) -> None:
+        if self.public:
+            self.space.server_up(self.idx)
+        self._keep_joined()
+
+    def _keep_joined(self) -> None:
+        """Transport._keep_joined (its JoinLoop) with hivemind's join: connect, ping, and look
+        up the node's own id to fill the routing table."""
+        world = self.world
+        connected = [peer_id(p) for p in world.hosts.peers[self.idx]]
+        dial = self.joining.to_dial(bootstrap_in_reach(connected, self.bootstrap))
+        if not dial:
+            self.after(self.joining.wait(False, False), self._keep_joined)
+            return
+        world.meter.count("join_attempts", world.now)
+        up = [h for h in (world.index[peer_id_of(m) or ""] for m in dial) if world.net.online[h]]
+        if not up:
+            self.after(DIAL_TIMEOUT + self.joining.wait(True, False), self._keep_joined)
+            return
+        for b in up:
+            self._connect(b)
+            world.net.transfer(self.idx, b, self.costs.rpc)  # the ping
+            world.net.transfer(b, self.idx, self.costs.rpc)
+        self.lookup([self.peer_id], False, lambda _found: self.after(self.joining.wait(True, True), self._keep_joined),
+                    "join")
+
+    # -- publishing -------------------------------------------------------------------------
+
+    def publish_bundle(self, round_no: int) -> None:
+        world = self.world
+        made = world.now
+        key = bundle_key(SWARM, self.peer_id, round_no)
+        self.lookup([key], False, lambda found: self._stored_bundle(round_no, key, made), "store")
+
+    def _replicas(self, key: str) -> list[int]:
+        """Where a store of ``key`` lands: the nearest servers up (this node if it is one of them)."""
+        kid = key_id(key)
+        nearest = self.space.nearest(kid, NUM_REPLICAS, self.gone_known)
+        return [h for h in nearest if h in self.space.up][:NUM_REPLICAS]
+
+    def _store_at(self, replicas: list[int], size: int, put: Callable[[int], None]) -> float:
+        world, c = self.world, self.costs
+        slowest = 0.0
+        for host in replicas:
+            put(host)
+            world.meter.signatures(host, world.now)  # the replica's validator checks the record
+            if host == self.idx:
+                continue
+            world.net.transfer(self.idx, host, c.rpc + c.node_info + c.key + c.wire(c.record + size))
+            world.net.transfer(host, self.idx, c.rpc)
+            world.meter.count("bytes_store", world.now, 2 * c.rpc + c.node_info + c.key + c.wire(c.record + size))
+            slowest = max(slowest, 2 * world.net.latency(self.idx, host))
+        return slowest
+
+    def _stored_bundle(self, round_no: int, key: str, made: float) -> None:
+        world, space = self.world, self.space
+        kid = key_id(key)
+        expires = bundle_expiry(made)
+        wait = self._store_at(self._replicas(key), world.scenario.bundle_bytes,
+                              lambda h: space.put_bundle(h, kid, self.idx, round_no, expires))
+        shard_key = announce_key(SWARM, shard_of(self.peer_id))
+        self.after(wait, self.lookup, [shard_key], False,
+                   lambda found: self._stored_announcement(round_no, shard_key), "store")
+
+    def _stored_announcement(self, round_no: int, key: str) -> None:
+        world, space = self.world, self.space
+        kid = key_id(key)
+        expires = announce_expiry(world.now)
+        wait = self._store_at(self._replicas(key), self.costs.announcement,
+                              lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
+        self.after(wait, self._published)
+
+    def _published(self) -> None:
+        self.pull.next_round(self.world.now)
+        self.poke()
+
+    # -- the poll loop ----------------------------------------------------------------------
+
+    def established_fn(self) -> Callable[[str], bool]:
+        peers = [peer_id(p) for p in self.world.hosts.peers[self.idx] if p in self.space.up]
+        return self.pull.plan.established(self.established(), peers)
+
+    def poke(self) -> None:
+        """Poll at the loop's next tick (a poll due later moves up), unless one is running."""
+        if self.loop_busy or self.relay:
+            return
+        self._poll_at(self.world.now)
+
+    def _poll_at(self, when: float) -> None:
+        tick = self.loop_free if when <= self.loop_free else self.loop_free + math.ceil(when - self.loop_free)
+        if self.poll_at is not None and self.poll_at <= tick:
+            return
+        self.poll_at = tick
+        self.poll_token += 1
+        self.at(tick, self._poll, self.poll_token)
+
+    def _poll(self, token: int) -> None:
+        if token != self.poll_token:
+            return
+        self.poll_at = None
+        self.loop_busy = True
+        started = self.world.now
+        established = self.established_fn()
+        shards = self.pull.shards_to_read(established)
+        if not shards:
+            self._read(started, established, [], {})
+            return
+        keys = [announce_key(SWARM, s) for s in shards]
+        self.lookup(keys, self.read_to_first_copy,
+                    lambda found: self._read(started, established, shards, self._announcements(keys, found)), "read")
+
+    def _announcements(self, keys: list[str], found: dict[int, list[int]]) -> dict[str, tuple[int, float]]:
+        """The shards' announcements merged over the replicas visited: peer -> (round, age)."""
+        world, space = self.world, self.space
+        now = world.now
+        merged: dict[str, tuple[int, float]] = {}
+        checked = 0
+        for key in keys:
+            kid = key_id(key)
+            for host in found.get(kid, []):
+                record = space.holds(host, kid, now)
+                if record is None:
+                    continue
+                for peer, (round_no, expires) in space.shard_entries(record, now).items():
+                    seen = (peer, round_no, expires)
+                    if seen not in self.verified:
+                        checked += 1
+                        self.verified[seen] = None
+                        if len(self.verified) > _VERIFIED_CACHE:
+                            self.verified.pop(next(iter(self.verified)))
+                    age = announcement_age(expires, now)
+                    held = merged.get(peer)
+                    if held is None or held[0] < round_no:
+                        merged[peer] = (round_no, age)
+        world.meter.signatures(self.idx, now, checked)
+        return merged
+
+    def _read(self, started: float, established: Callable[[str], bool], shards: list[int],
+              announced: dict[str, tuple[int, float]]) -> None:
+        world = self.world
+        self.pull.read(shards, announced, world.now)
+        chosen = self.pull.plan.choose(established)
+        if not chosen:
+            self._end_poll(started, bool(shards))
+            return
+        keys = [bundle_key(SWARM, peer, round_no) for peer, round_no in chosen]
+        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, chosen, keys, found), "fetch")
+
+    def _fetched(self, started: float, chosen: list[tuple[str, int]], keys: list[str],
+                 found: dict[int, list[int]]) -> None:
+        world = self.world
+        got = set()
+        for (peer, round_no), key in zip(chosen, keys):
+            copies = found.get(key_id(key), [])
+            if not copies:
+                continue
+            world.meter.signatures(self.idx, world.now, len(copies) - 1)  # every copy is validated; deliver counts one
+            got.add(peer)
+            self.deliver(world.index[peer], round_no)
+            self.pull.plan.note_delivered(peer)
+        missing = self.pull.missing(chosen, got)
+        if missing:
+            world.meter.count("fetches_missing", world.now, len(missing))
+        self._end_poll(started, True)
+
+    def _end_poll(self, started: float, worked: bool) -> None:
+        world = self.world
+        self.loop_busy = False
+        self.loop_free = world.now + max(POLL_INTERVAL, world.now - started)
+        plan = self.pull.plan
+        if worked or plan.wants_announcements(self.established_fn()):
+            self._poll_at(self.loop_free)
+            return
+        wake = self._next_due()
+        if wake is not None:
+            self._poll_at(wake)
+
+    def _next_due(self) -> float | None:
+        """When an awaited round falls due, or an announcement expires (the plan may want more)."""
+        plan = self.pull.plan
+        times = [min(a.due, a.until) for a in plan.freshness.awaited.values()]
+        if plan.announced:
+            times.append(next(iter(plan.announced.values())).seen + plan.ttl)
+        return min(times) if times else None
+
+    # -- life -------------------------------------------------------------------------------
+
+    def went_away(self) -> None:
+        self.loop_busy = False
+        self.poll_at = None
+        self.poll_token += 1
+        if self.public:
+            self.space.server_down(self.idx, self.world.now)
+
+    def came_back(self) -> None:
+        self.loop_free = self.world.now
+
+    def fresh_window_s(self) -> float:
+        return max(FRESH_SHARE * self.round_s, FRESH_FLOOR_S)
+

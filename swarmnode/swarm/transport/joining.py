@@ -1,0 +1,74 @@
+"""How a node stays joined to its swarm: the rule of :meth:`Transport._keep_joined`, without I/O.
+
+A node dials its bootstrap peers until one answers, and again whenever none of them is
+connected: other peers are not enough, since nodes that keep only each other after a
+bootstrap peer restarts would never dial it again, and every node joining through it later
+would form a second swarm cut off from theirs. Each time it dials at most :data:`JOIN_DIALS`
+of them, drawn at random (all of them when there are no more): a relay holds a few hundred
+connections (py-libp2p's connection manager), so a swarm of thousands needs many relays,
+and a node that dialed every one would take a connection at each, so that more relays would
+hold no more nodes. While one is connected it looks again every :data:`CHECK_S` seconds;
+after dials that no one answered it waits a :class:`Backoff` delay, and draws again.
+Randomness comes from an injected ``random.Random``, so a transport and a simulation run the
+same rule.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+
+from swarmnode.swarm.address import peer_id_of
+
+CHECK_S = 5.0  # seconds between looks while a bootstrap peer is connected, or after one answered
+JOIN_DIALS = 2  # bootstrap peers dialed at a time: two, so that one down costs no backoff
+
+
+class Backoff:
+    """Delays for retrying: ``first``, doubling up to ``cap``, each with +-20 % jitter (from
+    ``rng``, or the module's generator)."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0, rng: random.Random | None = None):
+        self.first = first
+        self.cap = cap
+        self.rng = rng
+        self._next = first
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.cap)
+        return delay * (self.rng or random).uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+def bootstrap_in_reach(connected: Collection[str], bootstrap: Sequence[str]) -> bool:
+    """Connected to a bootstrap peer (to any peer, for bootstrap addresses without a PeerID)."""
+    ids = {peer_id_of(m) for m in bootstrap}
+    return bool(connected) and (None in ids or any(i in connected for i in ids))
+
+
+class JoinLoop:
+    """One node's join loop over ``bootstrap`` (multiaddrs): :meth:`to_dial`, dial them,
+    :meth:`wait` after. Not thread-safe."""
+
+    def __init__(self, bootstrap: Sequence[str], rng: random.Random | None = None):
+        self.bootstrap = list(bootstrap)
+        self.rng = rng
+        self.backoff = Backoff(rng=rng)
+
+    def to_dial(self, in_reach: bool) -> list[str]:
+        """The bootstrap peers to dial now (at most :data:`JOIN_DIALS`, drawn at random), or
+        none while one is in reach."""
+        if in_reach:
+            self.backoff.reset()
+            return []
+        if len(self.bootstrap) <= JOIN_DIALS:
+            return list(self.bootstrap)
+        return (self.rng or random).sample(self.bootstrap, JOIN_DIALS)
+
+    def wait(self, dialed: bool, answered: bool) -> float:
+        """Seconds until the next look: :data:`CHECK_S` if nothing was dialed or a peer answered,
+        else the next backoff delay."""
+        return CHECK_S if not dialed or answered else self.backoff.next_delay()

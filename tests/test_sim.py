@@ -1,0 +1,159 @@
+"""The swarm simulator: its engine, its network model and a few small swarms, all in virtual time."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from swarmnode.swarm.sim.dht import Space, key_id
+from swarmnode.swarm.sim.engine import Engine
+from swarmnode.swarm.sim.network import Hosts, Network, Place
+from swarmnode.swarm.sim.run import run
+from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import swarm_sim  # noqa: E402
+
+
+def test_events_run_in_time_order_and_ties_in_the_order_scheduled():
+    engine, seen = Engine(), []
+    engine.at(2.0, seen.append, "late")
+    engine.at(1.0, seen.append, "first")
+    engine.at(1.0, seen.append, "second")
+    engine.after(5.0, seen.append, "beyond")
+    engine.run(3.0)
+    assert seen == ["first", "second", "late"] and engine.now == 3.0 and engine.pending() == 1
+    engine.at(0.5, seen.append, "past")  # a time gone by runs now, not before now
+    engine.run(3.0)
+    assert seen[-1] == "past" and engine.now == 3.0
+
+
+def _two_nodes(up: float = 1000.0, down: float = 1000.0) -> tuple[Engine, Network]:
+    engine = Engine()
+    places = [Place(0, 0.01, up, down, True), Place(1, 0.02, up, down, True)]
+    return engine, Network(engine, places, [[0.0, 0.05], [0.05, 0.0]])
+
+
+def test_a_message_takes_latency_plus_its_bytes_over_the_slower_link_and_queues_behind_the_last():
+    engine, net = _two_nodes(up=1000.0, down=500.0)
+    assert net.latency(0, 1) == pytest.approx(0.08)
+    assert net.transfer(0, 1, 500) == pytest.approx(1.0 + 0.08)  # 500 bytes at the 500 B/s downlink
+    assert net.transfer(0, 1, 500) == pytest.approx(2.0 + 0.08)  # waits for the first
+    assert (net.tx[0], net.rx[1], net.tx_msgs[0], net.rx_msgs[1]) == (1000, 1000, 2, 2)
+
+
+def test_an_exchange_with_a_node_that_is_down_ends_at_the_time_out_and_a_sleeper_gets_no_answer():
+    engine, net = _two_nodes()
+    answers: list = []
+    net.set_online(1, False)
+    net.call(0, 1, 10, lambda asker: (10, "hi"), lambda value: answers.append((engine.now, value)), timeout=5.0)
+    engine.run(10.0)
+    assert answers == [(5.0, None)]
+    net.set_online(1, True)
+    net.call(0, 1, 10, lambda asker: (10, f"hi {asker}"), answers.append, timeout=5.0)
+    net.set_online(0, False)  # the asker falls asleep before the answer comes
+    net.set_online(0, True)
+    engine.run(20.0)
+    assert answers == [(5.0, None)]
+
+
+def test_a_host_refuses_past_its_inbound_cap_and_a_held_slot_stays_taken_after_its_connection_closes():
+    hosts = Hosts(4, max_total=300, max_inbound=2, inbound_held=True)
+    assert hosts.connect(1, 0, 0.0) and hosts.connect(2, 0, 0.0)
+    assert not hosts.connect(3, 0, 0.0) and hosts.refused[0] == 1
+    hosts.close(1, 0)
+    assert not hosts.connect(3, 0, 1.0), "py-libp2p 0.8.1 gives an inbound slot back only when the host stops"
+    released = Hosts(4, max_inbound=2)
+    released.connect(1, 0, 0.0), released.connect(2, 0, 0.0), released.close(1, 0)
+    assert released.connect(3, 0, 1.0)
+
+
+def test_a_connection_manager_trims_its_oldest_connections_past_the_grace_period_down_to_the_low_mark():
+    hosts = Hosts(10, low=3, high=5, grace=10.0)
+    for peer in range(1, 6):
+        hosts.connect(peer, 0, float(peer))
+    hosts.connect(6, 0, 12.0)  # six: only the two older than 10 s may go
+    assert sorted(hosts.peers[0]) == [3, 4, 5, 6] and hosts.trimmed[0] == 2
+    hosts.connect(7, 0, 20.0)
+    hosts.connect(8, 0, 20.0)  # six again: the old ones go, oldest first, down to three
+    assert sorted(hosts.peers[0]) == [6, 7, 8] and hosts.trimmed[0] == 5
+
+
+def test_the_dht_model_finds_the_xor_nearest_servers():
+    rng = random.Random(7)
+    space = Space(500, rng)
+    for host in range(0, 500, 2):
+        space.server_up(host)
+    for trial in range(50):
+        key = key_id(f"key-{trial}")
+        brute = sorted(space.up, key=lambda h: space.ids[h] ^ key)[:20]
+        assert space.nearest(key, 20) == brute
+
+
+def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_constraint(capsys):
+    with pytest.raises(ScenarioError, match="^nat_share: every node is behind NAT and there is no relay"):
+        Scenario(nodes=100, nat_share=1.0, relays=0).check()
+    with pytest.raises(ScenarioError, match="^relays: every node dials 2 bootstrap peer"):
+        Scenario(transport="libp2p", nodes=2000, relays=4).check()
+    with pytest.raises(ScenarioError, match="^hardware: the shares add up to 0.5"):
+        Scenario(hardware=(Hardware("x", 0.5, 10.0),)).check()
+    with pytest.raises(ScenarioError, match="^nodes: 299 nodes keep a connection to the bootstrap node, which holds at "
+                                            "most 250: add relays"):
+        Scenario(transport="libp2p", nodes=300, nat_share=0.0, relays=0).check()
+    with pytest.raises(ScenarioError, match="^relay_inbound: 0 inbound connections"):
+        Scenario(relay_inbound=0).check()
+    assert swarm_sim.main(["--nodes", "100", "--nat", "1", "--relays", "0", "--transports", "libp2p"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("swarm_sim: nat_share:")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "constraint"), [
+    (["--nodes", "1000", "--relays", "2", "--relay-cap", "100"], "relays: every node dials 2 bootstrap peer(s)"),
+    (["--nodes", "1000", "--nat", "1", "--relays", "0"], "nat_share: every node is behind NAT and there is no relay"),
+    (["--nodes", "1000", "--relay-cap", "0"], "relay_inbound: 0 inbound connections"),
+    (["--nodes", "50", "--nat", "1.5"], "nat_share: 1.5 is not a share"),
+])
+def test_the_benchmark_ends_an_impossible_swarm_with_one_line_and_status_2_before_running_it(args, constraint):
+    """The script itself, as a user runs it: one line on stderr, exit 2, nothing on stdout,
+    within seconds (the check comes before any node is built)."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "swarm_sim.py"), "--transports", "libp2p", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"swarm_sim: {constraint}"), done.stderr
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_a_small_swarm_gets_its_bundles_and_no_node_more_than_k_a_round(transport):
+    s = swarm_sim.machine_scenario(transport, 12, seed=3)
+    r = run(s)
+    assert r["nodes_measured"] == 12
+    assert r["bundles_min"] >= 6.0, r  # 11 peers, K = 8: nearly every fetch finds its bundle
+    assert r["bundles_max"] <= s.fetch_per_round, r
+    assert r["latency_p95_s"] < 15.0 and r["fresh_share"] == 1.0
+
+
+def test_a_run_depends_on_its_seed_only():
+    s = replace(Scenario(transport="libp2p", nodes=60, relays=2, warmup_s=120.0, measure_s=120.0), seed=5)
+    first, again, other = run(s), run(s), run(replace(s, seed=6))
+    for key in ("rx_bytes", "bundles_mean", "latency_p95_s", "events_run"):
+        assert first[key] == again[key]
+    assert first["events_run"] != other["events_run"]
+
+
+def test_a_node_dials_two_bootstrap_peers_at_a_time_drawn_at_random_and_none_while_one_is_connected():
+    many = [f"/ip4/10.0.0.{i}/tcp/1/p2p/Qm{i}" for i in range(10)]
+    loop = JoinLoop(many, random.Random(1))
+    drawn = [loop.to_dial(False) for _ in range(200)]
+    assert {len(d) for d in drawn} == {JOIN_DIALS} and all(len(set(d)) == len(d) for d in drawn)
+    assert {m for d in drawn for m in d} == set(many), "every bootstrap peer gets its turn"
+    assert loop.to_dial(True) == []
+    assert JoinLoop(many[:2], random.Random(1)).to_dial(False) == many[:2]
