@@ -21,16 +21,19 @@ from typing import Any
 
 import pytest
 
+import programs
 from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
 from swarmnode.swarm.transport.joining import Backoff
-from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name, wait_for
+from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+_ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")}
 # Process-wide helpers hivemind starts on first use and keeps for the life of the process
 # (its MPFuture backend, multiprocessing's resource sharer, torch's shared-memory manager):
 # not per transport, so not leaks of one.
@@ -83,11 +86,11 @@ def test_contract(spawn, transport):
         assert all(n.start_s < 20 for n in nodes)
 
     # peers: the bootstrap node sees both others, each other node sees the bootstrap node
-    wait_for(lambda: set(first.peers()) >= {n.peer_id for n in others}, 30, "the bootstrap node's peers")
+    wait_until(lambda: set(first.peers()) >= {n.peer_id for n in others}, 30, "the bootstrap node's peers")
     for node in others:
-        wait_for(lambda: first.peer_id in node.peers(), 30, "peers of a joined node")
+        wait_until(lambda: first.peer_id in node.peers(), 30, "peers of a joined node")
     # and the others find each other through it (DHT lookups, or the libp2p peer exchange)
-    wait_for(lambda: all(len(n.peers()) >= 2 for n in nodes), 40, "every node to connect to every other")
+    wait_until(lambda: all(len(n.peers()) >= 2 for n in nodes), 40, "every node to connect to every other")
     assert all(n.peer_id not in n.peers() for n in nodes)
 
     # publish: a large bundle, a small one, and one from the bootstrap node
@@ -96,7 +99,7 @@ def test_contract(spawn, transport):
     assert sent[0][1]["bytes"] > 190_000
     for node in nodes:
         expected = {p["digest"] for sender, p in sent if sender is not node}
-        wait_for(lambda: {m["digest"] for m in node.messages()} >= expected, 30, "every bundle to arrive")
+        wait_until(lambda: {m["digest"] for m in node.messages()} >= expected, 30, "every bundle to arrive")
     time.sleep(3.0)  # several poll / heartbeat periods: a duplicate would show up by now
     for node in nodes:
         got = [m["digest"] for m in node.messages()]
@@ -119,12 +122,12 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     # start() itself (not the interpreter's imports, which a loaded machine slows) returns
     # without dialing; the first dial runs in the background
     assert late.start_s < 15, "start() must not wait for the bootstrap peer"
-    time.sleep(2.0)
+    time.sleep(2.0)  # a while with no bootstrap peer up: nothing to join, and no error
     assert late.peers() == []
     first = spawn(transport, 0, listen=f"/ip4/127.0.0.1/tcp/{port}")
-    wait_for(lambda: first.peer_id in late.peers(), 45, "the node to join once the bootstrap peer is up")
+    wait_until(lambda: first.peer_id in late.peers(), 45, "the node to join once the bootstrap peer is up")
     published = first.publish(1, 5_000)
-    wait_for(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 30,
+    wait_until(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 30,
              "a bundle from the bootstrap node")
     assert_clean(late.stop())
     first.stop()
@@ -144,13 +147,13 @@ def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path
     try:
         boot_id = json.loads(half.stdout.readline())["peer_id"]
         late = spawn("hivemind", 1, bootstrap=[f"/ip4/127.0.0.1/tcp/{port}/p2p/{boot_id}"])
-        wait_for(lambda: "answered" in late.stderr_path.read_text(), 30, "a first dial that got no DHT reply")
+        wait_until(lambda: "answered" in late.stderr_path.read_text(), 30, "a first dial that got no DHT reply")
         time.sleep(8.0)  # past the join loop's first retries
         assert late.peers() == []
         half.stdin.write("dht\n")
         half.stdin.flush()
         published = json.loads(half.stdout.readline())
-        wait_for(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 60,
+        wait_until(lambda: any(m["digest"] == published["digest"] for m in late.messages()), 60,
                  "a bundle from the bootstrap peer once its DHT answers")
         assert boot_id in late.peers()
     finally:
@@ -174,7 +177,7 @@ def test_hivemind_helpers_end_with_a_killed_node(spawn):
     assert len(helpers) >= 2, "expected the DHT process and p2pd"
     os.kill(node.proc.pid, signal.SIGKILL)
     node.proc.wait(10)
-    wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
+    wait_until(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
 @pytest.mark.slow
@@ -222,7 +225,7 @@ async def test_memory_semantics():
     await a.publish(1, b"x")
     await b.publish(1, b"y")
     await b.publish(1, b"y")  # the same bytes again: the transport delivers them once
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the hub delivers on the loop's next turns
     assert got == [b"x"] and failing == [b"y"]
     assert a.stats.handler_errors == 1 and a.stats.duplicates == 1
     await a.publish(1, b"z" * (400 * 1024))  # over the size limit: logged and counted
@@ -262,8 +265,12 @@ def test_unknown_transport_is_a_clear_error():
 
 
 def _run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
+    return subprocess.run([PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, env=_ENV)
+
+
+def _run_program(name: str) -> subprocess.CompletedProcess:
+    """Program ``name`` of tests/programs/, run to its end (its stderr is checked by the caller)."""
+    return subprocess.run(programs.argv(name), cwd=ROOT, capture_output=True, text=True, timeout=120, env=_ENV)
 
 
 @pytest.mark.slow
@@ -280,84 +287,10 @@ def test_second_stack_in_one_process_is_a_clear_error():
     assert "ERR" in result.stdout and "one transport per process" in result.stdout
 
 
-HIVEMIND_VALIDATOR_CHECKS = """
-import dataclasses, json, random
-from hivemind.dht.validation import DHTRecord
-from hivemind.utils import MSGPackSerializer as S
-from transport_node import identity_for, make_bundle
-from swarmnode.compat.hivemind import record_key_id
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, announce_key, bundle_key, shard_of
-from swarmnode.swarm.transport.hivemind_records import READING, SwarmRecordValidator
-
-alice, mallory = identity_for(1), identity_for(2)
-reading = READING.set(True)  # a node reading records: each is checked whole
-checker = SwarmRecordValidator("sw")            # any node's view
-signer = SwarmRecordValidator("sw", alice)      # alice's own DHT, which signs her announcements
-bundle = make_bundle(alice, "sw", 7, 2000, random.Random(0))
-
-def rec(key, subkey, value, exp=1e9):
-    return DHTRecord(record_key_id(key), S.dumps(subkey), S.dumps(value), exp)
-
-out = {}
-out["valid bundle"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle))
-out["someone else's subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle))
-out["another round's key"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle))
-out["another swarm"] = SwarmRecordValidator("other").validate(rec(bundle_key("other", alice.peer_id, 7), alice.peer_id, bundle))
-out["garbage"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"SNB\\x02" + alice.public_key + bytes(200)))
-out["not bytes"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, 12))
-out["no subkey"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), None, bundle))
-home = announce_key("sw", shard_of(alice.peer_id))
-head = rec(home, alice.peer_id, 7, exp=123.5)
-signed = dataclasses.replace(head, value=signer.sign_value(head))
-out["signed head"] = checker.validate(signed)
-out["unsigned head"] = checker.validate(head)
-out["head with a later expiration"] = checker.validate(dataclasses.replace(signed, expiration_time=999.0))
-out["head moved to another subkey"] = checker.validate(dataclasses.replace(signed, subkey=S.dumps(mallory.peer_id),
-                                                                       key=record_key_id(announce_key("sw", shard_of(mallory.peer_id)))))
-away = rec(announce_key("sw", (shard_of(alice.peer_id) + 1) % ANNOUNCE_SHARDS), alice.peer_id, 7, exp=123.5)
-out["head in another shard"] = checker.validate(dataclasses.replace(away, value=signer.sign_value(away)))
-old_head = rec("sw/heads", alice.peer_id, 7, exp=123.5)
-out["version 1 head"] = checker.validate(old_head)
-out["version 1 rounds record"] = checker.validate(rec("sw/rounds/7", alice.peer_id, bundle))
-forged = rec(home, mallory.peer_id, 7)
-out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
-out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
-
-# Bounds: expiry, size, payload, the unsigned expiry of a rounds record.
-import time, zstandard
-from hivemind.utils import get_dht_time
-from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_json, encode_bundle
-from swarmnode.swarm.transport.hivemind_layout import BUNDLE_TTL
-from swarmnode.swarm.transport.hivemind_records import COUNTS
-now = get_dht_time()
-three_years = now + 3 * 365 * 86400
-out["bundle, expiry in TTL"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle, exp=now + BUNDLE_TTL))
-out["bundle, expiry 3 years ahead"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle, exp=three_years))
-old = encode_bundle(alice, swarm="sw", round_no=7, model="m", groups=[], created=time.time() - 600)
-out["old bundle re-stored with a fresh expiry"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, old, exp=now + 200))
-out["old bundle with its own expiry"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, old, exp=now - 300 + 30))
-body = canonical_json({"sender": alice.peer_id, "swarm": "sw", "round": 7, "junk": "x" * 1000})
-not_a_bundle = MAGIC + bytes([VERSION]) + alice.public_key + alice.sign(SIGNING_DOMAIN + body) + zstandard.ZstdCompressor().compress(body)
-out["signed envelope, not a bundle"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, not_a_bundle, exp=now + 100))
-out["oversized record"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"x" * 400_000, exp=now + 100))
-far_head = rec(home, alice.peer_id, 7, exp=three_years)
-out["head expiring in 3 years"] = checker.validate(dataclasses.replace(far_head, value=signer.sign_value(far_head)))
-out["counted"] = {k: v for k, v in sorted(COUNTS.items())}
-# Storing, the validator checks only what costs nothing; the storage runs the whole check
-# (check_stored) once it has room.
-READING.reset(reading)
-wrong_round = rec(bundle_key("sw", alice.peer_id, 8), alice.peer_id, bundle)
-out["stored: header only"] = [checker.validate(wrong_round), checker.check_stored(wrong_round),
-                              checker.validate(rec(bundle_key("sw", alice.peer_id, 7), mallory.peer_id, bundle)),
-                              checker.check_stored(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle)),
-                              checker.check_stored(signed)]
-print(json.dumps(out))
-"""
-
 
 @pytest.mark.slow
 def test_hivemind_record_validator():
-    result = _run_python(HIVEMIND_VALIDATOR_CHECKS)
+    result = _run_program("hivemind_record_checks")
     assert result.returncode == 0, result.stderr[-3000:]
     verdicts = json.loads(result.stdout.strip().splitlines()[-1])
     assert verdicts == {
@@ -381,89 +314,10 @@ def test_hivemind_record_validator():
     }
 
 
-BOUNDED_STORAGE_CHECKS = """
-import json, time
-from hivemind.dht.routing import DHTID
-import swarmnode.swarm.transport.hivemind_storage as hs
-from swarmnode.swarm.transport.hivemind_records import COUNTS
-from swarmnode.swarm.transport.hivemind_storage import ENTRY_OVERHEAD, BoundedStorage
-from swarmnode.swarm.transport.room import SLOT_S
-
-clock = [time.time() - 300]  # the storage's clock (hivemind's own expires records by the real one)
-hs.get_dht_time = lambda: clock[0]
-checked = []
-def check(record):
-    checked.append(record.key)
-    return "not_a_bundle" if record.value.startswith(b"bad") else None
-
-key = lambda i: DHTID.generate(source=f"k{i}")
-value = lambda n: b"v" * (n - ENTRY_OVERHEAD - 4)   # a record of n bytes as counted, subkey "H..." 4 chars
-out = {}
-store = BoundedStorage(budget=100 * 1000, per_signer=32 * 1000, check=check)   # newcomers: 25,000 in all
-# Hone stores in three slots of the store's standing: it is established from the fourth.
-out["honest stores"] = [store.store_subkey(key(slot), "Hone", value(7200), clock[0] + 900)
-                        for slot in range(4) if not clock.__setitem__(0, clock[0] + SLOT_S)]
-out["honest established"] = store.stats()["established"] == 1
-# one signer over its own bound: its record expiring first leaves
-out["honest over its bound"] = [store.store_subkey(key(10 + i), "Hone", value(7200), clock[0] + 800 + i)
-                               for i in range(2)]
-out["honest holds at most its bound"] = store.stats()["established_bytes"] <= 32000
-held_before = set(store.room.items("Hone"))
-# a crowd of 40 new keys, 8,000 bytes each: together they hold at most the newcomers' room;
-# the honest signer keeps everything; those refused outright cost no check
-checked.clear()
-out["crowd stored"] = sum(store.store_subkey(key(100 + i), f"S{i:03d}", value(8000), clock[0] + 250) for i in range(40))
-out["crowd checked"] = len(checked)
-out["newcomers within their room"] = store.stats()["newcomer_bytes"] <= store.room.newcomer_room
-out["honest kept all"] = set(store.room.items("Hone")) == held_before
-# a newcomer 4 KiB smaller than the crowd's members (TIE_BYTES) makes room from the largest of them
-out["a smaller newcomer fits"] = store.store_subkey(key(200), "Tiny", value(3500), clock[0] + 250)
-out["a bad record is refused after the room check"] = store.store_subkey(key(201), "Tinz", b"bad" + value(3600)[3:],
-                                                                          clock[0] + 250)
-# an evicted record takes its key with it: no empty dictionary stays behind
-out["no empty keys"] = all(len(v.value.data) for v in store.data.values()) and len(store.data) == len(store._subkeys)
-out["total within budget"] = store.total <= store.budget
-# established signers over the budget: the one holding the most gives way
-for i, name in enumerate(("Estb", "Estc")):
-    for slot in range(4):
-        clock[0] += SLOT_S
-        store.store_subkey(key(300 + 10 * i + slot), name, value(3500), clock[0] + 900)
-many = sum(store.store_subkey(key(400 + i), "Estb", value(7200), clock[0] + 900 + i) for i in range(30))
-out["budget shared by the established"] = store.total <= store.budget and \\
-    sum(store.room.held("Hone", k)[0] for k in store.room.items("Hone")) >= 20000
-out["re-store too soon refused"] = store.store_subkey(key(429), "Estb", value(7200), clock[0] + 929.1)
-# refreshing one record keeps hivemind's heaps small
-refresh = BoundedStorage(budget=10**6, per_signer=10**6)
-for i in range(2000):
-    refresh.store_subkey(key(0), "Ref0", b"r", clock[0] + 100 + i)
-clock[0] += 2
-refresh.store_subkey(key(1), "Ref1", b"r", clock[0] + 100)
-out["heaps stay small"] = max(len(refresh.expiration_heap), len(refresh.get(key(0)).value.expiration_heap)) < 200
-out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(36000), clock[0] + 100)
-out["regular (not subkeyed) value"] = store.store(key(10), b"x", clock[0] + 100)
-few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
-out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", clock[0] + 100) for i in range(4)]
-out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", clock[0] + 110)
-out["another key"] = few.store_subkey(key(1), "P3", b"h", clock[0] + 100)
-# announcements have a room of their own (a sixth: 100,000 bytes, newcomers 10 slots): a crowd
-# announcing fills its newcomers' slots and leaves the bundles' room alone; every refresh of a
-# held announcement fits, whatever its round's length
-shards = [key(1000 + s) for s in range(2)]
-mixed = BoundedStorage(budget=600 * 1000, per_signer=32 * 1000, announce_keys=shards)
-out["own announcement"] = mixed.store_subkey(shards[0], "Ownn", b"\\x7f" + b"s" * 64, clock[0] + 100)
-out["junk announcements held"] = sum(mixed.store_subkey(shards[i % 2], f"J{i:03d}", b"\\x01" + b"s" * 64,
-                                                     clock[0] + 100) for i in range(40))
-out["a newcomer's bundle beside them"] = mixed.store_subkey(key(500), "Ownn", value(7200), clock[0] + 100)
-out["own announcement refreshed, longer"] = mixed.store_subkey(shards[0], "Ownn", b"\\xcc\\x80" + b"s" * 64,
-                                                               clock[0] + 101)
-out["refused"] = {k: v for k, v in sorted(COUNTS.items()) if k.startswith("refused")}
-print(json.dumps(out))
-"""
-
 
 @pytest.mark.slow
 def test_hivemind_bounded_storage():
-    result = _run_python(BOUNDED_STORAGE_CHECKS)
+    result = _run_program("hivemind_bounded_storage")
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
         "honest stores": [True, True, True, True], "honest established": True,
@@ -493,12 +347,12 @@ def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path
                                 "--swarm", SWARM, "--seconds", "120", "--start-file", str(tmp_path / "go")],
                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        ready = wait_for(lambda: next((json.loads(line) for line in log.read_text().splitlines()
+        ready = wait_until(lambda: next((json.loads(line) for line in log.read_text().splitlines()
                                        if line.startswith('{"event": "ready"')), None), 60, "the flooder")
         node = spawn("libp2p", 5, bootstrap=ready["addresses"][:1])
         (tmp_path / "go").touch()
         rounds = iter(range(10**6))
-        wait_for(lambda: node.publish(next(rounds), 1_000) and {r["reason"] for r in node.rejected()}
+        wait_until(lambda: node.publish(next(rounds), 1_000) and {r["reason"] for r in node.rejected()}
                  >= {"malformed", "bad_signature", "peer_id_mismatch", "replay", "bad_announcement"}, 90,
                  "every kind of drop to be reported")
         assert {r["author"] for r in node.rejected()} == {ready["peer_id"]}
@@ -508,26 +362,10 @@ def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path
         flooder.wait(10)
 
 
-PEER_ANSWER_CHECKS = """
-import json
-from swarmnode.swarm.transport.libp2p_peers import parse_peer_answer
-good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
-cases = {
-    "good": json.dumps([good, 7, None, "/ip4/1.2.3.4/tcp/1", "no-slash/p2p/x", good]).encode(),
-    "garbage": b"\\xff\\x00{",
-    "not a list": b'{"a": 1}',
-    "deep": b"[" * 5000 + b"]" * 5000,
-    "oversized": json.dumps([good] * 500).encode(),
-    "too many": json.dumps([good] * 300).encode(),
-    "too long": json.dumps([good + "/" + "x" * 600]).encode(),
-}
-print(json.dumps({name: parse_peer_answer(raw) for name, raw in cases.items()}))
-"""
-
 
 @pytest.mark.slow
 def test_peer_exchange_answers_are_parsed_defensively():
-    result = _run_python(PEER_ANSWER_CHECKS)
+    result = _run_program("libp2p_peer_answer_parsing")
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
@@ -536,39 +374,6 @@ def test_peer_exchange_answers_are_parsed_defensively():
     assert got["too many"] == [good] * 64
 
 
-HUNG_DHT_CALL = """
-import asyncio, gc, json
-from swarmnode.swarm.transport import create_transport, hivemind_calls
-from transport_node import identity_for
-
-hivemind_calls.CALL_TIMEOUT = 2.0
-
-async def hang(_dht, node):
-    # What a hang inside hivemind looks like to the DHT process: a future nothing else holds.
-    await asyncio.get_running_loop().create_future()
-
-async def collect(_dht, node):
-    gc.collect()
-
-async def main():
-    t = create_transport("hivemind", identity_for(7), "hung-call", listen="/ip4/127.0.0.1/tcp/0")
-    await t.start()
-    hung = asyncio.create_task(t._call(hang))
-    await asyncio.sleep(0.5)
-    for _ in range(3):  # later calls: hivemind keeps a reference to the newest task only
-        await t._call(collect)
-    try:
-        await hung
-        error = None
-    except BaseException as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    await t._call(collect)  # the DHT process still answers
-    await t.stop()
-    print(json.dumps({"error": error}))
-
-asyncio.run(main())
-"""
-
 
 @pytest.mark.slow
 def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
@@ -576,7 +381,7 @@ def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
     hangs on a future nothing else holds, the garbage collector destroys it mid-await and
     hivemind prints a GeneratorExit traceback (seen in CI when a node restarted). The call must
     instead end as an ordinary error within the timeout."""
-    result = _run_python(HUNG_DHT_CALL)
+    result = _run_program("hivemind_hung_call")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "destroyed" not in result.stderr, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])

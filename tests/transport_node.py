@@ -149,9 +149,6 @@ class NodeDriver:
 
 
 # test_transport_contract.py and the benchmarks import the tests' one wait under this name.
-wait_for = wait_until
-
-
 class ProcNode:
     """A node in its own process running this script. Call :meth:`ready` before anything else."""
 
