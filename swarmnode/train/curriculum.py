@@ -37,6 +37,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from swarmnode.compat.reasoning_gym import factory
+
 # Mean reward of a family's last WINDOW groups at which it moves. The band is where a group
 # of 8 completions most likely carries signal (with a per-completion success rate p, a group
 # is all-equal with chance p^8 + (1-p)^8: under 0.2 from p = 0.2 to 0.8), pulled down at the
@@ -99,10 +101,8 @@ def _curriculum_top(family: str) -> int | None:
 
 
 def _curriculum(family: str):
-    import reasoning_gym.factory as factory
-
     try:
-        return factory.create_curriculum(family)
+        return factory().create_curriculum(family)
     except (KeyError, ValueError):
         return None
 

@@ -1,0 +1,35 @@
+"""What a node prints: log lines and progress bars, nothing else; and no plotting library imported."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from nodeproc import start_argv
+
+# The terminal's log format (swarmnode.node.logs) and a tqdm bar ("Loading weights: 100%|███| 272/272 ...").
+LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S")
+PROGRESS_BAR = re.compile(r"\d+%\|.*\| *\d+/\d+")
+
+
+def test_every_line_a_node_prints_is_a_log_line_or_a_progress_bar(tmp_path, tiny_model_dir):
+    """Two rounds on the packaged nine families (bf among them, whose generator printed dots),
+    with the yardstick due every round, in a home and a matplotlib cache never used before."""
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "SWARMNODE_CACHE": str(tmp_path / "cache")}
+    argv = start_argv(tmp_path / "home", tiny_model_dir, "--solo", "--rounds", "2", "--eval-every", "1")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for text in (proc.stdout, proc.stderr) for line in re.split(r"[\r\n]", text) if line.strip()]
+    assert any("round 1:" in line for line in lines)
+    assert [line for line in lines if not (LOG_LINE.match(line) or PROGRESS_BAR.search(line))] == []
+    assert not (tmp_path / "mpl").exists()  # matplotlib never ran
+
+
+def test_generating_questions_imports_no_plotting_library():
+    code = ("import sys; from swarmnode.train.tasks import TaskSource, load_task_file; "
+            "TaskSource(load_task_file(None), 0).sample(0, 40); print('matplotlib' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "False"
