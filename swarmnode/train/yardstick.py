@@ -51,10 +51,13 @@ PER_LEVEL = 3
 # rows of bf and binary_matrix ran to).
 MAX_NEW_TOKENS = 48
 ANSWER_SLACK = 8
-# Questions decoded together at most. A decoding step of the embedded model on one core took
-# 86 ms for 1 row, 153 ms for 6, 219 ms for 18: rows sharing a step are cheap, but every
-# row's prompt stays in memory (padded to the piece's longest) until the piece ends.
+# Questions decoded together at most, and their prompts' tokens padded to the longest. A
+# decoding step of the embedded model on one core took 86 ms for 1 row, 153 ms for 6, 219 ms
+# for 18: rows sharing a step are cheap. But every prompt is prefilled and kept padded to
+# the piece's longest: 8 prompts padded to bf's 794 tokens took the yardstick's peak RSS to
+# 1449 MB (round_profile.py --yardstick), so a piece holds at most PIECE_TOKENS of them.
 PIECE_QUESTIONS = 8
+PIECE_TOKENS = 1600
 # Part of the untrained score's cache key: raise it whenever the questions, the prompts'
 # making, the decoding or the scoring change in a way the key does not already see.
 VERSION = 1
@@ -157,14 +160,15 @@ class YardstickRun:
 
     def _piece(self, budget_s: float) -> list[int]:
         """The next piece: one question, then more while their estimated time fits ``budget_s``
-        (only the one before any piece was measured)."""
+        (only the one before any piece was measured) and their padded prompts fit ``PIECE_TOKENS``."""
         rest = self._order[self.scored:self.scored + PIECE_QUESTIONS]
         if self._seconds_per_unit is None:
             return rest[:1]
         piece, cost = rest[:1], self._cost(rest[0])
         for i in rest[1:]:
             cost += self._cost(i)
-            if cost > budget_s:
+            # shortest first: question i is the piece's longest prompt
+            if cost > budget_s or (len(piece) + 1) * self._prompt_tokens[i] > PIECE_TOKENS:
                 break
             piece.append(i)
         return piece

@@ -1,0 +1,115 @@
+"""From ``swarmnode start`` to the first round record: alone, beside a busy core, or several nodes at once.
+
+Each node is a real ``swarmnode start --solo --rounds 1`` in a fresh home (defaults unless
+flags follow ``--``), run under ``/usr/bin/time`` for its peak RSS. The script stamps each
+stderr line as it arrives: *ready* is the ``threads:`` line (model loaded, thread count
+chosen), *first round* the ``round 0:`` line. ``--busy-core`` first starts a pure-Python loop
+at normal priority (one core kept busy, as by another program) and stops it at the end.
+``--tree PATH`` runs the package found in PATH (``git archive COMMIT swarmnode``).
+Usage, from the repository root::
+
+    python benchmarks/first_round.py [--nodes 1] [--busy-core] [--tree PATH] [--json] [-- START FLAGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+RSS_MARK = "peak-rss-kb:"
+
+
+def _watch(proc: subprocess.Popen, t0: float, out: dict) -> None:
+    for line in proc.stderr:
+        now = time.monotonic() - t0
+        if " threads: " in line and "ready_s" not in out:
+            out["ready_s"] = now
+        elif " round 0: " in line:
+            out["first_round_s"] = now
+            m = re.search(r", ([0-9.]+) s, (\d+) threads", line)
+            if m:
+                out["round_s"], out["threads"] = float(m.group(1)), int(m.group(2))
+        elif line.startswith(RSS_MARK):
+            out["peak_rss_kb"] = int(line.split()[1])
+        elif " yardstick " in line:
+            out.setdefault("yardstick_lines", []).append(line.strip()[9:])
+        out.setdefault("lines", []).append(line.rstrip("\n"))
+
+
+def run(nodes: int, busy_core: bool, tree: str | None, start_flags: list[str], timeout: float) -> list[dict]:
+    env, cwd = dict(os.environ), None
+    if tree:  # `python -m` puts the working directory first on sys.path: run from the tree
+        cwd = str(Path(tree).resolve())
+        env["PYTHONPATH"] = cwd
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy_core else None
+    try:
+        if spinner:
+            time.sleep(2.0)  # the spinner is running before the node measures the machine
+        procs, outs, watchers = [], [], []
+        t0 = time.monotonic()
+        for _ in range(nodes):
+            home = tempfile.mkdtemp(prefix="swarmnode-first-")
+            argv = ["/usr/bin/time", "-f", f"{RSS_MARK} %M", sys.executable, "-m", "swarmnode", "start", "--solo",
+                    "--rounds", "1", "--home", home, *start_flags]
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                    cwd=cwd)
+            out: dict = {"home": home}
+            watcher = threading.Thread(target=_watch, args=(proc, t0, out), daemon=True)
+            watcher.start()
+            procs.append(proc)
+            outs.append(out)
+            watchers.append(watcher)
+        deadline = t0 + timeout
+        for proc in procs:
+            try:
+                proc.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                proc.wait(60)
+        for watcher in watchers:
+            watcher.join(10)
+        for out in outs:
+            if "ready_s" in out and "first_round_s" in out:
+                out["after_ready_s"] = out["first_round_s"] - out["ready_s"]
+        return outs
+    finally:
+        if spinner:
+            spinner.kill()
+            spinner.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1)
+    ap.add_argument("--busy-core", action="store_true")
+    ap.add_argument("--tree", default=None)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds before the nodes are stopped")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--lines", action="store_true", help="print every node's stderr")
+    ap.add_argument("start_flags", nargs=argparse.REMAINDER, help="-- flags for swarmnode start")
+    args = ap.parse_args()
+    outs = run(args.nodes, args.busy_core, args.tree, [a for a in args.start_flags if a != "--"], args.timeout)
+    if args.json:
+        print(json.dumps([{k: v for k, v in o.items() if k != "lines"} for o in outs]))
+        return
+    for i, o in enumerate(outs):
+        if args.lines:
+            print("\n".join(o.get("lines", [])))
+        fmt = lambda k: f"{o[k]:.1f}" if k in o else "n/a"  # noqa: E731
+        print(f"node {i}: ready {fmt('ready_s')} s, first round record {fmt('first_round_s')} s "
+              f"({fmt('after_ready_s')} s after ready; the round itself {fmt('round_s')} s on "
+              f"{o.get('threads', 'n/a')} threads), peak RSS {o.get('peak_rss_kb', 'n/a')} KB")
+        for line in o.get("yardstick_lines", []):
+            print(f"        {line}")
+
+
+if __name__ == "__main__":
+    main()
