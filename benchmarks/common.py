@@ -53,13 +53,13 @@ def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None, cu
     families at their task-file configs, or with ``curriculum`` at the levels ``swarmnode start`` gives."""
     import torch
 
-    from swarmnode.train.model import load_base_model, pick_device
     from swarmnode.node.round import Node
-    from swarmnode.paths import NodeHome
-    from swarmnode.train.policy import Policy
     from swarmnode.node.state import NodeState
+    from swarmnode.paths import NodeHome
     from swarmnode.swarm.link import SoloLink
     from swarmnode.train.curriculum import Levels
+    from swarmnode.train.model import load_base_model, pick_device
+    from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
     if cfg.threads:
@@ -110,7 +110,7 @@ class PhasePeaks:
         while not self._stop.wait(self.interval):
             self._record()
 
-    def __enter__(self) -> "PhasePeaks":
+    def __enter__(self) -> PhasePeaks:
         self._logger.addHandler(self._handler)
         self._logger.setLevel(logging.DEBUG)
         self._thread.start()

@@ -103,7 +103,7 @@ def main() -> None:
     for i, o in enumerate(outs):
         if args.lines:
             print("\n".join(o.get("lines", [])))
-        fmt = lambda k: f"{o[k]:.1f}" if k in o else "n/a"  # noqa: E731
+        fmt = lambda k: f"{o[k]:.1f}" if k in o else "n/a"
         print(f"node {i}: ready {fmt('ready_s')} s, first round record {fmt('first_round_s')} s "
               f"({fmt('after_ready_s')} s after ready; the round itself {fmt('round_s')} s on "
               f"{o.get('threads', 'n/a')} threads), peak RSS {o.get('peak_rss_kb', 'n/a')} KB")

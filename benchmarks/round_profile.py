@@ -22,7 +22,14 @@ import json
 import resource
 import time
 
-from common import PhasePeaks, add_size_args, bench_config, build_solo_node, median, peak_rss_mb
+from common import (
+    PhasePeaks,
+    add_size_args,
+    bench_config,
+    build_solo_node,
+    median,
+    peak_rss_mb,
+)
 
 
 def _cpu_seconds() -> float:

@@ -11,18 +11,18 @@ import pytest
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.node.checkpoint import latest_checkpoint, save_checkpoint
 from swarmnode.node import round as round_mod
+from swarmnode.node.checkpoint import latest_checkpoint, save_checkpoint
 from swarmnode.node.round import Node, RoundAbandoned, signal_rates
-from swarmnode.node.yardsticks import YardstickClock
 from swarmnode.node.state import NodeState
+from swarmnode.node.yardsticks import YardstickClock
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question, YardstickRecord
 from swarmnode.swarm.link import SoloLink
+from swarmnode.train import yardstick
 from swarmnode.train.curriculum import WINDOW, Levels, level_range
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-from swarmnode.train import yardstick
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
 FAMILY = "calendar_arithmetic"

@@ -54,7 +54,7 @@ def _quiet_print(*args: Any, sep: str | None = " ", end: str | None = "\n", **_:
         log.debug("bf compiler: %s", text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def factory() -> types.ModuleType:
     """``reasoning_gym.factory`` (``DATASETS``, ``create_dataset``, ``create_curriculum``), imported
     as described in the module docstring. Every import of reasoning-gym in swarmnode goes through here."""

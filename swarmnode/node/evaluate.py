@@ -18,8 +18,13 @@ from swarmnode.paths import NodeHome
 from swarmnode.train.model import load_base_model, pick_device
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, load_task_file
-from swarmnode.train.yardstick import (cached_untrained, score_yardstick, store_untrained, untrained_key,
-                                       yardstick_questions)
+from swarmnode.train.yardstick import (
+    cached_untrained,
+    score_yardstick,
+    store_untrained,
+    untrained_key,
+    yardstick_questions,
+)
 
 
 def evaluate(cfg: NodeConfig, home: NodeHome, *, untrained: bool = False) -> dict[str, Any]:

@@ -16,9 +16,10 @@ import logging
 import random
 import re
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from swarmnode.compat.reasoning_gym import factory
 from swarmnode.records import Question
@@ -36,7 +37,7 @@ SYSTEM_PROMPT = (
     "the final answer, inside <answer> and </answer> tags."
 )
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 # Index space of each family's procedural generator: far larger than any run draws.
 _DATASET_SIZE = 10_000_000
 
