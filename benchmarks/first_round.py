@@ -86,6 +86,10 @@ def run(nodes: int, busy_core: bool, tree: str | None, start_flags: list[str], t
             spinner.wait()
 
 
+def _fmt(out: dict, key: str) -> str:
+    return f"{out[key]:.1f}" if key in out else "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1)
@@ -103,9 +107,8 @@ def main() -> None:
     for i, o in enumerate(outs):
         if args.lines:
             print("\n".join(o.get("lines", [])))
-        fmt = lambda k: f"{o[k]:.1f}" if k in o else "n/a"
-        print(f"node {i}: ready {fmt('ready_s')} s, first round record {fmt('first_round_s')} s "
-              f"({fmt('after_ready_s')} s after ready; the round itself {fmt('round_s')} s on "
+        print(f"node {i}: ready {_fmt(o, 'ready_s')} s, first round record {_fmt(o, 'first_round_s')} s "
+              f"({_fmt(o, 'after_ready_s')} s after ready; the round itself {_fmt(o, 'round_s')} s on "
               f"{o.get('threads', 'n/a')} threads), peak RSS {o.get('peak_rss_kb', 'n/a')} KB")
         for line in o.get("yardstick_lines", []):
             print(f"        {line}")

@@ -19,18 +19,14 @@ import signal
 import threading
 
 from swarmnode.config import ConfigError, NodeConfig
+from swarmnode.events import PauseChanged, PhaseChanged, ThreadsChosen
 from swarmnode.node.api import ApiServer
 from swarmnode.node.checkpoint import CheckpointError
 from swarmnode.node.metrics import MetricsError
 from swarmnode.node.priority import apply_priority
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
 from swarmnode.node.state import NodeInfo, NodeState
-from swarmnode.node.threads import (
-    ModelThread,
-    ThreadChoice,
-    ThreadPolicy,
-    confine_library_threads,
-)
+from swarmnode.node.threads import ModelThread, ThreadChoice, ThreadPolicy, confine_library_threads
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
@@ -69,12 +65,12 @@ class Daemon:
             self._unpaused.set()
 
     def pause(self) -> None:
-        self.state.emit("paused", paused=True)
+        self.state.emit(PauseChanged(True))
         if self._unpaused is not None:
             self._unpaused.clear()
 
     def resume(self) -> None:
-        self.state.emit("paused", paused=False)
+        self.state.emit(PauseChanged(False))
         if self._unpaused is not None:
             self._unpaused.set()
 
@@ -153,7 +149,7 @@ class Daemon:
         return self.link
 
     def _threads_changed(self, choice: ThreadChoice) -> None:
-        self.state.emit("threads", **choice.as_dict())
+        self.state.emit(ThreadsChosen(**choice.as_dict()))
 
     # ---- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -166,7 +162,7 @@ class Daemon:
         confine_library_threads()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        self.state.emit("phase", phase="loading")
+        self.state.emit(PhaseChanged("loading"))
         api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
         try:
             port = await api.start()
@@ -193,7 +189,7 @@ class Daemon:
             if self.cfg.rounds is not None and done >= self.cfg.rounds:
                 break
             await self._yardstick(node)
-            self.state.emit("phase", phase="idle")
+            self.state.emit(PhaseChanged("idle"))
             await self._unpaused.wait()
             if self._stop.is_set():
                 break

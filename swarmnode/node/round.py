@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.events import LevelsNow, PhaseChanged, RoundFinished, RoundStarted, YardstickScored
 from swarmnode.node.budget import RoundBudget
 from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
@@ -138,7 +139,7 @@ class Node:
         if should_stop():
             raise RoundAbandoned()
         log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
-        self.state.emit("phase", phase=phase)
+        self.state.emit(PhaseChanged(phase))
         if self.threads is not None:
             self.threads.check_phase()
 
@@ -153,7 +154,7 @@ class Node:
     def rollout(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> Rollout:
         cfg, started, t0 = self.cfg, time.time(), time.perf_counter()
         torch.manual_seed(derive_seed(f"{self.seed}:{r}:sample"))
-        self.state.emit("round_started", round=r)
+        self.state.emit(RoundStarted(r))
         # 1. Sample a batch of questions from this node's own task stream.
         levels = dict(self.levels.levels)
         questions = self.tasks.sample(r, cfg.questions, levels, self.levels.focus())
@@ -217,8 +218,8 @@ class Node:
                         {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
                         keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
-        self.state.emit("round_finished", round=record.round, record=record)
-        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
+        self.state.emit(RoundFinished(record))
+        self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
 
     def commit_levels(self, r: int) -> None:
         """Take the levels finished round ``r`` led to (``update`` only proposes them)."""
@@ -245,8 +246,8 @@ class Node:
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
         for yardstick in self.yardstick_log.truncate_after(self.next_round):
-            self.state.emit("yardstick", record=yardstick.to_json())
-        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
+            self.state.emit(YardstickScored(yardstick))
+        self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
 
     # ---- the yardstick (see swarmnode.node.yardsticks for when, swarmnode.train.yardstick for how) ----
@@ -293,14 +294,14 @@ class Node:
     def _record_yardstick(self, record: YardstickRecord, cached: bool = False) -> YardstickRecord:
         self.yardstick_cached = cached
         self.yardstick_log.append(record)
-        self.state.emit("yardstick", record=record.to_json())
+        self.state.emit(YardstickScored(record))
         return record
 
     def _advance_yardstick(self, budget_s: float, should_stop: Callable[[], bool]) -> YardstickRecord | None:
         """One :meth:`YardstickRun.step` of the pending yardstick; its record once it is complete."""
         assert self._yardstick is not None
         run, key = self._yardstick
-        self.state.emit("phase", phase="evaluating")
+        self.state.emit(PhaseChanged("evaluating"))
         before = run.seconds
         try:
             done = run.step(self.policy, self.scorer, budget_s, should_stop)
