@@ -226,6 +226,7 @@ print(json.dumps(asyncio.run(main())))
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task") or threads_mod.usable_cores() < 2,
                     reason="needs Linux's per-thread CPU counters and two cores to spread over")
+@pytest.mark.slow
 def test_model_work_in_the_model_thread_runs_on_the_count_it_was_given():
     """Model work in a worker thread with 1 thread asked for computes on one thread, though the
     process's main thread never set a count: torch's count is per thread, and a matrix product
