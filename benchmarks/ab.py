@@ -59,7 +59,8 @@ def main() -> None:
     names = list(trees)
     print(f"\nmedians over {args.pairs} runs each ({' '.join(argv)}):")
     print(f"{'':20s}" + "".join(f"{n:>12s}" for n in names) + "".join(f"{n + '/' + names[0]:>16s}" for n in names[1:]))
-    for k in KEYS:
+    phases = sorted({k for runs in results.values() for r in runs for k in r if k.startswith("peak_rss_mb_")})
+    for k in (*KEYS, *phases):
         if not any(k in r for runs in results.values() for r in runs):
             continue
         meds = [median([r[k] for r in results[n] if k in r]) for n in names]
