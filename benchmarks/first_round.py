@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,9 @@ def _start_all(homes: list[str], env: dict, cwd: str | None, start_flags: list[s
     for home in homes:
         argv = ["/usr/bin/time", "-f", f"{RSS_MARK} %M %U %e", sys.executable, "-m", "swarmnode", "start", "--solo",
                 "--rounds", "1", "--home", home, *start_flags]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+        # a session of its own: a stop signals the node too, not only /usr/bin/time
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                                start_new_session=True)
         out: dict = {"home": home}
         watcher = threading.Thread(target=_watch, args=(proc, t0, out), daemon=True)
         watcher.start()
@@ -72,8 +75,8 @@ def _start_all(homes: list[str], env: dict, cwd: str | None, start_flags: list[s
         try:
             proc.wait(max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.terminate()
-            proc.wait(60)
+            os.killpg(proc.pid, signal.SIGKILL)  # cut at the timeout: no round record, no figure
+            proc.wait()
     for watcher in watchers:
         watcher.join(10)
     for out in outs:
