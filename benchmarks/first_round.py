@@ -61,9 +61,10 @@ def _start_all(homes: list[str], env: dict, cwd: str | None, start_flags: list[s
     for home in homes:
         argv = ["/usr/bin/time", "-f", f"{RSS_MARK} %M %U %e", sys.executable, "-m", "swarmnode", "start", "--solo",
                 "--rounds", "1", "--home", home, *start_flags]
-        # a session of its own: a stop signals the node too, not only /usr/bin/time
+        # a process group of its own: a stop signals the node too, not only /usr/bin/time (the same
+        # session, so the node stays in the benchmark's scheduling group: Linux autogroups are per session)
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                                start_new_session=True)
+                                process_group=0)
         out: dict = {"home": home}
         watcher = threading.Thread(target=_watch, args=(proc, t0, out), daemon=True)
         watcher.start()
