@@ -3,9 +3,10 @@
 Each run is a fresh process (so peak RSS is per run) that prints one JSON object
 (``round_profile.py --json``). Runs cycle through the trees (A B A B ...) so that a shared,
 noisy machine slows every side alike; medians and ratios to the first tree are printed.
-Usage::
+A tree that carries its own ``benchmarks/`` runs its own copy of the script: archive it
+with the package when the commit's modules are laid out differently. Usage::
 
-    git archive BEFORE_COMMIT swarmnode | tar -x -C /tmp/before
+    git archive BEFORE_COMMIT swarmnode | tar -x -C /tmp/before    # or: swarmnode benchmarks
     PYTHONPATH=. python benchmarks/ab.py --tree before=/tmp/before --tree after=. --pairs 3 -- \\
         benchmarks/round_profile.py --max-new-tokens 64
 """
@@ -25,9 +26,16 @@ KEYS = ("seconds", "cpu_seconds", "seconds_generate", "seconds_score", "seconds_
         "tokens_per_second", "peak_rss_mb")
 
 
+def tree_argv(tree: str, argv: list[str]) -> list[str]:
+    """``argv`` with its script replaced by the tree's own copy, where the tree has one."""
+    own = Path(tree) / "benchmarks" / Path(argv[0]).name
+    return [str(own), *argv[1:]] if own.is_file() else argv
+
+
 def run_once(tree: str, argv: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
-    proc = subprocess.run([sys.executable, *argv, "--json"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *tree_argv(tree, argv), "--json"], env=env, capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run failed in {tree}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -51,7 +59,8 @@ def main() -> None:
     names = list(trees)
     print(f"\nmedians over {args.pairs} runs each ({' '.join(argv)}):")
     print(f"{'':20s}" + "".join(f"{n:>12s}" for n in names) + "".join(f"{n + '/' + names[0]:>16s}" for n in names[1:]))
-    for k in KEYS:
+    phases = sorted({k for runs in results.values() for r in runs for k in r if k.startswith("peak_rss_mb_")})
+    for k in (*KEYS, *phases):
         if not any(k in r for runs in results.values() for r in runs):
             continue
         meds = [median([r[k] for r in results[n] if k in r]) for n in names]

@@ -7,11 +7,13 @@ that work alone (``ru_maxrss`` is a per-process high-water mark that never goes 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import resource
 import statistics
 import sys
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,14 +48,16 @@ def bench_config(**overrides) -> NodeConfig:
     return replace(NodeConfig(), solo=True, **overrides)
 
 
-def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None):
-    """A real :class:`Node` (policy on ``cfg.model``, packaged tasks, no swarm) in ``home``."""
+def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None, curriculum: bool = False):
+    """A real :class:`Node` (policy on ``cfg.model``, packaged tasks, no swarm) in ``home``; its
+    families at their task-file configs, or with ``curriculum`` at the levels ``swarmnode start`` gives."""
     import torch
 
     from swarmnode.node.round import Node
     from swarmnode.node.state import NodeState
     from swarmnode.paths import NodeHome
     from swarmnode.swarm.link import SoloLink
+    from swarmnode.train.curriculum import Levels
     from swarmnode.train.model import load_base_model, pick_device
     from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
@@ -64,7 +68,59 @@ def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None):
     families = load_task_file(cfg.tasks)
     base = load_base_model(cfg.model, pick_device(cfg.device))
     policy = Policy(base, cfg)
-    return Node(cfg, home, policy, TaskSource(families, seed), Scorer(families), SoloLink(), NodeState(), seed)
+    levels = Levels.configured(families, cfg.levels, adaptive=cfg.adaptive_difficulty) if curriculum else None
+    return Node(cfg, home, policy, TaskSource(families, seed), Scorer(families), SoloLink(), NodeState(), seed,
+                levels=levels)
+
+
+class PhasePeaks:
+    """Peak RSS per phase of a node's work, sampled by a thread every ``interval`` seconds.
+
+    The phase is what :meth:`mark` last set, or the phase a :class:`Node` logged last
+    (``phase generating`` ...: the handler is installed on ``swarmnode.node.round`` at DEBUG).
+    Use as a context manager; ``peaks`` maps a phase to its peak in MB.
+    """
+
+    def __init__(self, interval: float = 0.01):
+        self.interval = interval
+        self.phase = "loading"
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        outer = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.msg == "phase %s":
+                    outer.mark(str(record.args[0]))
+
+        self._handler = _Handler(logging.DEBUG)
+        self._logger = logging.getLogger("swarmnode.node.round")
+
+    def mark(self, phase: str) -> None:
+        self._record()
+        self.phase = phase
+
+    def _record(self) -> None:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        self.peaks[self.phase] = max(self.peaks.get(self.phase, 0.0), rss)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._record()
+
+    def __enter__(self) -> PhasePeaks:
+        self._logger.addHandler(self._handler)
+        self._logger.setLevel(logging.DEBUG)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._record()
+        self._logger.removeHandler(self._handler)
 
 
 def median(values: list[float]) -> float:

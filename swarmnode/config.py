@@ -15,9 +15,10 @@ import os
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,7 +99,9 @@ class NodeConfig:
                                  "model needs). With adaptive_difficulty off these are pinned. Unset: each family "
                                  "starts at its lowest level.", section="round")
     eval_every: int = _key(10, "Score the policy greedily on the fixed yardstick (held-out questions per family "
-                               "and level) before round 0 and after every N rounds, between rounds; 0 never.",
+                               "and level) as it was untrained and after every N rounds; taken in pieces between "
+                               "rounds, within 5% of the rounds' time (the untrained score is kept per model and "
+                               "task mix); 0 never.",
                            minimum=0, section="round")
     prefill_answer_tag: bool = _key(True, "Start the assistant's turn inside '<answer>' so a small model hits "
                                           "the answer format; off lets the model reason first.", section="round")

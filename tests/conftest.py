@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tinymodel import build_tiny_model  # noqa: E402
+from tinymodel import build_tiny_model
 
 _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp",
                              "os.spawn", "os.system", "os.exec"})

@@ -100,7 +100,7 @@ async def test_status_says_how_many_threads_and_why(node):
     assert body["threads"] == {"count": 1, "reason": "auto: other programs use 1.02 of 2 cores", "pinned": False,
                                "others_busy": 1.02, "cores": 2}
     async with session.get("/metrics") as resp:
-        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.M)
+        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.MULTILINE)
 
 
 async def test_rounds_since(node):
@@ -457,9 +457,31 @@ async def _round_events(session: aiohttp.ClientSession, rounds: int) -> list[dic
     return events
 
 
+def _keep_untrained_yardstick(model_dir, score: float) -> None:
+    """Put an untrained yardstick score for ``model_dir`` and the packaged tasks in the cache."""
+    import torch
+
+    from swarmnode.config import NodeConfig
+    from swarmnode.train.model import load_base_model
+    from swarmnode.train.policy import Policy
+    from swarmnode.train.tasks import load_task_file
+    from swarmnode.train.yardstick import (
+        store_untrained,
+        untrained_key,
+        yardstick_questions,
+    )
+
+    policy = Policy(load_base_model(str(model_dir), torch.device("cpu")), NodeConfig())
+    questions = yardstick_questions(load_task_file(None))
+    store_untrained(untrained_key(policy, questions), {"score": score, "by_family": {}, "by_level": {},
+                                                       "questions": len(questions), "seconds": 1.0})
+
+
 @pytest.mark.slow
-async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
+async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeypatch):
     home = NodeHome(tmp_path / "home")
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))
+    _keep_untrained_yardstick(tiny_model_dir, 0.125)  # the daemon reads it there instead of measuring it
     with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:
         await asyncio.to_thread(daemon.wait_for_api)
         async with client.NodeApi(home) as api, aiohttp.ClientSession(api.endpoint.url) as session:
@@ -485,16 +507,16 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert [r["round"] for r in rows] == [first, first + 1] and [r["threads"] for r in rows] == [1, 1]
             assert status["levels"] and all(isinstance(v, int) for v in status["levels"].values())
             assert 0.0 <= status["signal_rate"] <= 1.0
-            assert status["yardstick"]["round"] == 0  # scored before round 0 (eval_every's default)
+            assert (status["yardstick"]["round"], status["yardstick"]["score"]) == (0, 0.125)  # from the cache
             assert [r["round"] for r in await api.yardstick()][:1] == [0]
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
-            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
-            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
-            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.M)
-            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.M)
-            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.M)
+            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.MULTILINE)
+            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.MULTILINE)
+            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.MULTILINE)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:

@@ -50,6 +50,7 @@ def _bound(distribution: str) -> str:
 
 RANGES = [("transformers", "transformers", "CHECKED_RANGE", "CHECKED_ON"),
           ("peft", "transformers", "PEFT_CHECKED_RANGE", "PEFT_CHECKED_ON"),
+          ("reasoning-gym", "reasoning_gym", "CHECKED_RANGE", "CHECKED_ON"),
           ("hivemind", "hivemind", "CHECKED_RANGE", "CHECKED_ON"),
           ("libp2p", "libp2p", "CHECKED_RANGE", "CHECKED_ON")]
 

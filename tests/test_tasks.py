@@ -26,6 +26,14 @@ def test_laptop_names_the_packaged_easy_set_and_its_questions_score():
         assert scorer.score(q, f"<answer>{q.answer}</answer>") == 1.0, q
 
 
+def test_generating_questions_prints_nothing(capfd):
+    """reasoning-gym's bf compiler printed a dot per optimiser pass, with no newline."""
+    fams = {"bf": {"weight": 1.0, "config": {"difficulty": 1}}}
+    questions = [q for r in range(4) for q in TaskSource(fams, r).sample(r, 4)]
+    assert len(questions) == 16 and all(q.family == "bf" for q in questions)
+    assert capfd.readouterr() == ("", "")
+
+
 def test_extract_answer_takes_the_last_complete_tag():
     assert extract_answer("<answer>1</answer> then <answer> 42 </answer>") == "42"
     assert extract_answer("no tags here") is None

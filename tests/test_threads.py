@@ -1,11 +1,15 @@
 """The thread-count policy, fed fake CPU readings: it sheds threads when a core is busy, takes
 them back when it frees, does not flap under noise, undoes a rise that decodes slower, and
-leaves a pinned count alone."""
+leaves a pinned count alone. And the count it gives holds in the thread that does the model work."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -171,7 +175,6 @@ def test_a_refused_count_falls_back_with_one_line(caplog):
 @pytest.mark.slow
 def test_real_meter_sees_a_spinning_process():
     """The real counters: a child spinning on one core shows up as about one busy core."""
-    import subprocess
     import time
 
     child = subprocess.Popen(argv("spinner"))
@@ -185,3 +188,53 @@ def test_real_meter_sees_a_spinning_process():
         child.kill()
         child.wait()
     assert others is not None and others >= 0.5
+
+
+_PER_THREAD_PROBE = r"""
+import asyncio, json, os, sys, time
+import torch
+from swarmnode.node.threads import ModelThread, ThreadPolicy
+
+def thread_cpu():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        out[tid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+def work():
+    # the shapes of the embedded model's MLP projections, decoding 64 rows
+    weight, rows = torch.randn(1536, 576), torch.randn(64, 576)
+    for _ in range(50):
+        torch.nn.functional.linear(rows, weight)
+    before, t0 = thread_cpu(), time.perf_counter()
+    while time.perf_counter() - t0 < 2.0:
+        torch.nn.functional.linear(rows, weight)
+    after = thread_cpu()
+    return sorted((after[t] - before.get(t, 0.0) for t in after), reverse=True)
+
+async def main():
+    model = ModelThread(ThreadPolicy(1))
+    try:
+        return await model.run(work)
+    finally:
+        model.close()
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or threads_mod.usable_cores() < 2,
+                    reason="needs Linux's per-thread CPU counters and two cores to spread over")
+@pytest.mark.slow
+def test_model_work_in_the_model_thread_runs_on_the_count_it_was_given():
+    """Model work in a worker thread with 1 thread asked for computes on one thread, though the
+    process's main thread never set a count: torch's count is per thread, and a matrix product
+    in a thread that never set it spreads over every core (the busiest thread then does about
+    half the work)."""
+    proc = subprocess.run([sys.executable, "-c", _PER_THREAD_PROBE], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    per_thread = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sum(per_thread) > 0.5  # enough CPU time to tell
+    assert per_thread[0] >= 0.9 * sum(per_thread), per_thread

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 
@@ -30,9 +29,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from swarmnode.train.tasks import TaskConfigError
 
     try:
-        # reasoning-gym's bf generator prints progress dots on stdout: keep stdout for the result
-        with contextlib.redirect_stdout(sys.stderr):
-            record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
+        record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
     except (TaskConfigError, ModelError) as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 1

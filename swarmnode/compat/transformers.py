@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.utils.checkpoint

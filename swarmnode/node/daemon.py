@@ -1,10 +1,13 @@
 """The node daemon and ``swarmnode start``.
 
 One asyncio event loop owns the schedule (and, once started, networking and the local
-API); model work, which holds the CPU or GPU for seconds, runs in a worker thread so the
-loop stays responsive. The first SIGINT or SIGTERM asks the round in flight to stop at the
-next phase boundary (an abandoned round leaves no trace and runs again on restart); the
-second forces an immediate exit.
+API); model work, which holds the CPU or GPU for seconds, runs in one worker thread of its
+own (:class:`~swarmnode.node.threads.ModelThread`, which sets the node's thread count before
+each job) so the loop stays responsive. Between rounds the node takes a piece of its
+yardstick, within the time its rounds earn (:mod:`swarmnode.node.yardsticks`), so round 0
+never waits for it. The first SIGINT or SIGTERM asks the round in flight to stop at the next
+phase boundary (an abandoned round leaves no trace and runs again on restart); the second
+forces an immediate exit.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from swarmnode.node.metrics import MetricsError
 from swarmnode.node.priority import apply_priority
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
 from swarmnode.node.state import NodeInfo, NodeState
-from swarmnode.node.threads import ThreadChoice, ThreadPolicy
+from swarmnode.node.threads import ModelThread, ThreadChoice, ThreadPolicy, confine_library_threads
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
@@ -52,6 +55,8 @@ class Daemon:
         self.node: Node | None = None
         self.link: NetworkLink | None = None
         self.priority = "normal"
+        self.threads = ThreadPolicy(cfg.threads, on_change=self._threads_changed)
+        self.model = ModelThread(self.threads)
 
     # ---- control (the local API calls these) --------------------------------------------
     def request_stop(self) -> None:
@@ -91,12 +96,11 @@ class Daemon:
         self.request_stop()
 
     # ---- start-up ------------------------------------------------------------------------
-    def _load(self) -> tuple[Identity, Policy, dict, int, ThreadPolicy, Levels]:
-        """Identity, task families, model and policy; runs in the worker thread (seconds to minutes)."""
+    def _load(self) -> tuple[Identity, Policy, dict, int, Levels]:
+        """Identity, task families, model and policy; runs in the model thread (seconds to minutes).
+
+        The thread policy was made before: the load is the probe window of the first thread count."""
         cfg = self.cfg
-        # Made before the model loads: the load is the probe window of the first thread count.
-        threads = ThreadPolicy(cfg.threads, on_change=self._threads_changed)
-        threads.apply()
         identity = Identity.load_or_create(self.home.identity_file)
         seed = cfg.seed if cfg.seed is not None else derive_seed(identity.peer_id)
         device = pick_device(cfg.device)
@@ -111,22 +115,22 @@ class Daemon:
             raise ConfigError("levels", str(exc)) from None
         log.info("loading model %s on %s", cfg.model, device)
         policy = Policy(load_base_model(cfg.model, device), cfg)
-        choice = threads.start()
+        choice = self.threads.start()
         log.info("threads: %d (%s)", choice.count, choice.reason)
-        return identity, policy, families, seed, threads, levels
+        return identity, policy, families, seed, levels
 
     async def _build_node(self) -> Node:
         """The node, its swarm link open (unless solo) and its last checkpoint restored."""
         try:
-            identity, policy, families, seed, threads, levels = await asyncio.to_thread(self._load)
+            identity, policy, families, seed, levels = await self.model.run(self._load)
         except (ModelError, IdentityError) as exc:
             raise StartupError(str(exc)) from None
         scorer = Scorer(families)
         swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
-                    threads=threads, levels=levels)
+                    threads=self.threads, levels=levels)
         try:
-            await asyncio.to_thread(node.resume)
+            await self.model.run(node.resume)
         except (CheckpointError, MetricsError) as exc:
             raise StartupError(str(exc)) from None
         return node
@@ -155,6 +159,7 @@ class Daemon:
         self._unpaused.set()
         # First, before the worker threads exist: they inherit the priority of the thread making them.
         self.priority = apply_priority(self.cfg.priority)
+        confine_library_threads()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.state.emit(PhaseChanged("loading"))
@@ -170,28 +175,31 @@ class Daemon:
             if not self._stop.is_set():
                 await self._rounds(self.node)
         finally:
+            if self.node is not None:
+                self.node.abandon_yardstick()
             if self.link is not None:
                 await self.link.stop()
             await api.stop()
+            self.model.close()
         return 0
 
     async def _rounds(self, node: Node) -> None:
         done = 0
         while not self._stop.is_set():
-            await self._yardstick(node)
             if self.cfg.rounds is not None and done >= self.cfg.rounds:
                 break
+            await self._yardstick(node)
             self.state.emit(PhaseChanged("idle"))
             await self._unpaused.wait()
             if self._stop.is_set():
                 break
             r = node.next_round
             try:
-                record = await asyncio.to_thread(node.run_round, r, self._stop.is_set)
+                record = await self.model.run(node.run_round, r, self._stop.is_set)
             except RoundAbandoned:
                 log.info("round %d abandoned", r)
                 break
-            await asyncio.to_thread(node.finish_round, record)
+            await self.model.run(node.finish_round, record)
             done += 1
             log.info("round %d: reward %.3f, %d local + %d external groups (%d dropped), loss %s, %d tokens, "
                      "%.1f s, %d threads", r, record.reward_mean, record.n_local, record.n_external,
@@ -199,18 +207,18 @@ class Daemon:
                      record.tokens_generated, record.seconds, record.threads)
 
     async def _yardstick(self, node: Node) -> None:
-        """Score the policy on the fixed yardstick when one is due; between rounds, so no round waits
-        on it inside and round timings leave it out. A failure costs the record, not the node."""
-        if not node.yardstick_due() or self._stop.is_set():
+        """Take the piece of the yardstick the node's yardstick clock allows in this gap between
+        rounds (:mod:`swarmnode.node.yardsticks`), so no round waits on it for long and round
+        timings leave it out. A failure costs the record, not the node."""
+        if self._stop.is_set():
             return
-        self.state.emit(PhaseChanged("evaluating"))
         try:
-            record = await asyncio.to_thread(node.run_yardstick, self._stop.is_set)
+            record = await self.model.run(node.yardstick_between_rounds, self._stop.is_set)
         except MetricsError as exc:
             log.warning("yardstick not recorded: %s", exc)
             return
-        if record is None:
-            log.info("yardstick abandoned: stopping")
-            return
-        log.info("yardstick after %d rounds: %s on %d held-out questions (%.1f s)", record.round,
-                 "n/a" if record.score is None else f"{record.score:.3f}", record.questions, record.seconds)
+        if record is not None:
+            log.info("yardstick after %d rounds: %s on %d held-out questions (%s)", record.round,
+                     "n/a" if record.score is None else f"{record.score:.3f}", record.questions,
+                     "kept from an earlier node of this model and task mix" if node.yardstick_cached
+                     else f"{record.seconds:.1f} s between rounds")

@@ -1,4 +1,8 @@
-"""Logging: human-readable lines on stderr and in a rotating file under ``<home>/logs/``."""
+"""Logging: human-readable lines on stderr and in a rotating file under ``<home>/logs/``.
+
+A record logged with ``extra={"terminal": False}`` (another program's own output, such as
+pip's while the model is fetched) goes to the file only.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ def setup_logging(home: NodeHome | None, level: str = "info") -> None:
         root.removeHandler(h)
     stderr = logging.StreamHandler()
     stderr.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    stderr.addFilter(lambda record: getattr(record, "terminal", True))
     root.addHandler(stderr)
     if home is not None:
         home.logs.mkdir(parents=True, exist_ok=True)

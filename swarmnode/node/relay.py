@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from swarmnode.config import NodeConfig
 from swarmnode.node.api import MetricsApi, relay_prometheus_text

@@ -14,8 +14,8 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -26,13 +26,21 @@ from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoin
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.node.state import NodeState
 from swarmnode.node.threads import ThreadPolicy
+from swarmnode.node.yardsticks import YardstickClock
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.curriculum import DORMANT_WEIGHT, Levels
 from swarmnode.train.policy import Generation, Policy
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
-from swarmnode.train.yardstick import score_yardstick, yardstick_questions
+from swarmnode.train.yardstick import (
+    YardstickRun,
+    cached_untrained,
+    store_untrained,
+    untrained_key,
+    untrained_weights,
+    yardstick_questions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +129,11 @@ class Node:
         # The levels a finished round leads to, committed by finish_round: an abandoned round
         # must leave the levels as they were.
         self._levels_after: tuple[int, Levels] | None = None
+        # The yardstick being taken between rounds, with the untrained score's cache key (round 0 only).
+        self.yardstick_clock = YardstickClock()
+        self._yardstick: tuple[YardstickRun, str | None] | None = None
+        self._yardstick_passed: set[int] = set()  # rounds whose yardstick is skipped or failed
+        self.yardstick_cached = False  # whether the last record came from the cache
 
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
@@ -198,6 +211,7 @@ class Node:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""
         log.debug("round %d: saving", record.round)
         self.metrics.append(record)
+        self.yardstick_clock.round_done(record.seconds)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
         self.commit_levels(record.round)
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
@@ -236,24 +250,118 @@ class Node:
         self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
 
+    # ---- the yardstick (see swarmnode.node.yardsticks for when, swarmnode.train.yardstick for how) ----
     def yardstick_due(self) -> bool:
-        """True when the policy as of ``next_round`` should be scored on the yardstick now."""
-        every = self.cfg.eval_every
-        return bool(every) and self.next_round % every == 0 and not any(
-            row["round"] == self.next_round for row in self.state.yardstick)
+        """True when the policy as of ``next_round`` should be scored on the yardstick and is not yet."""
+        every, r = self.cfg.eval_every, self.next_round
+        return bool(every) and r % every == 0 and r not in self._yardstick_passed and not any(
+            row["round"] == r for row in self.state.yardstick)
 
-    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
-        """Score the current policy on the fixed yardstick of its task mix; record and return it.
+    @property
+    def yardstick_pending(self) -> int | None:
+        """The round whose yardstick is being taken, if one is."""
+        return None if self._yardstick is None else self._yardstick[0].round
 
-        Its row's ``round`` is the number of rounds trained (``next_round``). Runs between
-        rounds, never inside one, so round timings do not include it. A stop request ends it
-        early with nothing recorded (None); it is taken again on restart.
-        """
-        started = time.time()
-        score = score_yardstick(self.policy, self.scorer, yardstick_questions(self.tasks.spec), should_stop)
-        if score is None:
+    def _start_yardstick(self) -> YardstickRecord | None:
+        """Begin the due yardstick: a copy of the adapter as it is now (round 0: the base model's,
+        whose score may come from the cache, which returns its record at once)."""
+        r = self.next_round
+        try:
+            questions = yardstick_questions(self.tasks.spec)
+        except Exception as exc:  # noqa: BLE001 - reasoning-gym's generators are third-party code
+            self._yardstick_passed.add(r)
+            log.warning("yardstick after %d rounds not taken: its questions could not be made (%s: %s)",
+                        r, type(exc).__name__, exc)
             return None
-        record = YardstickRecord(round=self.next_round, started_at=started, **score)
+        key = None
+        if r == 0:
+            key = untrained_key(self.policy, questions)
+            cached = cached_untrained(key)
+            try:
+                record = None if cached is None else YardstickRecord.from_json(
+                    {**cached, "round": 0, "started_at": time.time()})
+            except ValueError as exc:
+                log.debug("cached untrained yardstick ignored: %s", exc)
+                record = None
+            if record is not None:
+                return self._record_yardstick(record, cached=True)
+            weights = untrained_weights(self.policy)
+        else:
+            weights = [p.detach().clone() for p in self.policy.params]
+        self._yardstick = (YardstickRun(r, questions, weights), key)
+        return None
+
+    def _record_yardstick(self, record: YardstickRecord, cached: bool = False) -> YardstickRecord:
+        self.yardstick_cached = cached
         self.yardstick_log.append(record)
         self.state.emit(YardstickScored(record))
         return record
+
+    def _advance_yardstick(self, budget_s: float, should_stop: Callable[[], bool]) -> YardstickRecord | None:
+        """One :meth:`YardstickRun.step` of the pending yardstick; its record once it is complete."""
+        assert self._yardstick is not None
+        run, key = self._yardstick
+        self.state.emit(PhaseChanged("evaluating"))
+        before = run.seconds
+        try:
+            done = run.step(self.policy, self.scorer, budget_s, should_stop)
+        except Exception as exc:  # noqa: BLE001 - a yardstick failure costs the record, never the node
+            self._yardstick = None
+            self._yardstick_passed.add(run.round)
+            log.warning("yardstick after %d rounds not taken: %s: %s", run.round, type(exc).__name__, exc)
+            return None
+        finally:
+            self.yardstick_clock.spent(run.seconds - before)
+        if not done:
+            return None
+        self._yardstick = None
+        result = run.result()
+        if key is not None:
+            store_untrained(key, result)
+        return self._record_yardstick(YardstickRecord(round=run.round, started_at=run.started_at, **result))
+
+    def yardstick_between_rounds(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
+        """Take what the yardstick clock allows of the pending or due yardstick; its record once complete.
+
+        A yardstick due while another is still being taken is skipped (one log line), so its
+        cost stays within the clock's share however slow it is.
+        """
+        if self.yardstick_due():
+            if self._yardstick is None:
+                record = self._start_yardstick()
+                if record is not None:
+                    return record
+            elif self._yardstick[0].round != self.next_round:
+                self._yardstick_passed.add(self.next_round)
+                log.info("yardstick after %d rounds skipped: the one after %d rounds is still being taken",
+                         self.next_round, self._yardstick[0].round)
+        if self._yardstick is None or not self.yardstick_clock.may_run(self._yardstick[0].next_cost(self.policy)):
+            return None
+        return self._advance_yardstick(self.yardstick_clock.gap(), should_stop)
+
+    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
+        """Take the pending or due yardstick to its end now; record and return it.
+
+        Its row's ``round`` is the number of rounds trained when its adapter was copied. A stop
+        request ends it with nothing recorded (None); it is taken again on restart while due.
+        """
+        if self._yardstick is None:
+            if not self.yardstick_due():
+                return None
+            record = self._start_yardstick()
+            if record is not None or self._yardstick is None:
+                return record
+        while self._yardstick is not None:
+            record = self._advance_yardstick(float("inf"), should_stop)
+            if should_stop():
+                return None
+            if record is not None:
+                return record
+        return None
+
+    def abandon_yardstick(self) -> None:
+        """Drop the yardstick being taken (the node stops), with one warning."""
+        if self._yardstick is not None:
+            log.warning("yardstick after %d rounds not finished: the node stopped (%d of %d questions scored)",
+                        self._yardstick[0].round, self._yardstick[0].scored, len(self._yardstick[0].questions))
+            self._yardstick = None

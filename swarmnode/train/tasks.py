@@ -16,10 +16,12 @@ import logging
 import random
 import re
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from swarmnode.compat.reasoning_gym import factory
 from swarmnode.records import Question
 from swarmnode.train.curriculum import level_config
 
@@ -35,7 +37,7 @@ SYSTEM_PROMPT = (
     "the final answer, inside <answer> and </answer> tags."
 )
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 # Index space of each family's procedural generator: far larger than any run draws.
 _DATASET_SIZE = 10_000_000
 
@@ -68,8 +70,6 @@ def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
     :class:`TaskConfigError`.
     """
-    import reasoning_gym.factory as factory
-
     if path is None or str(path) in PACKAGED_TASK_SETS:
         name = "tasks.toml" if path is None else PACKAGED_TASK_SETS[str(path)]
         text = resources.files("swarmnode.data").joinpath(name).read_text()
@@ -86,7 +86,7 @@ def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
         raise TaskConfigError(f"{where}: not valid TOML: {exc}") from None
     families: dict[str, dict[str, Any]] = {}
     for name, table in data.items():
-        if name not in factory.DATASETS:
+        if name not in factory().DATASETS:
             raise TaskConfigError(f"{where}: unknown reasoning-gym family '{name}'")
         if not isinstance(table, dict):
             raise TaskConfigError(f"{where}: '{name}' must be a table")
@@ -105,10 +105,8 @@ def _family_seed(seed: int | str, family: str) -> int:
 
 
 def _make_dataset(family: str, config: Mapping[str, Any], seed: int):
-    import reasoning_gym
-
     try:
-        return reasoning_gym.create_dataset(family, seed=seed, size=_DATASET_SIZE, **config)
+        return factory().create_dataset(family, seed=seed, size=_DATASET_SIZE, **config)
     except (TypeError, ValueError, AssertionError) as exc:
         raise TaskConfigError(f"family '{family}': bad config {dict(config)!r}: {exc}") from None
 
@@ -178,10 +176,8 @@ class Scorer:
         self._datasets: dict[str, Any] = {}
 
     def _dataset(self, family: str):
-        import reasoning_gym.factory as factory
-
         if family not in self._datasets:
-            if family not in factory.DATASETS:
+            if family not in factory().DATASETS:
                 return None
             try:
                 self._datasets[family] = _make_dataset(family, self._configs.get(family, {}), 0)
