@@ -42,9 +42,10 @@ def test_solo_rounds_adapter_and_resume_after_kill(tmp_path):
 
     # The saved adapter loads with plain PEFT in a fresh process.
     adapter = home / "checkpoints" / "round-000001" / "adapter"
-    load = ("import sys; from swarmnode.train.model import ensure_embedded; "
+    load = ("import sys; from swarmnode.train.model import prepare_model; "
             "from transformers import AutoModelForCausalLM; from peft import PeftModel; "
-            "m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ensure_embedded()), sys.argv[1]); "
+            "base = AutoModelForCausalLM.from_pretrained(prepare_model('smollm2-135m').path); "
+            "m = PeftModel.from_pretrained(base, sys.argv[1]); "
             "print(sum(p.numel() for n, p in m.named_parameters() if 'lora_' in n))")
     out = subprocess.run([sys.executable, "-c", load, str(adapter)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -88,5 +89,5 @@ def test_hub_id_without_internet_is_one_clear_line(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(_start(tmp_path / "n", "--model", "no-such-org/no-such-model", "--rounds", "1"),
                           capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 1
-    assert "use --model embedded" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert "unknown model 'no-such-org/no-such-model'" in proc.stderr and "Traceback" not in proc.stderr
