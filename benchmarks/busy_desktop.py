@@ -84,8 +84,8 @@ def worker(args: argparse.Namespace) -> None:
     """Load the model once at background priority; then, per JSON command on stdin
     (``{"threads": N}``, 0 for the policy), decode the workload and print one result line."""
     import torch
-
     from common import bench_config, build_solo_node
+
     from swarmnode.node.priority import apply_priority
     from swarmnode.node.threads import ThreadPolicy
     from swarmnode.train.sampler import sample

@@ -17,8 +17,8 @@ import json
 import time
 
 import torch
-
 from common import add_size_args, bench_config, build_solo_node, peak_rss_mb
+
 from swarmnode.train.sampler import sample
 
 _NEVER = "\x00swarmnode: never generated\x00"

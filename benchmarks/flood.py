@@ -45,6 +45,7 @@ def _wait(predicate, timeout: float, what: str, procs: list[subprocess.Popen]):
 def run(args: argparse.Namespace, model: str, flood: bool, work: Path) -> dict:
     from flooder import FLOODER_SEED, SWARM
     from nodeproc import metric_rows, stop_all
+
     from swarmnode.swarm.identity import Identity
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

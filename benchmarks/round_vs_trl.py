@@ -48,7 +48,14 @@ def run_trl(args: argparse.Namespace) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from swarmnode.train.model import prepare_model
-    from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
+    from swarmnode.train.tasks import (
+        ANSWER_CLOSE,
+        Scorer,
+        TaskSource,
+        build_prompt,
+        full_response,
+        load_task_file,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)

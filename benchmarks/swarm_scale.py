@@ -64,16 +64,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from natlab import LabUnavailable, SwitchLab  # noqa: E402
-from relay_memory import _pss_kb, _status_kb  # noqa: E402
-from transport_latency import percentile  # noqa: E402
-from transport_node import ProcNode, descendants, wait_for  # noqa: E402
+from natlab import LabUnavailable, SwitchLab
+from relay_memory import _pss_kb, _status_kb
+from transport_latency import percentile
+from transport_node import ProcNode, descendants, wait_for
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0

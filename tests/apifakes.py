@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import RoundRecord
-from swarmnode.node.state import NodeInfo, NodeState
 
 
 class FakeControl:
@@ -77,7 +77,7 @@ class RealDaemon:
         self.home, self.model_dir, self.log = home, model_dir, log
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "RealDaemon":
+    def __enter__(self) -> RealDaemon:
         cmd = [sys.executable, "-m", "swarmnode", "start", "--home", str(self.home.root), "--model",
                str(self.model_dir), "--solo", "--questions", "2", "--completions", "2", "--max-new-tokens", "8",
                "--device", "cpu", "--threads", "1"]

@@ -38,10 +38,16 @@ from hivemind.utils import MSGPackSerializer, get_dht_time
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport.hivemind_dht import (ANNOUNCE_DOMAIN, ANNOUNCE_SHARDS, announce_key,  # noqa: E402
-                                                    bundle_key, shard_of)
-from transport_node import make_bundle  # noqa: E402
+from transport_node import make_bundle
+
+from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.transport.hivemind_dht import (
+    ANNOUNCE_DOMAIN,
+    ANNOUNCE_SHARDS,
+    announce_key,
+    bundle_key,
+    shard_of,
+)
 
 YEAR = 365 * 86400.0
 

@@ -31,10 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
-from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.records import Group  # noqa: E402
-from swarmnode.records import Question  # noqa: E402
+from swarmnode.records import (
+    Group,
+    Question,
+)
+from swarmnode.swarm.bundle import encode_bundle
+from swarmnode.swarm.identity import Identity
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
@@ -110,8 +112,14 @@ async def main() -> None:
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
-    from swarmnode.swarm.transport.libp2p_pull import ANNOUNCE_PROTOCOL, PUSH_EVERY, BundleStore, _exchange
     from libp2p.peer.id import ID
+
+    from swarmnode.swarm.transport.libp2p_pull import (
+        ANNOUNCE_PROTOCOL,
+        PUSH_EVERY,
+        BundleStore,
+        _exchange,
+    )
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)

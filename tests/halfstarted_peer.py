@@ -25,12 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hivemind.dht.node import DHTNode  # noqa: E402
-from hivemind.p2p import P2P  # noqa: E402
+from hivemind.dht.node import DHTNode
+from hivemind.p2p import P2P
+from transport_node import SWARM, identity_for, make_bundle
 
-from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _store  # noqa: E402
-from swarmnode.swarm.bundle import open_envelope  # noqa: E402
-from transport_node import SWARM, identity_for, make_bundle  # noqa: E402
+from swarmnode.swarm.bundle import open_envelope
+from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _store
 
 
 def _emit(obj: dict) -> None:

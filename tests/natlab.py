@@ -26,6 +26,8 @@ import sys
 import uuid
 from typing import TypeVar
 
+from typing_extensions import Self
+
 PUBLIC_IP = "10.77.1.1"
 HOME_IP = "192.168.1.2"
 
@@ -85,7 +87,7 @@ class _Namespaces:
             if shutil.which(tool) is None:
                 raise LabUnavailable(f"`{tool}` not found (Debian: apt-get install iproute2 nftables)")
 
-    def build(self: _Lab) -> _Lab:
+    def build(self) -> Self:
         """Build the network; LabUnavailable (saying why) where this machine cannot. Call
         :meth:`remove` afterwards either way: a half-built lab is removed the same way."""
         self.check()

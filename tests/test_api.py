@@ -13,14 +13,13 @@ import time
 
 import aiohttp
 import pytest
+from apifakes import FakeControl, RealDaemon, finished_row, make_state
+from nodeproc import free_port
 
 from swarmnode.node import client
 from swarmnode.node.api import ApiServer, prometheus_text
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
-
-from apifakes import FakeControl, RealDaemon, finished_row, make_state
-from nodeproc import free_port
 
 
 @pytest.fixture
@@ -85,7 +84,7 @@ async def test_status_says_how_many_threads_and_why(node):
     assert body["threads"] == {"count": 1, "reason": "auto: other programs use 1.02 of 2 cores", "pinned": False,
                                "others_busy": 1.02, "cores": 2}
     async with session.get("/metrics") as resp:
-        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.M)
+        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.MULTILINE)
 
 
 async def test_rounds_since(node):
@@ -464,11 +463,11 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
-            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
-            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
-            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.M)
-            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.M)
-            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.M)
+            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.MULTILINE)
+            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.MULTILINE)
+            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.MULTILINE)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:

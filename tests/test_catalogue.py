@@ -8,7 +8,15 @@ import os
 import pytest
 
 from swarmnode import catalogue
-from swarmnode.catalogue import CATALOGUE, GEMMA3, GIB, QWEN25_CODER, SMOLLM2, auto_model, catalogue_entry
+from swarmnode.catalogue import (
+    CATALOGUE,
+    GEMMA3,
+    GIB,
+    QWEN25_CODER,
+    SMOLLM2,
+    auto_model,
+    catalogue_entry,
+)
 
 
 def test_entries_are_complete_and_distinct():

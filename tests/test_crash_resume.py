@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nodeproc import LogTail, metric_rounds, start_argv, write_signal_tasks
+
 from swarmnode.node.checkpoint import latest_checkpoint
 
 KILLS = 20

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from transport_node import SWARM, ProcNode, descendants, process_name, wait_for
 
 pytestmark = pytest.mark.slow

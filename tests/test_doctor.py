@@ -10,11 +10,10 @@ from collections import namedtuple
 
 import pytest
 
-from swarmnode.cli import doctor as doctor_cli
 from swarmnode.catalogue import SMOLLM2
-from swarmnode.node import doctor
-from swarmnode.node import modelchoice
+from swarmnode.cli import doctor as doctor_cli
 from swarmnode.config import NodeConfig
+from swarmnode.node import doctor, modelchoice
 from swarmnode.node.doctor import OK, PROBLEM, WARNING
 
 

@@ -18,19 +18,18 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from flooder import SWARM, flood_mix, hostile_bundle, valid_bundle
+from nodeproc import metric_rows, stop_all
 
-from swarmnode.swarm.bundle import REASONS, encode_bundle
 from swarmnode.config import NodeConfig
+from swarmnode.node.state import NodeState
+from swarmnode.swarm.bundle import REASONS, encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.guard import GUARD_REASONS, GuardLimits, PeerGuard, claimed_sender
 from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.pool import UNKNOWN_PEER
-from swarmnode.node.state import NodeState
 from swarmnode.swarm.link import NetworkLink
+from swarmnode.swarm.pool import UNKNOWN_PEER
 from swarmnode.train.tasks import Scorer
-
-from flooder import SWARM, flood_mix, hostile_bundle, valid_bundle
-from nodeproc import metric_rows, stop_all
 
 FLOODER = Identity.from_seed(b"F" * 32)
 HONEST = Identity.from_seed(b"H" * 32)

@@ -5,12 +5,11 @@ import pytest
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.node.round import select_training_set
+from swarmnode.records import Group, Question
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.model import BaseModel, load_base_model
-from swarmnode.node.round import select_training_set
 from swarmnode.train.policy import MICRO_BATCH_TOKENS, Policy
-from swarmnode.records import Group
-from swarmnode.records import Question
 
 
 def test_advantages_are_normalised_within_each_group():

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport import hivemind_dht as hd  # noqa: E402
+from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.transport import hivemind_dht as hd
 
 
 class FakeSwarm:

@@ -13,8 +13,14 @@ import pytest
 
 from swarmnode import cli
 from swarmnode.swarm import identity as identity_module
-from swarmnode.swarm.identity import (Identity, IdentityError, name_from_peer_id, peer_id_from_public_key,
-                                public_key_from_peer_id, verify_signature)
+from swarmnode.swarm.identity import (
+    Identity,
+    IdentityError,
+    name_from_peer_id,
+    peer_id_from_public_key,
+    public_key_from_peer_id,
+    verify_signature,
+)
 
 SEED = bytes(range(32))
 # Ed25519 public key of SEED (RFC 8032 derivation), so the format is pinned, not just self-consistent.

@@ -21,12 +21,19 @@ from pathlib import Path
 import pytest
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (DOMAIN, SAMPLE_SIZE, Announcement, FirstHand, parse_push,
-                                                parse_sample, read_signed)
+from swarmnode.swarm.transport.announce import (
+    DOMAIN,
+    SAMPLE_SIZE,
+    Announcement,
+    FirstHand,
+    parse_push,
+    parse_sample,
+    read_signed,
+)
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transport_node import identity_for  # noqa: E402
+from transport_node import identity_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SW = "sw"

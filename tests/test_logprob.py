@@ -5,11 +5,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-import swarmnode.train.logprob as logprob
+import swarmnode.train.policy as policy_module
 from swarmnode.config import NodeConfig
+from swarmnode.train import logprob
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.model import load_base_model
-import swarmnode.train.policy as policy_module
 from swarmnode.train.policy import Policy
 
 

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.transport import base
 from swarmnode.swarm.transport.base import Transport, peer_id_of

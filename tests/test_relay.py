@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from transport_node import descendants
 
 from swarmnode.node.relay import Relay, bootstrap_lines

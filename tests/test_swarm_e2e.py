@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from natlab import LabUnavailable, SwitchLab  # noqa: E402
-from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage  # noqa: E402
+from natlab import LabUnavailable, SwitchLab
+from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage
 
 NET_DEV = """Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed

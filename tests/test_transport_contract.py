@@ -20,14 +20,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
+from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
-from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name,
-                            wait_for)
+from transport_node import (
+    SWARM,
+    MemNode,
+    ProcNode,
+    descendants,
+    identity_for,
+    make_bundle,
+    process_name,
+    wait_for,
+)
 
 from swarmnode.swarm.transport import TransportError, create_transport
-from swarmnode.swarm.transport.base import Backoff, expand_unspecified, peer_id_of, signed_by
-from memory_transport import MemoryHub, MemoryTransport
+from swarmnode.swarm.transport.base import (
+    Backoff,
+    expand_unspecified,
+    peer_id_of,
+    signed_by,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

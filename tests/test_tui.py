@@ -10,6 +10,7 @@ import shutil
 import time
 
 import pytest
+from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 from textual.widgets import DataTable, RichLog
 
 from swarmnode.node.api import ApiServer
@@ -17,8 +18,6 @@ from swarmnode.node.client import NodeApi
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
-
-from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 
 SIZE = (130, 40)
 

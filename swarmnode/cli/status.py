@@ -9,9 +9,14 @@ import sys
 from typing import Any
 
 from swarmnode.cli.flags import add_home_flag
-from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning, peer_table_lines, status_lines
+from swarmnode.node.client import (
+    ApiError,
+    NodeApi,
+    NoNodeRunning,
+    peer_table_lines,
+    status_lines,
+)
 from swarmnode.paths import NodeHome
-
 
 # -- subcommands -------------------------------------------------------------------------------
 
@@ -40,7 +45,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _tui(args: argparse.Namespace) -> int:
-    from swarmnode.tui.app import run_dashboard  # Textual is slow to import; only this command needs it
+    from swarmnode.tui.app import (
+        run_dashboard,  # Textual is slow to import; only this command needs it
+    )
 
     return run_dashboard(resolve_home(args))
 

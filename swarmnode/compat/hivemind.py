@@ -14,7 +14,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Container, Sequence
+from collections.abc import Container, Sequence
+from typing import Any
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
@@ -48,7 +49,9 @@ def start_dht(**kwargs: Any) -> Any:
     reach p2pd), and p2pd exits on SIGINT and SIGTERM. hivemind leaves SIGTERM in the DHT
     process as the fork found it.
     """
-    from hivemind import DHT  # not at import: the relay imports this module with a torch-less hivemind
+    from hivemind import (
+        DHT,  # not at import: the relay imports this module with a torch-less hivemind
+    )
 
     parent = os.getpid()
 

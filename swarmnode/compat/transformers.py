@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -226,8 +226,11 @@ def gguf_tensor_converter(architecture: str, model: torch.nn.Module, config: dic
     ``process(weights=, name=, tensor_key_mapping=, parsed_parameters=)`` returns a
     ``GGUFTensor(weights, name, metadata)``, as ``load_gguf_checkpoint`` calls them; undocumented.
     """
-    from transformers.modeling_gguf_pytorch_utils import (TENSOR_PROCESSORS, TensorProcessor,
-                                                          get_gguf_hf_weights_map)
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+    )
 
     processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config)
     names = get_gguf_hf_weights_map(model, processor)

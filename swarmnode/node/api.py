@@ -19,12 +19,13 @@ import os
 import secrets
 import socket
 import tempfile
-from typing import Any, Awaitable, Callable, Mapping, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from swarmnode.paths import NodeHome
 from swarmnode.node.state import NodeState
+from swarmnode.paths import NodeHome
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ def _label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value: float | int | None) -> str:
+def _number(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "NaN"
     if isinstance(value, float) and math.isinf(value):

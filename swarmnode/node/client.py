@@ -12,13 +12,13 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Iterable
+from typing import Any
 
 import aiohttp
 
 from swarmnode.paths import NodeHome
-
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=5)
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5)
@@ -55,7 +55,7 @@ class ApiEndpoint:
     pid: int
 
     @classmethod
-    def read(cls, home: NodeHome) -> "ApiEndpoint":
+    def read(cls, home: NodeHome) -> ApiEndpoint:
         """Read ``<home>/api.json``; raise :class:`NoNodeRunning` if no live node wrote it."""
         try:
             data = json.loads(home.api_file.read_text())
@@ -75,7 +75,7 @@ class NodeApi:
         self.endpoint = ApiEndpoint.read(home)
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "NodeApi":
+    async def __aenter__(self) -> NodeApi:
         self._session = aiohttp.ClientSession(self.endpoint.url)
         return self
 
@@ -160,7 +160,7 @@ class SseParser:
             return None
         name, _, value = line.partition(":")
         if name == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
+            self._data.append(value.removeprefix(" "))
         return None
 
 

@@ -15,16 +15,17 @@ import platform
 import socket
 import sys
 import tempfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from swarmnode.catalogue import AUTO, CATALOGUE, SMOLLM2, catalogue_entry
-from swarmnode.swarm.bootstrap import resolve_bootstrap
 from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.paths import NodeHome, cache_dir
+from swarmnode.swarm.bootstrap import resolve_bootstrap
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 
@@ -426,7 +427,7 @@ def _dial(host: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer in {timeout:g} s"
     except OSError as exc:
         return exc.strerror or str(exc)

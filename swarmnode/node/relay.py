@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from swarmnode.config import NodeConfig
 from swarmnode.paths import NodeHome

@@ -19,14 +19,13 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import platformdirs
 
 from swarmnode.paths import APP
-
 
 LABEL = "org.swarmnode.node"
 UNIT_NAME = "swarmnode.service"

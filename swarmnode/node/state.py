@@ -12,8 +12,9 @@ import asyncio
 import collections
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from swarmnode.records import RoundRecord
 

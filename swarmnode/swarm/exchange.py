@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.config import NodeConfig
+from swarmnode.records import Group, Question
+from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.pool import ExternalPool, PeerTable
-from swarmnode.records import Group, Question
 from swarmnode.swarm.standing import Standing
 
 

@@ -12,7 +12,8 @@ import concurrent.futures
 import dataclasses
 import logging
 import random
-from typing import Mapping, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from swarmnode.records import Group
 

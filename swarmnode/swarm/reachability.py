@@ -19,7 +19,7 @@ so does a node with no bootstrap peer: it is the one others join through.
 from __future__ import annotations
 
 import ipaddress
-from typing import Sequence
+from collections.abc import Sequence
 
 from swarmnode.swarm.transport.base import local_ipv4_addresses
 

@@ -25,9 +25,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -68,7 +68,12 @@ def convert_gguf(gguf_path: Path, out: Path, *, tie_output: bool = False) -> int
     Raises ConversionError when the file's tensors do not match the layout.
     """
     import gguf
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        GenerationConfig,
+    )
 
     source, name = gguf_path.parent, gguf_path.name
     out.mkdir(parents=True)

@@ -89,7 +89,7 @@ class LevelError(ValueError):
     """A level record or a level setting is malformed; ``str()`` says which part."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _curriculum_top(family: str) -> int | None:
     """The highest curriculum level of ``family`` (its longest attribute's), None if it has none."""
     curriculum = _curriculum(family)
@@ -99,7 +99,7 @@ def _curriculum_top(family: str) -> int | None:
 
 
 def _curriculum(family: str):
-    import reasoning_gym.factory as factory
+    from reasoning_gym import factory
 
     try:
         return factory.create_curriculum(family)
@@ -194,7 +194,7 @@ class Levels:
         self.quiet: dict[str, int] = {f: 0 for f in self.levels}  # groups in a row without signal, at this level
 
     @classmethod
-    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> "Levels":
+    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> Levels:
         """Levels as the ``levels`` and ``adaptive_difficulty`` config keys set them; raises
         :class:`LevelError` for a bad entry (see :func:`parse_level_settings`)."""
         families = list(families)
@@ -204,7 +204,7 @@ class Levels:
         """The current level of ``family``; None for a family that is not on a ladder here."""
         return self.levels.get(family)
 
-    def copy(self) -> "Levels":
+    def copy(self) -> Levels:
         """An independent copy (a round computes its moves on one; finishing the round keeps it)."""
         other = Levels([], adaptive=self.adaptive)
         other.levels = dict(self.levels)

@@ -28,8 +28,9 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from swarmnode.catalogue import CatalogueModel, Package
 from swarmnode.paths import cache_dir

@@ -25,7 +25,7 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-              eps_low: float, eps_high: float, n_tokens: int | float) -> torch.Tensor:
+              eps_low: float, eps_high: float, n_tokens: float) -> torch.Tensor:
     """The clipped surrogate of the module docstring for one micro-batch.
 
     logp, old_logp, mask: [B, T] per response token (mask 1 on real tokens); advantages: [B].

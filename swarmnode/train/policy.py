@@ -11,20 +11,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
 from swarmnode.compat.transformers import adapter_parameters, checkpointing_with_cache
 from swarmnode.config import NodeConfig
+from swarmnode.records import Group
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.train.model import BaseModel
-from swarmnode.records import Group
 from swarmnode.train.sampler import TokenTexts, sample
 from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 
@@ -56,7 +56,7 @@ class Policy:
     Every method activates this policy's adapter before touching the model."""
 
     def __init__(self, base: BaseModel, cfg: NodeConfig, adapter: str = DEFAULT_ADAPTER,
-                 shared: "Policy | None" = None):
+                 shared: Policy | None = None):
         from peft import LoraConfig, get_peft_model
 
         self.cfg = cfg

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
-from swarmnode.compat.transformers import (CacheLayer, LayeredCache, attention_swapped, group_query_heads,
-                                           layer_index, ungroup_query_heads)
+from swarmnode.compat.transformers import (
+    CacheLayer,
+    LayeredCache,
+    attention_swapped,
+    group_query_heads,
+    layer_index,
+    ungroup_query_heads,
+)
 
 NAME = "swarmnode_shared_prefix"
-_ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
+_ACTIVE: contextvars.ContextVar[SharedPrefixCache] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
 
 
 def supported(config) -> bool:

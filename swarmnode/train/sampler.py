@@ -13,13 +13,12 @@ plain temperature softmax (no top-k, no top-p), as the policy gradient assumes.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from swarmnode.compat.transformers import keep_rows, repeat_rows
 from swarmnode.train import prefixattn
-
 
 # Prompts in one prefill forward: a batch of 8 x 251-token prompts held about 260 MB more
 # than one prompt at a time, at the same speed (docs/performance.md, change 9).

@@ -16,9 +16,10 @@ import logging
 import random
 import re
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from swarmnode.records import Question
 from swarmnode.train.curriculum import level_config
@@ -35,7 +36,7 @@ SYSTEM_PROMPT = (
     "the final answer, inside <answer> and </answer> tags."
 )
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 # Index space of each family's procedural generator: far larger than any run draws.
 _DATASET_SIZE = 10_000_000
 
@@ -68,7 +69,7 @@ def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
     :class:`TaskConfigError`.
     """
-    import reasoning_gym.factory as factory
+    from reasoning_gym import factory
 
     if path is None or str(path) in PACKAGED_TASK_SETS:
         name = "tasks.toml" if path is None else PACKAGED_TASK_SETS[str(path)]
@@ -178,7 +179,7 @@ class Scorer:
         self._datasets: dict[str, Any] = {}
 
     def _dataset(self, family: str):
-        import reasoning_gym.factory as factory
+        from reasoning_gym import factory
 
         if family not in self._datasets:
             if family not in factory.DATASETS:

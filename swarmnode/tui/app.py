@@ -20,8 +20,16 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, RichLog, Static
 from textual_plotext import PlotextPlot
 
-from swarmnode.node.client import (ApiError, NodeApi, NoNodeRunning, format_ago, format_duration, format_levels,
-                                   format_reward, short_peer_id)
+from swarmnode.node.client import (
+    ApiError,
+    NodeApi,
+    NoNodeRunning,
+    format_ago,
+    format_duration,
+    format_levels,
+    format_reward,
+    short_peer_id,
+)
 from swarmnode.paths import NodeHome
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)

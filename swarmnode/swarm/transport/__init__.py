@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from swarmnode.config import NodeConfig
-
-from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
+from swarmnode.swarm.transport.base import (
+    MessageHandler,
+    NodeIdentity,
+    Transport,
+    TransportError,
+    TransportStats,
+)
 
 TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import random
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature

@@ -25,8 +25,9 @@ import logging
 import random
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
 

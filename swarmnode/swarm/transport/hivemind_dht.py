@@ -51,17 +51,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import logging
 import os
 import shutil
-import heapq
 import struct
 import tempfile
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import hivemind
 from hivemind.dht.node import DHTNode
@@ -70,12 +71,33 @@ from hivemind.p2p import PeerID
 from hivemind.utils import MSGPackSerializer, get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
-from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValue, connect, local_storage, ping,
-                                       record_key_id, replace_storage, routed_peers, start_dht)
+from swarmnode.compat.hivemind import (
+    DHTID,
+    DHTLocalStorage,
+    DictionaryDHTValue,
+    connect,
+    local_storage,
+    ping,
+    record_key_id,
+    replace_storage,
+    routed_peers,
+    start_dht,
+)
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
-from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, Backoff, NodeIdentity, Transport, TransportError
-from swarmnode.swarm.transport.pull import ANNOUNCE_TTL, FETCH_PER_ROUND, FRESH_SHARE, PullPlan
+from swarmnode.swarm.transport.base import (
+    MAX_MESSAGE_BYTES,
+    Backoff,
+    NodeIdentity,
+    Transport,
+    TransportError,
+)
+from swarmnode.swarm.transport.pull import (
+    ANNOUNCE_TTL,
+    FETCH_PER_ROUND,
+    FRESH_SHARE,
+    PullPlan,
+)
 
 log = logging.getLogger("swarmnode.swarm.transport")
 

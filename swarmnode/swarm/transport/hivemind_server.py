@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
+
 
 class HivemindServer(Transport):
     """A DHT server for the swarm's records; see the module doc. ``private`` is refused: a
@@ -40,7 +42,10 @@ class HivemindServer(Transport):
         from hivemind.dht.node import DHTNode
         from hivemind.dht.validation import CompositeValidator
 
-        from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _write_private
+        from swarmnode.swarm.transport.hivemind_dht import (
+            SwarmRecordValidator,
+            _write_private,
+        )
 
         spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
         key_file = os.path.join(spool, "identity.key")

@@ -58,9 +58,10 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import multiaddr
 import trio
@@ -72,10 +73,25 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from swarmnode.compat.libp2p import allow_redial, batch_window_updates
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
-from swarmnode.swarm.transport.announce import (MAX_ANNOUNCEMENT_BYTES, MAX_SAMPLE_BYTES, Announcement, FirstHand,
-                                                is_count, is_peer_id, parse_push, parse_sample)
-from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError, expand_unspecified,
-                                      peer_id_of, relay_rejection)
+from swarmnode.swarm.transport.announce import (
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_SAMPLE_BYTES,
+    Announcement,
+    FirstHand,
+    is_count,
+    is_peer_id,
+    parse_push,
+    parse_sample,
+)
+from swarmnode.swarm.transport.base import (
+    MAX_MESSAGE_BYTES,
+    NodeIdentity,
+    Transport,
+    TransportError,
+    expand_unspecified,
+    peer_id_of,
+    relay_rejection,
+)
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, PullPlan
 
 log = logging.getLogger("swarmnode.swarm.transport")

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from swarmnode.swarm.standing import PeerShare
 
