@@ -16,7 +16,7 @@ One worker process holds the model for every run (so each run costs only its dec
     PYTHONPATH=. python benchmarks/busy_desktop.py              # the default run (about 7 min on 2 cores)
     PYTHONPATH=. python benchmarks/busy_desktop.py --passes 1 --repeats 1 --max-new-tokens 4   # a smoke run
 
-Targets (issue 16): beside a busy core the default reaches >= 0.9x the best fixed count's
+Targets: beside a busy core the default reaches >= 0.9x the best fixed count's
 tokens per second; alone >= 0.95x; the competing program keeps >= 0.8x of its throughput alone.
 """
 
@@ -84,8 +84,8 @@ def worker(args: argparse.Namespace) -> None:
     """Load the model once at background priority; then, per JSON command on stdin
     (``{"threads": N}``, 0 for the policy), decode the workload and print one result line."""
     import torch
-    from common import bench_config, build_solo_node
 
+    from common import bench_config, build_solo_node
     from swarmnode.node.priority import apply_priority
     from swarmnode.node.threads import ThreadPolicy
     from swarmnode.train.sampler import sample
@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             rows = sample(policy_model.model, policy_model.tokenizer, prompts, args.completions,
                           max_new_tokens=args.max_new_tokens, temperature=cfg.temperature, stop_string=_NEVER,
-                          eos_id=None, token_texts=policy_model.token_texts, device=policy_model.device,
+                          eos_ids=(), token_texts=policy_model.token_texts, device=policy_model.device,
                           should_stop=lambda: time.perf_counter() > deadline)
             dt = time.perf_counter() - t0
             n = sum(len(r) for r in rows)
@@ -169,9 +169,10 @@ def measure(args: argparse.Namespace, worker: Worker, policies: list[int]) -> tu
                     res["competitor_per_s"] = comp.stop()
                 runs.setdefault((condition, threads), []).append(res)
                 name = "auto" if threads == 0 else str(threads)
+                cut = " (cut at --run-limit-s)" if res["cut"] else ""
+                competitor = f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s" if comp else ""
                 print(f"pass {p + 1} {condition:9s} {name:>4s}: {res['tokens_per_second']:6.1f} tok/s, threads "
-                      f"{res['threads_used']}" + (" (cut at --run-limit-s)" if res["cut"] else "") + (f", competitor {res['competitor_per_s'] / 1e6:.1f} M it/s"
-                                                 if comp else ""), flush=True)
+                      f"{res['threads_used']}{cut}{competitor}", flush=True)
     return runs, alone
 
 

@@ -1,8 +1,8 @@
 """What adaptive difficulty adds to a round, timed in isolation (microseconds per round).
 
-Per round the node now: draws its questions at per-family levels instead of one config
-(dormant families weighed down), copies its levels and feeds them the round's group rewards, computes the signal rates, and
-writes the level record into the checkpoint's state.json (which a restart checks). This
+Per round the node draws its questions at per-family levels instead of one config (dormant
+families weighed down), copies its levels and feeds them the round's group rewards, computes
+the signal rates, and writes the level record into the checkpoint's state.json (which a restart checks). This
 times each of those against the same work without levels, on the packaged nine families,
 8 questions x 8 rewards. A round of the embedded model takes tens of seconds, so anything
 in microseconds is far below the 5% a round may grow. Usage, from the repository root::

@@ -45,7 +45,6 @@ def _wait(predicate, timeout: float, what: str, procs: list[subprocess.Popen]):
 def run(args: argparse.Namespace, model: str, flood: bool, work: Path) -> dict:
     from flooder import FLOODER_SEED, SWARM
     from nodeproc import metric_rows, stop_all
-
     from swarmnode.swarm.identity import Identity
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -88,7 +87,8 @@ def run(args: argparse.Namespace, model: str, flood: bool, work: Path) -> dict:
     seconds = [r["seconds"] for r in rows[1:]]  # round 0 warms up (first scoring, allocator)
     flooder_id = Identity.from_seed(FLOODER_SEED).peer_id
     row = next((p for p in peers if p["peer_id"] == flooder_id), {})
-    return {"rounds": len(rows), "median_round_s": statistics.median(seconds), "mean_round_s": statistics.fmean(seconds),
+    return {"rounds": len(rows), "median_round_s": statistics.median(seconds),
+            "mean_round_s": statistics.fmean(seconds),
             "flooder": {k: row.get(k) for k in ("accepted", "rejected", "rejected_by_reason", "banned_until",
                                                  "pooled")}}
 

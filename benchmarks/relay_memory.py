@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from transport_node import SWARM, ProcNode, descendants, wait_for
+from transport_node import SWARM, ProcNode, descendants, wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

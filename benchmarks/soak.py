@@ -18,13 +18,7 @@ import argparse
 import sys
 import time
 
-from common import (
-    add_size_args,
-    bench_config,
-    build_solo_node,
-    current_rss_mb,
-    peak_rss_mb,
-)
+from common import add_size_args, bench_config, build_solo_node, current_rss_mb, peak_rss_mb
 
 BASELINE_ROUND = 20
 TOLERANCE = 0.05

@@ -8,13 +8,14 @@ namespace address. Once every node has 3 peers (all the others in a smaller swar
 seconds more and ``--warmup-rounds`` unmeasured rounds, come ``--rounds`` measured rounds
 ``--round-s`` apart (all at once, or with ``--stagger`` node i at i / N of the round, as in a
 swarm whose rounds are not aligned): each round every node publishes one valid signed bundle of about
-``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of 8 groups x 8 responses x 300 characters of
-text, issue 13's yardstick). Then every node is
+``--size`` wire bytes (incompressible random text; the default 8000 is about what zstd makes of
+8 groups x 8 responses x 300 characters of text). Then every node is
 stopped (and killed, whatever happened). Usage, from the
 repository root, as root (namespaces need it; without them, see below)::
 
     PYTHONPATH=. python benchmarks/swarm_scale.py [--nodes 8 16 32 64] [--transports hivemind libp2p]
-        [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--stagger] [--size 8000] [--fetch-per-round 8] [--json PATH] [--logs DIR]
+        [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--stagger] [--size 8000] [--fetch-per-round 8]
+        [--json PATH] [--logs DIR]
 
 Columns, each per node per measured round unless said otherwise (mean over the N nodes):
 
@@ -30,9 +31,8 @@ Columns, each per node per measured round unless said otherwise (mean over the N
   JSON also has ``pss_mb``, which counts them once).
 * ``bundles in``: distinct bundles of *other* nodes (of any round) that the node's handler
   first received inside the window, divided by the rounds; mean and min over the nodes.
-  Repeated deliveries of one bundle are not counted (the JSON has them as ``duplicates``).
-  (Before stop 25: bundles published in the measured rounds, received by the end of one more
-  round's wait; that counted a fetch by when its bundle was made, not when it was spent.)
+  Repeated deliveries of one bundle are not counted (the JSON has them as ``duplicates``): a
+  fetch counts by when it was spent, not by when its bundle was made.
 * ``delivery``: ``bundles in`` (mean) / min(N - 1, K), K = ``--fetch-per-round``: the share of
   the bundles a node is meant to fetch each round. Above 1 where a transport delivers every
   bundle to every node although only K are needed.
@@ -64,17 +64,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from natlab import LabUnavailable, SwitchLab
-from relay_memory import _pss_kb, _status_kb
-from transport_latency import percentile
-from transport_node import ProcNode, descendants, wait_for
+from natlab import LabUnavailable, SwitchLab  # noqa: E402
+from relay_memory import _pss_kb, _status_kb  # noqa: E402
+from transport_latency import percentile  # noqa: E402
+from transport_node import ProcNode, descendants, wait_for  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 3.0

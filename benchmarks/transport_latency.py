@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from memory_transport import MemoryHub
-from transport_node import MemNode, ProcNode, wait_for
+from memory_transport import MemoryHub  # noqa: E402
+from transport_node import MemNode, ProcNode, wait_for  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -15,10 +15,9 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
     import tomllib

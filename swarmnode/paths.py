@@ -53,7 +53,7 @@ class NodeHome:
     root: Path
 
     @classmethod
-    def resolve(cls, home: str | os.PathLike | None) -> NodeHome:
+    def resolve(cls, home: str | os.PathLike | None) -> "NodeHome":
         return cls(Path(home).expanduser().resolve() if home else default_home())
 
     @property
@@ -85,11 +85,11 @@ class NodeHome:
         return self.root / "api.json"
 
     @classmethod
-    def from_flag(cls, flag: str | None) -> NodeHome:
+    def from_flag(cls, flag: str | None) -> "NodeHome":
         """The home of a command's ``--home`` flag (see :func:`home_setting`), else the default."""
         return cls.resolve(home_setting(flag))
 
-    def create(self) -> NodeHome:
+    def create(self) -> "NodeHome":
         """Create the directories; raise OSError with a readable message if that fails."""
         for d in (self.root, self.checkpoints, self.logs):
             d.mkdir(parents=True, exist_ok=True)

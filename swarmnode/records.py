@@ -7,11 +7,8 @@ project, so the wire format, the trainer and the node all depend on it and not o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, TypeVar
-
-from typing_extensions import Self
+from typing import Any, Mapping, TypeVar
 
 LOCAL = "local"
 
@@ -69,7 +66,7 @@ class JsonRecord:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> Self:
+    def from_json(cls: type[R], row: Mapping[str, Any]) -> R:
         """The record of a JSON row; keys it does not know (a newer writer's) are ignored.
 
         Raises ValueError naming the first missing field or the first value of the wrong kind.

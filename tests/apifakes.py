@@ -7,9 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from swarmnode.events import PauseChanged
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.paths import NodeHome
-from swarmnode.records import RoundRecord
+from swarmnode.records import RoundRecord, YardstickRecord
+from waiting import wait_until
 
 
 class FakeControl:
@@ -27,12 +29,12 @@ class FakeControl:
     def pause(self) -> None:
         self.calls.append("pause")
         if self.state is not None:  # as the daemon does: NodeState.emit is the one writer of paused
-            self.state.emit("paused", paused=True)
+            self.state.emit(PauseChanged(True))
 
     def resume(self) -> None:
         self.calls.append("resume")
         if self.state is not None:
-            self.state.emit("paused", paused=False)
+            self.state.emit(PauseChanged(False))
 
     def peer_rows(self) -> list[dict]:
         return self.peers
@@ -62,12 +64,18 @@ def make_state() -> NodeState:
 
 def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None, **fields) -> RoundRecord:
     """A finished round's record, as swarmnode.node.round makes them; ``fields`` set others."""
-    return RoundRecord(round=r, started_at=1_750_000_000.0 + 10 * r, seconds=2.0, seconds_generate=1.0, seconds_score=0.5,
-                       seconds_train=0.5, reward_mean=reward,
+    return RoundRecord(round=r, started_at=1_750_000_000.0 + 10 * r, seconds=2.0, seconds_generate=1.0,
+                       seconds_score=0.5, seconds_train=0.5, reward_mean=reward,
                        reward_by_task=by_task if by_task is not None else {"basic_arithmetic": reward,
                                                                            "base_conversion": reward / 2},
                        n_local=4, n_external=0, n_dropped_zero_adv=0, tokens_generated=100, completions=2,
                        max_new_tokens=8, loss=0.125, peers=0, **fields)
+
+
+def yardstick_row(r: int, score: float, by_family: dict[str, float], questions: int = 6) -> YardstickRecord:
+    """A yardstick record after ``r`` rounds, as swarmnode.node.round makes them."""
+    return YardstickRecord(round=r, started_at=1_750_000_000.0 + 10 * r, score=score, by_family=by_family,
+                           by_level={}, questions=questions, seconds=1.0)
 
 
 class RealDaemon:
@@ -77,7 +85,7 @@ class RealDaemon:
         self.home, self.model_dir, self.log = home, model_dir, log
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> RealDaemon:
+    def __enter__(self) -> "RealDaemon":
         cmd = [sys.executable, "-m", "swarmnode", "start", "--home", str(self.home.root), "--model",
                str(self.model_dir), "--solo", "--questions", "2", "--completions", "2", "--max-new-tokens", "8",
                "--device", "cpu", "--threads", "1"]
@@ -85,11 +93,8 @@ class RealDaemon:
         return self
 
     def wait_for_api(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.home.api_file.exists():
-            assert self.proc is not None and self.proc.poll() is None, f"daemon died: {self.log.read_text()}"
-            assert time.monotonic() < deadline, f"no api.json after {timeout} s: {self.log.read_text()}"
-            time.sleep(0.1)
+        wait_until(self.home.api_file.exists, timeout, "the daemon's api.json", procs=[self.proc],
+                   context=self.log.read_text)
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,3 +1,14 @@
+"""Fixtures every test may use, and the rule that keeps the quick run quick.
+
+``pytest -m "not slow"`` is the quick run. A test that starts a process (a node, a relay, a
+DHT and its p2pd, a py-libp2p host, which runs in a process of its own, a helper program) is
+marked ``slow``. An unmarked test that tries is stopped there, with an error that says so: an
+audit hook refuses new processes while an unmarked test runs. The tiny random model of
+``tinymodel.py`` (a few hundred kB, built in memory) is a unit-test fake and may run anywhere;
+the real models load only in node processes.
+"""
+
+import multiprocessing.process
 import sys
 from pathlib import Path
 
@@ -5,7 +16,55 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tinymodel import build_tiny_model
+from tinymodel import build_tiny_model  # noqa: E402
+
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp",
+                             "os.spawn", "os.system", "os.exec"})
+_quick_test: str | None = None  # the node id of the unmarked test running now
+
+
+def _refuse_a_process(what: str) -> None:
+    if _quick_test is not None and not _a_library_lookup():
+        raise RuntimeError(f"{_quick_test} starts a process ({what}) but is not marked slow: "
+                           "mark it @pytest.mark.slow (see tests/conftest.py)")
+
+
+def _a_library_lookup() -> bool:
+    """ctypes.util.find_library runs ldconfig (memtrim looks glibc up once a process): not a
+    process the test starts."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "ctypes.util":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in _PROCESS_EVENTS:
+        _refuse_a_process(event)
+
+
+sys.addaudithook(_audit)
+_start = multiprocessing.process.BaseProcess.start
+
+
+def _checked_start(self: multiprocessing.process.BaseProcess) -> None:
+    _refuse_a_process("multiprocessing")  # the spawn and forkserver methods raise no audit event of their own
+    _start(self)
+
+
+multiprocessing.process.BaseProcess.start = _checked_start
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    global _quick_test
+    _quick_test = None if item.get_closest_marker("slow") else item.nodeid
+    try:
+        return (yield)
+    finally:
+        _quick_test = None
 
 
 @pytest.fixture(scope="session")

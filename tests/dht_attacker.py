@@ -14,7 +14,8 @@ as hivemind lets it, one of:
 
 It uses hivemind's public API only (``DHT``, ``run_coroutine``, ``DHTNode.store_many``, a
 ``RecordValidatorBase`` that signs the announcements) and swarmnode's identity, bundle code
-and key layout only to make keys, valid bundles and the keys they go under. Prints ``{"event": "ready"}`` once joined, then
+and key layout only to make keys, valid bundles and the keys they go under.
+Prints ``{"event": "ready"}`` once joined, then
 ``{"event": "done", "stored": N, "seconds": S}`` and stays up until stdin closes.
 """
 
@@ -38,16 +39,15 @@ from hivemind.utils import MSGPackSerializer, get_dht_time
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from transport_node import make_bundle
-
-from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.transport.hivemind_dht import (
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport.hivemind_layout import (  # noqa: E402
     ANNOUNCE_DOMAIN,
     ANNOUNCE_SHARDS,
     announce_key,
     bundle_key,
     shard_of,
 )
+from transport_node import make_bundle  # noqa: E402
 
 YEAR = 365 * 86400.0
 
@@ -80,7 +80,8 @@ async def _store_announcements(_dht, node, *, swarm: str, first: int, n: int) ->
     now = get_dht_time()
     chunk = [_announcer_key(i) for i in range(first, first + n)]
     expirations = [now + 3 * YEAR if i % 2 else now + 100 for i in range(first, first + n)]
-    done = await node.store_many([announce_key(swarm, shard_of(i.peer_id)) for i in chunk], [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
+    done = await node.store_many([announce_key(swarm, shard_of(i.peer_id)) for i in chunk],
+                                 [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
                                  subkeys=[i.peer_id for i in chunk])
     return sum(bool(v) for v in done.values())
 
@@ -99,7 +100,8 @@ async def _store_rounds(_dht, node, *, swarm: str, first: int, n: int, far: bool
         round_no = first + i
         data = make_bundle(identity, swarm, round_no, size, rng)
         expiry = get_dht_time() + (4 * YEAR if far else 250.0)
-        done = await node.store_many([bundle_key(swarm, identity.peer_id, round_no)], [data], [expiry], subkeys=[identity.peer_id])
+        done = await node.store_many([bundle_key(swarm, identity.peer_id, round_no)], [data], [expiry],
+                                     subkeys=[identity.peer_id])
         stored += sum(bool(v) for v in done.values())
     return stored
 

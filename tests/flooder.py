@@ -32,11 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from swarmnode.records import (
-    Group,
-    Question,
+    Group,  # noqa: E402
+    Question,  # noqa: E402
 )
-from swarmnode.swarm.bundle import encode_bundle
-from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
+from swarmnode.swarm.identity import Identity  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
@@ -114,12 +114,9 @@ async def main() -> None:
     identity = Identity.from_seed(FLOODER_SEED)
     from libp2p.peer.id import ID
 
-    from swarmnode.swarm.transport.libp2p_pull import (
-        ANNOUNCE_PROTOCOL,
-        PUSH_EVERY,
-        BundleStore,
-        _exchange,
-    )
+    from swarmnode.swarm.transport.libp2p_holding import BundleStore
+    from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
+    from swarmnode.swarm.transport.libp2p_streams import exchange
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)
@@ -146,8 +143,8 @@ async def main() -> None:
             published += 1
             await asyncio.sleep(PUSH_EVERY + 0.1)
         for peer in transport.peers():
-            await transport._in_host(_exchange, transport._host, ID.from_base58(peer), ANNOUNCE_PROTOCOL,
-                                     BAD_ANNOUNCEMENT, 0)
+            await transport._bridge.run(exchange, transport._host, ID.from_base58(peer), ANNOUNCE_PROTOCOL,
+                                        BAD_ANNOUNCEMENT, 0)
         await asyncio.sleep(PUSH_EVERY + 0.1)
     seconds = time.monotonic() - started
     print(json.dumps({"event": "done", "published": published, "seconds": round(seconds, 1),

@@ -25,12 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hivemind.dht.node import DHTNode
-from hivemind.p2p import P2P
-from transport_node import SWARM, identity_for, make_bundle
+from hivemind.dht.node import DHTNode  # noqa: E402
+from hivemind.p2p import P2P  # noqa: E402
 
-from swarmnode.swarm.bundle import open_envelope
-from swarmnode.swarm.transport.hivemind_dht import SwarmRecordValidator, _store
+from swarmnode.swarm.bundle import open_envelope  # noqa: E402
+from swarmnode.swarm.transport.hivemind_calls import store_round  # noqa: E402
+from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator  # noqa: E402
+from transport_node import SWARM, identity_for, make_bundle  # noqa: E402
 
 
 def _emit(obj: dict) -> None:
@@ -55,8 +56,8 @@ async def _serve(seed: int, listen: str) -> None:
             data = make_bundle(identity, SWARM, 1, 2_000, random.Random(seed))
             path = os.path.join(spool, "bundle")
             Path(path).write_bytes(data)
-            await _store(None, node, swarm=SWARM, peer_id=identity.peer_id, round_no=1, path=path,
-                         created=open_envelope(data)[1]["created"])
+            await store_round(None, node, swarm=SWARM, peer_id=identity.peer_id, round_no=1, path=path,
+                              created=open_envelope(data)[1]["created"])
             _emit({"event": "published", "digest": hashlib.sha256(data).hexdigest()})
     if node is not None:
         await node.shutdown()

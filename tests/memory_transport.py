@@ -10,7 +10,7 @@ copied or serialised: receivers get the very bytes object that was published.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from typing import Sequence
 
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport
 
@@ -22,18 +22,18 @@ class MemoryHub:
         self._lock = threading.Lock()
         self._nodes: list[MemoryTransport] = []
 
-    def join(self, node: MemoryTransport) -> None:
+    def join(self, node: "MemoryTransport") -> None:
         with self._lock:
             if any(n.identity.peer_id == node.identity.peer_id for n in self._nodes):
                 raise ValueError(f"PeerID {node.identity.peer_id} is already on this hub")
             self._nodes.append(node)
 
-    def leave(self, node: MemoryTransport) -> None:
+    def leave(self, node: "MemoryTransport") -> None:
         with self._lock:
             if node in self._nodes:
                 self._nodes.remove(node)
 
-    def others(self, node: MemoryTransport) -> list[MemoryTransport]:
+    def others(self, node: "MemoryTransport") -> list["MemoryTransport"]:
         """The running nodes of ``node``'s swarm, except ``node``."""
         with self._lock:
             return [n for n in self._nodes if n is not node and n.swarm == node.swarm]

@@ -22,11 +22,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from typing import TypeVar
 
-from typing_extensions import Self
+from programs import argv
 
 PUBLIC_IP = "10.77.1.1"
 HOME_IP = "192.168.1.2"
@@ -87,7 +86,7 @@ class _Namespaces:
             if shutil.which(tool) is None:
                 raise LabUnavailable(f"`{tool}` not found (Debian: apt-get install iproute2 nftables)")
 
-    def build(self) -> Self:
+    def build(self: _Lab) -> _Lab:
         """Build the network; LabUnavailable (saying why) where this machine cannot. Call
         :meth:`remove` afterwards either way: a half-built lab is removed the same way."""
         self.check()
@@ -119,9 +118,7 @@ class _Namespaces:
 
     def can_connect(self, from_ns: str, ip: str, port: int) -> bool:
         """Whether a TCP connection from ``from_ns`` to ``ip:port`` opens (2 s limit)."""
-        probe = ("import socket,sys\ns=socket.socket();s.settimeout(2)\n"
-                 f"sys.exit(0 if s.connect_ex(({ip!r},{port}))==0 else 1)")
-        return subprocess.run([*netns_exec(from_ns), sys.executable, "-c", probe], timeout=20).returncode == 0
+        return subprocess.run([*netns_exec(from_ns), *argv("tcp_probe", ip, port)], timeout=20).returncode == 0
 
     def remove(self) -> None:
         for ns in reversed(self._created):

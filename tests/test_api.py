@@ -13,13 +13,28 @@ import time
 
 import aiohttp
 import pytest
-from apifakes import FakeControl, RealDaemon, finished_row, make_state
-from nodeproc import free_port
 
+from apifakes import FakeControl, RealDaemon, finished_row, make_state, yardstick_row
+from nodeproc import free_port
+from swarmnode.events import (
+    BundleAccepted,
+    BundleRefused,
+    LevelsNow,
+    PauseChanged,
+    PeerJoined,
+    PeerLeft,
+    PhaseChanged,
+    RoundFinished,
+    RoundStarted,
+    ThreadsChosen,
+    YardstickScored,
+    parse_event,
+)
 from swarmnode.node import client
 from swarmnode.node.api import ApiServer, prometheus_text
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
+from waiting import wait_until_async
 
 
 @pytest.fixture
@@ -36,9 +51,9 @@ async def node(tmp_path):
 
 async def test_status_reports_the_node(node):
     server, state, control, session = node
-    state.emit("round_started", round=3)
-    state.emit("phase", phase="generating")
-    state.emit("round_finished", round=3, record=finished_row(3, 0.5))
+    state.emit(RoundStarted(3))
+    state.emit(PhaseChanged("generating"))
+    state.emit(RoundFinished(finished_row(3, 0.5)))
     async with session.get("/v1/status") as resp:
         assert resp.status == 200
         body = await resp.json()
@@ -51,14 +66,15 @@ async def test_status_reports_the_node(node):
 
 async def test_levels_signal_rate_and_yardstick_in_status_and_metrics(node):
     server, state, control, session = node
-    state.emit("round_finished", round=0, record=finished_row(0, 0.5, signal_rate=0.75))
-    state.emit("levels", levels={"bf": 2, "base_conversion": -2}, dormant=["base_conversion"])
-    record = {"round": 10, "score": 0.25, "by_family": {"bf": 0.5}, "by_level": {"bf:0": 0.5}, "questions": 4}
-    state.emit("yardstick", record={**record, "round": 0, "score": 0.0})
-    state.emit("yardstick", record=record)
+    state.emit(RoundFinished(finished_row(0, 0.5, signal_rate=0.75)))
+    state.emit(LevelsNow({"bf": 2, "base_conversion": -2}, ("base_conversion",)))
+    record = yardstick_row(10, 0.25, {"bf": 0.5}, questions=4)
+    state.emit(YardstickScored(yardstick_row(0, 0.0, {"bf": 0.0}, questions=4)))
+    state.emit(YardstickScored(record))
     async with session.get("/v1/status") as resp:
         body = await resp.json()
-    assert (body["levels"], body["signal_rate"], body["yardstick"]) == ({"bf": 2, "base_conversion": -2}, 0.75, record)
+    assert (body["levels"], body["signal_rate"], body["yardstick"]) == \
+        ({"bf": 2, "base_conversion": -2}, 0.75, record.to_json())
     assert body["dormant"] == ["base_conversion"]
     async with session.get("/v1/yardstick") as resp:
         assert [r["round"] for r in (await resp.json())["yardstick"]] == [0, 10]
@@ -77,20 +93,20 @@ async def test_status_says_how_many_threads_and_why(node):
     async with session.get("/v1/status") as resp:
         assert (await resp.json())["threads"] == {}  # not chosen yet
     choice = ThreadChoice(1, "auto: other programs use 1.02 of 2 cores", others_busy=1.0234, cores=2)
-    state.emit("threads", **choice.as_dict())
+    state.emit(ThreadsChosen(**choice.as_dict()))
     async with session.get("/v1/status") as resp:
         body = await resp.json()
     assert body["priority"] == "background (nice 19)"
     assert body["threads"] == {"count": 1, "reason": "auto: other programs use 1.02 of 2 cores", "pinned": False,
                                "others_busy": 1.02, "cores": 2}
     async with session.get("/metrics") as resp:
-        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.MULTILINE)
+        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.M)
 
 
 async def test_rounds_since(node):
     server, state, control, session = node
     for r in range(1, 5):
-        state.emit("round_finished", round=r, record=finished_row(r, r / 10))
+        state.emit(RoundFinished(finished_row(r, r / 10)))
     async with session.get("/v1/rounds?since=3") as resp:
         assert [row["round"] for row in (await resp.json())["rounds"]] == [3, 4]
     async with session.get("/v1/rounds") as resp:
@@ -167,18 +183,28 @@ async def test_actions_need_the_token(node, path, call, paused):
 
 async def test_events_arrive_in_order_over_sse(node):
     server, state, control, session = node
+    sent = [RoundStarted(1), PhaseChanged("generating"), BundleAccepted("bob", 1, 3),
+            BundleRefused("eve", "bad_signature"), BundleRefused(None, "rate_limited"), PeerJoined("carol"),
+            PhaseChanged("training"), RoundFinished(finished_row(1, 0.5)), PeerLeft("carol"),
+            ThreadsChosen(1, "pinned", pinned=True, cores=2), PauseChanged(True),
+            LevelsNow({"bf": 1}, ("bf",)), YardstickScored(yardstick_row(1, 0.5, {"bf": 0.5}))]
     expected = [("round_started", {"round": 1}), ("phase", {"phase": "generating"}),
-                ("bundle_accepted", {"peer": "bob", "round": 1}),
+                ("bundle_accepted", {"peer": "bob", "round": 1, "groups": 3}),
                 ("bundle_rejected", {"peer": "eve", "reason": "bad_signature"}),
+                ("bundle_rejected", {"peer": None, "reason": "rate_limited"}),
                 ("peer_joined", {"peer": "carol"}), ("phase", {"phase": "training"}),
-                ("round_finished", {"round": 1, "record": finished_row(1, 0.5)}), ("peer_left", {"peer": "carol"})]
+                ("round_finished", {"round": 1, "metrics": finished_row(1, 0.5).to_json()}),
+                ("peer_left", {"peer": "carol"}),
+                ("threads", {"count": 1, "reason": "pinned", "pinned": True, "others_busy": None, "cores": 2}),
+                ("paused", {"paused": True}), ("levels", {"levels": {"bf": 1}, "dormant": ["bf"]}),
+                ("yardstick", {"record": yardstick_row(1, 0.5, {"bf": 0.5}).to_json()})]
     async with session.get("/v1/events") as resp:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         assert await resp.content.readline() == b": connected\n"
 
         def from_worker_thread() -> None:
-            for type_, data in expected:
-                state.emit(type_, **data)
+            for event in sent:
+                state.emit(event)
 
         threading.Thread(target=from_worker_thread).start()
         parser, got, names, keepalives = client.SseParser(), [], [], 0
@@ -190,9 +216,9 @@ async def test_events_arrive_in_order_over_sse(node):
             event = parser.feed(line)
             if event:
                 got.append(event)
-    expected[-2] = ("round_finished", {"round": 1, "metrics": finished_row(1, 0.5).to_json()})  # the record as JSON
     assert [(e["type"], {k: v for k, v in e.items() if k not in ("type", "time")}) for e in got] == expected
     assert names == [t for t, _ in expected]
+    assert [parse_event(e) for e in got] == sent  # what the dashboard reads back is what the node sent
 
 
 async def test_sse_sends_keepalives_and_stop_closes_the_stream(node):
@@ -207,10 +233,10 @@ async def test_sse_sends_keepalives_and_stop_closes_the_stream(node):
 
 async def test_metrics_follow_the_prometheus_text_format(node):
     server, state, control, session = node
-    state.emit("round_finished", round=1, record=finished_row(1, 0.25))
-    state.emit("round_finished", round=2, record=finished_row(2, 0.75))
-    state.emit("bundle_accepted", peer="bob", round=2)
-    state.emit("bundle_rejected", peer="eve", reason='quote"back\\slash\nnewline')
+    state.emit(RoundFinished(finished_row(1, 0.25)))
+    state.emit(RoundFinished(finished_row(2, 0.75)))
+    state.emit(BundleAccepted("bob", 2, 1))
+    state.emit(BundleRefused("eve", 'quote"back\\slash\nnewline'))
     async with session.get("/metrics") as resp:
         assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
         text = await resp.text()
@@ -240,7 +266,7 @@ async def test_metrics_follow_the_prometheus_text_format(node):
     assert values["swarmnode_round_seconds_sum"] == "4.0" and values["swarmnode_round_seconds_count"] == "2"
     assert values['swarmnode_bundles_total{outcome="accepted",reason=""}'] == "1"
     assert values['swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}'] == "1"
-    # the transport's own refusals (FakeControl.refusals), issue 15
+    # the transport's own refusals (FakeControl.refusals)
     assert values['swarmnode_transport_refused_total{reason="far_expiry"}'] == "3"
     assert values['swarmnode_transport_refused_total{reason="not_a_bundle"}'] == "1"
     assert values["swarmnode_transport_evicted_total"] == "2"
@@ -307,9 +333,9 @@ async def test_status_stays_fast_while_the_round_thread_updates_state(node, caps
         r = 0
         while not stop.is_set():
             r += 1
-            state.emit("round_started", round=r)
-            state.emit("phase", phase="generating")
-            state.emit("round_finished", round=r, record=finished_row(r, 0.5))
+            state.emit(RoundStarted(r))
+            state.emit(PhaseChanged("generating"))
+            state.emit(RoundFinished(finished_row(r, 0.5)))
             time.sleep(0.001)
 
     worker = threading.Thread(target=busy_round_thread)
@@ -336,7 +362,7 @@ async def test_status_stays_fast_while_the_round_thread_updates_state(node, caps
 
 async def test_client_reads_status_and_peers(node):
     server, state, control, session = node
-    state.emit("round_started", round=9)
+    state.emit(RoundStarted(9))
     async with client.NodeApi(server.home) as api:
         assert (await api.status())["round"] == 9
         assert (await api.peers())[0]["name"] == "bob"
@@ -374,11 +400,11 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
 
     home = NodeHome(tmp_path).create()
     state = make_state()
-    state.emit("round_finished", round=4, record=finished_row(4, 0.375, signal_rate=0.625))
-    state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict())
+    state.emit(RoundFinished(finished_row(4, 0.375, signal_rate=0.625)))
+    state.emit(ThreadsChosen(**ThreadChoice(1, "auto: other programs use 1.00 of 2 cores", cores=2).as_dict()))
     state.info.priority = "background (nice 19)"
-    state.emit("levels", levels={"bf": 1, "arc_1d": -1}, dormant=["arc_1d"])
-    state.emit("yardstick", record={"round": 0, "score": 0.0625, "by_family": {}, "questions": 54})
+    state.emit(LevelsNow({"bf": 1, "arc_1d": -1}, ("arc_1d",)))
+    state.emit(YardstickScored(yardstick_row(0, 0.0625, {}, questions=54)))
     loop = asyncio.new_event_loop()
     server = ApiServer(state, FakeControl(), home=home)
     thread = threading.Thread(target=loop.run_forever)
@@ -431,6 +457,7 @@ async def _round_events(session: aiohttp.ClientSession, rounds: int) -> list[dic
     return events
 
 
+@pytest.mark.slow
 async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
     home = NodeHome(tmp_path / "home")
     with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:
@@ -463,11 +490,11 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert await api.peers() == []
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
-            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.MULTILINE)
-            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.MULTILINE)
-            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.MULTILINE)
-            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.MULTILINE)
-            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.MULTILINE)
+            assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.M)
+            assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.M)
+            assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.M)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.M)
+            assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.M)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:
@@ -477,17 +504,21 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir):
             assert daemon.proc.poll() is None
 
             await api.pause()
-            deadline = time.monotonic() + 60
-            while (status := await api.status())["phase"] != "idle":  # the round in flight completes
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+
+            async def idle() -> dict | None:
+                status = await api.status()
+                return status if status["phase"] == "idle" else None
+
+            status = await wait_until_async(idle, 60, "the round in flight to complete", procs=[daemon.proc])
             assert status["paused"]
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(2.0)  # time for a round to start, which a paused node must not
             assert (await api.status())["round"] == status["round"], "a paused node started a round"
             await api.resume()
-            while (await api.status())["round"] == status["round"]:
-                assert time.monotonic() < deadline + 30
-                await asyncio.sleep(0.1)
+
+            async def next_round() -> bool:
+                return (await api.status())["round"] != status["round"]
+
+            await wait_until_async(next_round, 30, "a round after resume", procs=[daemon.proc])
 
             await api.stop()
             assert await asyncio.to_thread(daemon.proc.wait, 60) == 0

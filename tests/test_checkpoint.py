@@ -3,16 +3,10 @@ import os
 
 import pytest
 import torch
-from apifakes import finished_row
 
+from apifakes import finished_row
 from swarmnode.config import NodeConfig
-from swarmnode.node.checkpoint import (
-    CheckpointError,
-    latest_checkpoint,
-    list_checkpoints,
-    restore,
-    save_checkpoint,
-)
+from swarmnode.node.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy

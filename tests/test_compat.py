@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from programs import output
 from swarmnode.compat import transformers as tf_compat
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +95,11 @@ def _defined_private_names(sources: list[Path]) -> set[str]:
     return {n for n in names if n.startswith("_")}
 
 
+# The hivemind transport's modules that run hivemind: only they may use its internals.
+HIVEMIND_DOORS = {f"swarmnode/swarm/transport/hivemind_{name}.py" for name in ("dht", "server", "records", "storage",
+                                                                               "calls")}
+
+
 def test_only_the_doors_touch_library_internals():
     sources = sorted((ROOT / "swarmnode").rglob("*.py"))
     own = _defined_private_names([p for p in sources if p.parent != COMPAT])
@@ -102,7 +107,7 @@ def test_only_the_doors_touch_library_internals():
     for path in sources:
         rel = path.relative_to(ROOT).as_posix()
         imports = _imports(path)
-        if rel not in ("swarmnode/swarm/transport/hivemind_dht.py", "swarmnode/swarm/transport/hivemind_server.py"):
+        if rel not in HIVEMIND_DOORS:
             assert not any(i.startswith("swarmnode.compat.hivemind") for i in imports), rel
         if rel != "swarmnode/swarm/transport/libp2p_pull.py":
             assert not any(i.startswith("swarmnode.compat.libp2p") for i in imports), rel
@@ -241,167 +246,54 @@ def test_adapter_parameters_are_exactly_one_adapters_trainable_weights(tiny_mode
         assert len(trainable) == 4 * model.config.num_hidden_layers  # A and B of two projections
 
 
-# ---- hivemind and py-libp2p, one subprocess each ---------------------------------------
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_attention_functions_get_the_layers_scaling_and_window(arch, tmp_path):
+    """What prefixattn's decoding attention reads from the keyword arguments, on each architecture."""
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-HIVEMIND_CHECK = """
-import asyncio, json
-from hivemind.dht.node import DHTNode
-from hivemind.dht.validation import RecordValidatorBase
-from hivemind.utils import get_dht_time
-from swarmnode.compat.hivemind import (DHTID, DHTLocalStorage, DictionaryDHTValue, connect, local_storage,
-                                       ping, record_key_id, replace_storage, routed_peers)
+    from tinymodel import GEMMA3_WINDOW, build_tiny_model
 
-class Seen(DHTLocalStorage):
-    def __init__(self):
-        super().__init__()
-        self.writes = []
-    def store_subkey(self, key, subkey, value, expiration_time):
-        self.writes.append(subkey)
-        return super().store_subkey(key, subkey, value, expiration_time)
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path, arch=arch), dtype=torch.float32)
+    cfg = model.config
+    seen = {}
 
-class Keys(RecordValidatorBase):
-    def __init__(self):
-        self.seen = []
-    def validate(self, record):
-        self.seen.append(record.key)
-        return True
+    def spy(module, query, key, value, *args, **kwargs):
+        seen[tf_compat.layer_index(module)] = (kwargs.get("scaling"), kwargs.get("sliding_window"))
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, *args, **kwargs)
 
-async def main():
-    keys = Keys()
-    a = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validator=keys)
-    b = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-    out = {"routed before": a.peer_id in routed_peers(b)}
-    address = (await a.get_visible_maddrs())[0]
-    await connect(b, a.peer_id, [address.decapsulate(f"/p2p/{a.peer_id}")])
-    out["ping"] = await ping(b, a.peer_id)
-    for _ in range(50):  # ping schedules the routing-table update as a task
-        if a.peer_id in routed_peers(b):
-            break
-        await asyncio.sleep(0.1)
-    out["routed after"] = a.peer_id in routed_peers(b)
-    await a.store("compat/key", b"x", get_dht_time() + 60)
-    out["key id"] = keys.seen[-1] == record_key_id("compat/key")
-    out["other key id"] = keys.seen[-1] == record_key_id("compat/other")
-    storage = Seen()
-    replace_storage(a, storage, Seen())
-    await b.store("compat/signed", b"v", get_dht_time() + 60, subkey="signer")
-    out["storage sees subkeyed writes"] = storage.writes == ["signer"] and local_storage(a)[0] is storage
-    found = storage.get(DHTID.generate(source="compat/signed"))
-    del found.value["signer"]
-    after = storage.get(DHTID.generate(source="compat/signed"))
-    out["deleting the subkey drops the record"] = (isinstance(found.value, DictionaryDHTValue)
-                                                   and (after is None or "signer" not in after.value))
-    for node in (a, b):
-        await node.shutdown()
-    print(json.dumps(out))
-
-asyncio.run(main())
-"""
-
-LIBP2P_CHECK = """
-import json, socket, threading
-import multiaddr, trio
-from libp2p import new_host
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from swarmnode.compat.libp2p import allow_redial
-
-async def dial(host, info):
-    try:
-        with trio.fail_after(5):
-            await host.connect(info)
-        return True
-    except Exception:
-        return False
-
-async def main():
-    out = {}
-    threads = threading.active_count()
-    a, b = new_host(key_pair=create_new_key_pair(b"a" * 32)), new_host(key_pair=create_new_key_pair(b"b" * 32))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")
-    info = info_from_p2p_addr(multiaddr.Multiaddr(f"{address}/p2p/{b.get_id()}"))
-    async with a.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
-        out["dial, nobody listening"] = await dial(a, info)
-        async with b.run([address]):
-            out["dial again, now listening"] = await dial(a, info)
-            allow_redial(a, info.peer_id)
-            out["dial after allow_redial"] = await dial(a, info)
-    out["threads left"] = threading.active_count() - threads
-    print(json.dumps(out))
-
-trio.run(main)
-"""
+    AttentionInterface.register("swarmnode_compat_kwargs_spy", spy)
+    with torch.no_grad(), tf_compat.attention_swapped(cfg, "swarmnode_compat_kwargs_spy"):
+        model(input_ids=_ids())
+    scale = (cfg.query_pre_attn_scalar if arch == "gemma3" else cfg.hidden_size // cfg.num_attention_heads) ** -0.5
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    windows = [GEMMA3_WINDOW if t == "sliding_attention" else None for t in types]
+    assert seen == {i: (pytest.approx(scale), w) for i, w in enumerate(windows)}
+    assert (arch == "gemma3") == any(w is not None for w in windows)
+    assert tf_compat.checkpointable(model) and not tf_compat.checkpointable(torch.nn.Linear(2, 2))
 
 
-# Two real hosts; the WINDOW_UPDATE frames yamux sends while one reads 20 messages of 100 bytes
-# from the other, before and after batch_window_updates(): at least one a read, then about one
-# every other read (22 and 13 on 0.8.1).
-YAMUX_CHECK = """
-import json, os
-import multiaddr, trio
-from libp2p import new_host
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.stream_muxer.yamux.yamux import YamuxStream
-from swarmnode.compat.libp2p import batch_window_updates
-
-os.environ.pop("PY_YAMUX_RELEASE_ON_READ", None)
-updates = []
-original = YamuxStream.send_window_update
-async def counted(self, *args, **kwargs):
-    updates.append(self)
-    return await original(self, *args, **kwargs)
-YamuxStream.send_window_update = counted
-counts = []
-
-async def reader(stream):
-    before, got = len(updates), 0
-    while got < 2000:
-        got += len(await stream.read(2000 - got))
-    counts.append(len(updates) - before)
-    await stream.write(b"ok")
-    await stream.close()
-
-async def send_twenty(b, a):
-    stream = await b.new_stream(a.get_id(), ["/compat/read/1"])
-    for _ in range(20):
-        await stream.write(b"x" * 100)
-        await trio.sleep(0.02)
-    await stream.read(2)
-
-async def main():
-    a, b = new_host(key_pair=create_new_key_pair(b"a" * 32)), new_host(key_pair=create_new_key_pair(b"b" * 32))
-    a.set_stream_handler("/compat/read/1", reader)
-    async with a.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]), b.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
-        await b.connect(info_from_p2p_addr(multiaddr.Multiaddr(f"{a.get_addrs()[0]}/p2p/{a.get_id()}")))
-        await send_twenty(b, a)
-        batch_window_updates()
-        await send_twenty(b, a)
-    print(json.dumps({"by default, one a read or more": counts[0] >= 20, "batched, at most 15": counts[1] <= 15}))
-
-trio.run(main)
-"""
-
-def _run_check(script: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+# ---- hivemind and py-libp2p, one process each (tests/programs/compat_*.py) -----------------
 
 
+def _run_check(program: str) -> dict:
+    return json.loads(output(program).splitlines()[-1])
+
+
+@pytest.mark.slow
 def test_hivemind_doors_on_two_real_dht_nodes():
-    assert _run_check(HIVEMIND_CHECK) == {"routed before": False, "ping": True, "routed after": True,
-                                          "key id": True, "other key id": False,
-                                          "storage sees subkeyed writes": True,
-                                          "deleting the subkey drops the record": True}
+    assert _run_check("compat_hivemind") == {"routed before": False, "ping": True, "routed after": True,
+                                             "key id": True, "other key id": False,
+                                             "storage sees subkeyed writes": True,
+                                             "deleting the subkey drops the record": True}
 
 
+@pytest.mark.slow
 def test_libp2p_doors_on_two_real_hosts():
-    assert _run_check(LIBP2P_CHECK) == {"dial, nobody listening": False, "dial again, now listening": False,
-                                        "dial after allow_redial": True, "threads left": 0}
+    assert _run_check("compat_libp2p") == {"dial, nobody listening": False, "dial again, now listening": False,
+                                           "dial after allow_redial": True, "threads left": 0}
 
 
+@pytest.mark.slow
 def test_libp2p_yamux_credit_batches_on_real_hosts():
-    assert _run_check(YAMUX_CHECK) == {"by default, one a read or more": True, "batched, at most 15": True}
+    assert _run_check("compat_yamux") == {"by default, one a read or more": True, "batched, at most 15": True}

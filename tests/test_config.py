@@ -52,6 +52,7 @@ def test_bad_env_value_names_the_variable():
         load_config({}, environ={"SWARMNODE_MAX_NEW_TOKENS": "lots"})
 
 
+@pytest.mark.slow
 def test_cli_exits_2_with_one_line_naming_the_key(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text("completions = -1\n")
@@ -62,6 +63,7 @@ def test_cli_exits_2_with_one_line_naming_the_key(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_start_refuses_a_transport_that_is_not_a_network_in_one_line(tmp_path):
     """The in-process test transport once passed the config and crashed ``start`` with a traceback."""
     proc = subprocess.run([sys.executable, "-m", "swarmnode", "start", "--home", str(tmp_path), "--transport",

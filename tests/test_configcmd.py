@@ -43,7 +43,8 @@ def test_show_json_reports_value_and_source_of_each_layer(tmp_path, monkeypatch,
 def test_show_text_has_one_line_per_key_with_source(tmp_path, capsys):
     assert run(["config", "show", "--home", str(tmp_path), "--solo"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split()[0]: line for line in out.splitlines() if line and not line.startswith(("[", "config", "node"))}
+    lines = {line.split()[0]: line for line in out.splitlines()
+             if line and not line.startswith(("[", "config", "node"))}
     assert set(lines) == {f.name for f in NodeConfig.keys()}
     assert lines["solo"].split()[1:] == ["true", "flag:--solo"]
     assert lines["rounds"].split()[1:] == ["(unset)", "default"]
@@ -69,7 +70,7 @@ def test_init_lists_every_key_and_uncommenting_gives_the_default(tmp_path):
     text = configcmd.render_init()
     defaults = NodeConfig()
     for f in NodeConfig.keys():
-        line = next(l for l in text.splitlines() if l.startswith(f"# {f.name} = "))
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"# {f.name} = "))
         if getattr(defaults, f.name) is None:
             assert "unset by default" in line
             continue

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinygguf import build_tiny_gguf
 
 from swarmnode.catalogue import SMOLLM2
 from swarmnode.train import convert
 from swarmnode.train.convert import ConversionError, convert_gguf
+from tinygguf import build_tiny_gguf
 
 
 def _same_as_transformers(gguf: Path, out: Path) -> None:

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from nodeproc import LogTail, metric_rounds, start_argv, write_signal_tasks
 
+from nodeproc import LogTail, metric_rounds, start_argv, write_signal_tasks
 from swarmnode.node.checkpoint import latest_checkpoint
+from waiting import wait_until
 
 KILLS = 20
 # Round-robin: a random delay into the round, and kills aimed at generation, training and
@@ -29,14 +30,6 @@ MODES = ("random", "generating", "training", "checkpoint")
 _MARK = re.compile(r"phase (\w+)|round \d+: (saving)|round \d+: (reward)")
 
 pytestmark = pytest.mark.slow
-
-
-def _wait_for(proc: subprocess.Popen, ready, timeout: float = 180.0) -> None:
-    deadline = time.time() + timeout
-    while not ready():
-        assert proc.poll() is None, f"the node exited with {proc.returncode} before the kill"
-        assert time.time() < deadline, "the node never reached the moment to kill it"
-        time.sleep(0.002)
 
 
 def _phase_hit(log_text: str, checkpoints: Path, pid: int) -> str:
@@ -74,12 +67,14 @@ def test_twenty_kill_9_restarts_lose_nothing(tmp_path, tiny_model_dir):
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err_fh)
         try:
             if mode == "checkpoint":
-                _wait_for(proc, lambda: ckpts.is_dir() and bool(list(ckpts.glob(f".tmp-round-*-{proc.pid}"))))
+                wait_until(lambda: ckpts.is_dir() and list(ckpts.glob(f".tmp-round-*-{proc.pid}")), 180,
+                           "a checkpoint write to kill", interval=0.002, procs=[proc])
             elif mode == "random":
-                _wait_for(proc, lambda: "phase generating" in tail.text())
+                wait_until(lambda: "phase generating" in tail.text(), 180, "generating", interval=0.002, procs=[proc])
                 time.sleep(rng.uniform(0.0, 1.0))
             else:
-                _wait_for(proc, lambda: f"phase {mode}" in tail.text())
+                wait_until(lambda: f"phase {mode}" in tail.text(), 180, f"phase {mode}", interval=0.002,
+                           procs=[proc])
             os.kill(proc.pid, signal.SIGKILL)
         finally:
             proc.kill()

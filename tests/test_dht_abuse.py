@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from transport_node import SWARM, ProcNode, descendants, process_name, wait_for
 
 pytestmark = pytest.mark.slow

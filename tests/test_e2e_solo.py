@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from programs import output
+
 TINY = ["--questions", "2", "--completions", "2", "--max-new-tokens", "6", "--local", "2", "--external", "0"]
 KEYS = {"round", "started_at", "seconds", "reward_mean", "reward_by_task", "n_local", "n_external",
         "n_dropped_zero_adv", "tokens_generated", "loss", "peers"}
@@ -42,14 +44,7 @@ def test_solo_rounds_adapter_and_resume_after_kill(tmp_path):
 
     # The saved adapter loads with plain PEFT in a fresh process.
     adapter = home / "checkpoints" / "round-000001" / "adapter"
-    load = ("import sys; from swarmnode.train.model import prepare_model; "
-            "from transformers import AutoModelForCausalLM; from peft import PeftModel; "
-            "base = AutoModelForCausalLM.from_pretrained(prepare_model('smollm2-135m').path); "
-            "m = PeftModel.from_pretrained(base, sys.argv[1]); "
-            "print(sum(p.numel() for n, p in m.named_parameters() if 'lora_' in n))")
-    out = subprocess.run([sys.executable, "-c", load, str(adapter)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert int(out.stdout.strip().splitlines()[-1]) > 0
+    assert int(output("load_adapter", adapter, timeout=300).splitlines()[-1]) > 0
 
     # Kill -9 in the middle of the next run's second round, then restart: numbering continues.
     victim = subprocess.Popen(_start(home, "--rounds", "10"), stdout=subprocess.DEVNULL,

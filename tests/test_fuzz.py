@@ -4,8 +4,9 @@ reason, with bounded memory, and nothing escapes.
 Inputs go through the whole receive path of a node (the guard's header peek,
 ``BundleVerifier.check``, then ``Exchange.receive`` with a real reasoning-gym Scorer), and come
 in these kinds: random bytes, random bytes behind a valid header, truncated or bit-flipped
-valid bundles, a valid bundle with a forged key or signature, a valid bundle again (replay), bundles whose signed body is arbitrary bytes (invalid UTF-8, NaN, non-canonical
-or deeply nested JSON), and validly signed payloads that are a valid bundle with hostile
+valid bundles, a valid bundle with a forged key or signature, a valid bundle again (replay),
+bundles whose signed body is arbitrary bytes (invalid UTF-8, NaN, non-canonical or deeply
+nested JSON), and validly signed payloads that are a valid bundle with hostile
 changes (wrong types, missing or extra fields, huge or deeply nested fields, fields at and
 past every limit, known task families with hostile metadata for the verifier).
 

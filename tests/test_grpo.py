@@ -57,20 +57,51 @@ def policy(tiny_model_dir):
     return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu")), cfg)
 
 
+def first_token_logprobs(policy: Policy, question: str, responses: list[str]) -> list[float]:
+    """The log-prob of each response's first token under the policy, by a plain forward pass."""
+    policy.activate()
+    policy.model.eval()
+    out = []
+    with torch.no_grad():
+        for response in responses:
+            prompt, completion = policy.split_response(question, response)
+            p = policy.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            c = policy.tokenizer(completion, add_special_tokens=False)["input_ids"]
+            logits = policy.model(input_ids=torch.tensor([p + c[:1]])).logits[0, len(p) - 1]
+            out.append(torch.log_softmax(logits.float(), dim=-1)[c[0]].item())
+    return out
+
+
 def test_grpo_step_raises_the_higher_advantage_completion(policy):
     q = Question("basic_arithmetic", "Calculate 1 + 1.", "2")
     good, bad = "<answer>2</answer>", "<answer>7</answer>"
     group = Group(q, [good, bad, good, bad], [1.0, 0.0, 1.0, 0.0])
-    pairs = [policy.split_response(q.question, r) for r in (good, bad)]
     # The first response token is where the two differ ("2" vs "7", same context).
-    before = [lp[0].item() for lp in policy.sequence_logprobs(pairs)]
+    before = first_token_logprobs(policy, q.question, [good, bad])
     frozen = {n: p.clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
     loss = policy.train_step([group])
-    after = [lp[0].item() for lp in policy.sequence_logprobs(pairs)]
+    after = first_token_logprobs(policy, q.question, [good, bad])
     assert loss is not None
     assert after[0] > before[0] and after[1] < before[1]
     # Only the adapter trains: every frozen base weight is bit-identical.
     assert all(torch.equal(p, frozen[n]) for n, p in policy.model.named_parameters() if n in frozen)
+
+
+def test_the_loss_is_the_token_mean_over_every_completion_of_the_batch(policy):
+    """N counts every response token of the batch, a zero-advantage completion's too: it adds
+    nothing to the sum (ratio 1 in value, so the loss is -sum A_i |o_i| / N)."""
+    q = Question("chain_sum", "What is 1 + 1?", "2")
+    ids = [[11, 12, 13], [14, 15, 16, 17, 18], [19, 20]]
+    group = Group(q, ["a", "b", "c"], [0.0, 0.5, 1.0], token_ids=ids)
+    adv = group_advantages(torch.tensor([group.rewards]))[0]
+    assert adv[1] == 0.0 and adv[2] > 0
+    assert policy.train_step([group]) == pytest.approx(-(adv[0] * 3 + adv[2] * 2).item() / 10, rel=1e-5)
+    assert policy.train_step([Group(q, ["a", "b"], [1.0, 1.0], token_ids=ids[:2])]) is None  # nothing to learn
+
+
+def test_advantages_use_the_population_standard_deviation():
+    adv = group_advantages(torch.tensor([[0.0, 1.0]]))[0]
+    assert adv.tolist() == pytest.approx([-1.0, 1.0], abs=1e-5)  # the sample one would give -0.71, 0.71
 
 
 def test_two_adapters_on_one_base_train_independently(policy):

@@ -12,8 +12,11 @@ import pytest
 
 pytest.importorskip("hivemind")
 
-from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.transport import hivemind_dht as hd
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport import hivemind_calls as calls  # noqa: E402
+from swarmnode.swarm.transport.hivemind_dht import HivemindTransport  # noqa: E402
+from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of  # noqa: E402
+from swarmnode.swarm.transport.hivemind_pull import SHARDS_PER_POLL, HivemindPull  # noqa: E402
 
 
 class FakeSwarm:
@@ -32,15 +35,15 @@ class FakeSwarm:
         (self.stored.add if payload else self.stored.discard)(peer)
 
     async def call(self, coro):
-        if coro is hd._counters:
+        if coro is calls.counters:
             return {}
         fn, kw = coro.func, coro.keywords
-        if fn is hd._read_announcements:
+        if fn is calls.read_announcements:
             self.shard_reads += len(kw["shards"])
             shards = set(kw["shards"])
             return {p: (r, time.monotonic() - self.made[p]) for p, r in self.rounds.items()
-                    if hd.shard_of(p) in shards}, []
-        if fn is hd._fetch_bundles:
+                    if shard_of(p) in shards}, []
+        if fn is calls.fetch_bundles:
             self.fetched += [p for p, _ in kw["wanted"]]
             return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored and r == self.rounds[p]]
         raise AssertionError(fn)
@@ -51,9 +54,9 @@ def peer(name: str) -> str:
 
 
 def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
-    t = hd.HivemindTransport(Identity.from_seed(bytes(32)), "sw", fetch_per_round=k)
+    t = HivemindTransport(Identity.from_seed(bytes(32)), "sw", fetch_per_round=k)
     t._call = swarm.call
-    t._plan.rng = random.Random(0)
+    t._pull = HivemindPull(t.identity.peer_id, k, rng=random.Random(0))
     t.set_established(established.__contains__)
     delivered, rejected = [], []
     t.set_handler(delivered.append)
@@ -62,7 +65,7 @@ def make_transport(swarm: FakeSwarm, established: set[str], k: int = 8):
 
 
 def run_round(t, polls: int = 6) -> None:
-    t._plan.next_round(time.monotonic())
+    t._pull.next_round(time.monotonic())
     for _ in range(polls):
         asyncio.run(t._poll_once())
 
@@ -129,12 +132,12 @@ def test_a_round_made_long_ago_is_skipped_for_the_peers_next_and_waiting_for_it_
     a = peer("slow")
     t, delivered, rejected = make_transport(swarm, {a}, k=2)
     # This node's rounds: 40 s, so a round over 20 s (the floor) old is stale.
-    t._plan.next_round(time.monotonic() - 40.0)
+    t._pull.next_round(time.monotonic() - 40.0)
     swarm.announce(a, 5, payload=True, age=45.0)  # round 6 is due already (a 40 s round, unknown period)
     run_round(t, polls=3)
     assert swarm.fetched == [a] and delivered == [] and rejected == [], "asked for round 6, not made yet"
-    assert t._plan.awaited[a].old == 5
+    assert t._pull.plan.freshness.awaited[a].old == 5
     swarm.announce(a, 6, payload=True)
-    for _ in range(hd.ANNOUNCE_SHARDS // hd.SHARDS_PER_POLL):  # the shard cycle comes to a's, which says 6
+    for _ in range(ANNOUNCE_SHARDS // SHARDS_PER_POLL):  # the shard cycle comes to a's, which says 6
         asyncio.run(t._poll_once())
     assert delivered == [f"{a}/6".encode()] and rejected == []

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from programs import output
 from swarmnode import cli
 from swarmnode.swarm import identity as identity_module
 from swarmnode.swarm.identity import (
@@ -27,14 +25,6 @@ SEED = bytes(range(32))
 SEED_PEER_ID = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
-
-
-def run_isolated(code: str, *args: str, timeout: float = 120) -> str:
-    """Run ``code`` in a fresh interpreter: hivemind and libp2p cannot share one process."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip()
 
 
 def test_from_seed_is_deterministic_and_pinned():
@@ -141,29 +131,19 @@ def test_directory_in_place_of_key(tmp_path: Path):
         Identity.load_or_create(tmp_path / "identity.key")
 
 
+@pytest.mark.slow
 def test_py_libp2p_derives_the_same_peer_id_and_signature():
     ident = Identity.from_seed(SEED)
-    out = run_isolated("""
-        import sys
-        from libp2p.crypto.ed25519 import Ed25519PrivateKey
-        from libp2p.peer.id import ID
-        key = Ed25519PrivateKey.from_bytes(bytes.fromhex(sys.argv[1]))
-        print(ID.from_pubkey(key.get_public_key()).to_base58())
-        print(key.sign(b"swarmnode").hex())
-    """, ident.seed.hex())
+    out = output("identity_libp2p", ident.seed.hex())
     peer_id, signature = out.splitlines()
     assert peer_id == ident.peer_id
     assert bytes.fromhex(signature) == ident.sign(b"swarmnode")
 
 
+@pytest.mark.slow
 def test_hivemind_loads_the_key_file_with_the_same_peer_id(tmp_path: Path):
     ident = Identity.load_or_create(tmp_path / "identity.key")
-    out = run_isolated("""
-        import sys, hivemind
-        dht = hivemind.DHT(start=True, identity_path=sys.argv[1], host_maddrs=["/ip4/127.0.0.1/tcp/0"])
-        print(dht.peer_id.to_base58())
-        dht.shutdown()
-    """, str(ident.path))
+    out = output("identity_hivemind", ident.path)
     assert out.splitlines()[-1] == ident.peer_id
 
 

@@ -52,3 +52,26 @@ def test_base_modules_import_no_layer():
     """records, config and paths sit under every layer, so the wire format needs no task loader."""
     for name in ("records", "config", "paths"):
         assert {layer_of(m) for m in project_imports(PACKAGE / f"{name}.py")} <= {"base"}
+
+
+def test_every_package_says_its_job_and_what_it_may_import():
+    """Each package's docstring ends with ``May import: <layers>.``, the layers ALLOWED gives it
+    beside its own (``nothing`` for a package of data)."""
+    order = list(ALLOWED)
+    wrong = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        package = ".".join(("swarmnode", *init.parent.relative_to(PACKAGE).parts))
+        if package == "swarmnode":  # the top: every layer is inside it
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        said = [line for line in doc.splitlines() if "May import:" in line]
+        if not said:
+            wrong.append(f"{package}: no docstring with 'May import: ...'")
+            continue
+        text = " ".join(doc[doc.index("May import:") + len("May import:"):].split())
+        named = [word.strip(",.") for word in text.split("(")[0].split()]
+        layer = layer_of(package)
+        expected = sorted(ALLOWED[layer] - {layer}, key=order.index) if layer in SUBPACKAGES else ["nothing"]
+        if named != expected:
+            wrong.append(f"{package} says it may import {named}, tests/test_layers.py allows {expected}")
+    assert not wrong, "\n".join(wrong)

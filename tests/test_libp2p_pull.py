@@ -1,7 +1,7 @@
 """The libp2p transport's protocol version 3: announcements pushed and sampled, bundles pulled.
 
-Signed announcements and the first-hand store are checked in this process (they import no
-py-libp2p). The rest runs in a fresh interpreter each (py-libp2p cannot share a process with
+Signed announcements and the protocol's rules (what spreads, what is held and pulled, whom the
+peer exchange dials) are checked in this process: they import no py-libp2p. The rest runs in a fresh interpreter each (py-libp2p cannot share a process with
 hivemind, which other tests import): the per-round bound with the network side stubbed (as
 ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on 127.0.0.1 a pull
 whose bytes do not match the digest or run past the announced size, a private node's hold at
@@ -11,6 +11,7 @@ older protocol, and the peer exchange's order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -21,19 +22,21 @@ from pathlib import Path
 import pytest
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (
-    DOMAIN,
-    SAMPLE_SIZE,
-    Announcement,
-    FirstHand,
-    parse_push,
-    parse_sample,
-    read_signed,
-)
+from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement, parse_push, parse_sample, read_signed
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
+from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
+from swarmnode.swarm.transport.libp2p_peers import PEER_TARGET, ExchangeRound, answer_order
+from swarmnode.swarm.transport.libp2p_spread import (
+    SAMPLE_EVERY,
+    SAMPLE_EVERY_MAX,
+    FirstHand,
+    Libp2pPull,
+    PushPacer,
+    SampleSchedule,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transport_node import identity_for
+from transport_node import identity_for, make_bundle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SW = "sw"
@@ -124,12 +127,85 @@ def test_first_hand_keeps_each_peers_newest_passes_on_a_bounded_uniform_sample_a
     assert table.sample(now=100.0) == [] and len(table) == 0
 
 
+def test_pushes_are_read_one_a_second_from_each_peer():
+    pacer = PushPacer(memory=100, every=1.0)
+    assert pacer.admit("a", 0.0) and pacer.admit("b", 0.1)
+    assert not pacer.admit("a", 0.9), "a's second push within the second is dropped unread"
+    assert pacer.admit("a", 1.0)
+
+
+def test_samples_go_round_the_connected_peers_and_are_asked_less_often_while_nobody_is_new():
+    schedule = SampleSchedule(random.Random(1))
+    peers = ["a", "b", "c"]
+    cycle = [schedule.next_peer(peers) for _ in range(6)]
+    assert sorted(cycle[:3]) == sorted(cycle[3:]) == peers, "none asked twice before every other once"
+    schedule.next_peer(peers)
+    assert "c" not in [schedule.next_peer(["a", "b"]) for _ in range(3)], "a peer gone is dropped from the cycle"
+    schedule.last = 10.0
+    assert schedule.due(10.0 + SAMPLE_EVERY) and not schedule.due(10.0 + SAMPLE_EVERY - 0.1)
+    for _ in range(4):
+        schedule.answered(0)
+    assert schedule.every == SAMPLE_EVERY_MAX
+    schedule.new_round()
+    assert schedule.every == SAMPLE_EVERY
+
+
+def test_what_a_node_hears_feeds_its_plan_and_a_sample_is_asked_for_only_when_needed():
+    pull = Libp2pPull("me", 2, rng=random.Random(0))
+
+    def heard_of(author: str, round_no: int) -> Announcement:
+        return Announcement(author, SW, round_no, 10, "00" * 32, (author,))
+
+    news = pull.heard([heard_of("p", 3), heard_of("me", 9), heard_of("q", 1)], 0.0, blocked=lambda peer: peer == "q")
+    assert news == 1 and pull.heard([heard_of("p", 2)], 1.0) == 0, "own, blocked and older rounds are no news"
+    assert pull.plan.candidates() == {"p": 3} and pull.plan.detail("p") == heard_of("p", 3)
+    def everyone(_peer: str) -> bool:
+        return True
+
+    assert pull.sample_peer(1.0, [], everyone) is None, "no one to ask"
+    assert pull.sample_peer(1.0, ["x"], everyone) == "x", "one candidate for a budget of two"
+    assert pull.sample_peer(1.5, ["x"], everyone) is None, "asked too lately"
+    pull.heard([heard_of("r", 1)], 2.0)
+    assert pull.sample_peer(9.0, ["x"], everyone) is None, "candidates enough for the budget"
+
+
+def test_holders_sources_and_the_checks_of_a_pulled_bundle():
+    author, other = identity_for(1), identity_for(2)
+    data = make_bundle(author, SW, 1, 1000, random.Random(0))
+    announced = Announcement(author.peer_id, SW, 1, len(data), hashlib.sha256(data).hexdigest(),
+                             (author.peer_id, other.peer_id, "me"))
+    assert choose_holders(["x", "boot", "y"], {"boot"}) == ["boot", "x"], "bootstrap peers first, two at most"
+    assert pull_sources("me", author.peer_id, announced) == [author.peer_id, other.peer_id]
+    assert pulled_rejection(author.peer_id, announced, data) is None
+    assert pulled_rejection(author.peer_id, announced, data + b"x") == "too_large"
+    assert pulled_rejection(author.peer_id, announced, data[:-1] + b"x") == "digest_mismatch"
+    assert pulled_rejection(other.peer_id, announced, data) == "peer_id_mismatch"
+    assert hold_rejection(author.peer_id, data) == (1, None)
+    assert hold_rejection(other.peer_id, data) == (None, "peer_id_mismatch")
+
+
+def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers():
+    rng = random.Random(0)
+    assert ExchangeRound("me", [], rng).ask == []
+    assert ExchangeRound("me", [f"p{i}" for i in range(PEER_TARGET)], rng).ask == []
+    turn = ExchangeRound("me", ["a", "b", "c", "d"], rng)
+    assert len(turn.ask) == 3 and set(turn.ask) <= {"a", "b", "c", "d"}
+    assert not turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/a") and not turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/me")
+    assert turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
+    for i in range(PEER_TARGET - 4):  # four connected and itself, then dials up to more than the target
+        assert not turn.enough()
+        turn.dialed(f"/ip4/1.2.3.4/tcp/1/p2p/n{i}")
+    assert turn.enough() and not turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
+    assert sorted(answer_order(["a", "b", "c"], "b", rng)) == ["a", "c"], "everyone but the asker"
+
+
 PER_ROUND_BOUND = """
 import asyncio, json, time
 from collections import Counter
 from transport_node import identity_for
 from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport, Pulled, parse_request
+from swarmnode.swarm.transport.libp2p_holding import Pulled, parse_request
+from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
@@ -151,28 +227,26 @@ async def main():
     t._fetch = fake_fetch
     per_round = []
     for round_no in range(5):
-        t._note([Announcement(peer, "sw", round_no, 1000, "00" * 32, (peer,)) for peer in honest + sybils])
+        t._heard([Announcement(peer, "sw", round_no, 1000, "00" * 32, (peer,)) for peer in honest + sybils])
         before = len(asked)
         for _ in range(4):  # several pull-loop turns in one round of this node
             await t._pull_once()
         pulled = [p for batch in asked[before:] for p in batch]
         per_round.append({"total": len(pulled), "honest": len(set(pulled) & set(honest)),
                           "sybils": len(set(pulled) & set(sybils)), "repeats": len(pulled) - len(set(pulled))})
-        t._plan.next_round(time.monotonic())  # what _publish does after announcing
-    t._peers = honest
-    cycle = [t._next_sample_peer() for _ in range(6)]
+        t._pull.next_round(time.monotonic())  # what _publish does after announcing
     alice = honest[0]
     requests = [parse_request(r) for r in (canonical_json({"author": alice, "round": 2}), b"{}",
                 canonical_json({"author": "x", "round": 2}), canonical_json({"author": alice, "round": -2}),
                 b"[" * 600)]
     print(json.dumps({"k": K, "per_round": per_round, "rejected": dict(rejected),
-                      "pulled": sum(len(b) for b in asked), "requests": requests, "alice": alice,
-                      "cycle": cycle, "honest": honest}))
+                      "pulled": sum(len(b) for b in asked), "requests": requests, "alice": alice}))
 
 asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     got = run_checks(PER_ROUND_BOUND)
     k = got["k"]
@@ -184,14 +258,14 @@ def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     # a pull that finds nothing is spent and counted against its announcer
     assert got["rejected"] == {"missing_payload": got["pulled"]}
     assert got["requests"] == [[got["alice"], 2], None, None, None, None]
-    # samples go round the connected peers: none is asked twice before every other once
-    assert sorted(got["cycle"][:3]) == sorted(got["cycle"][3:]) == sorted(got["honest"]), got["cycle"]
 
 
 TWO_HOSTS = """
 import asyncio, json, random, time
 from transport_node import identity_for, make_bundle
-from swarmnode.swarm.transport.libp2p_pull import HOLD_PROTOCOL, Libp2pTransport, _exchange
+from swarmnode.swarm.transport.libp2p_holding import HOLD_PROTOCOL
+from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
+from swarmnode.swarm.transport.libp2p_streams import exchange
 
 SW = "pull-test"
 LISTEN = "/ip4/127.0.0.1/tcp/0"
@@ -234,7 +308,7 @@ async def main():
 
     # A bundle signed by someone else is not held, and is reported under the pusher.
     stolen = make_bundle(liar.identity, SW, 2, 2000, rng)
-    answer = await home._in_host(_exchange, home._host, public._host.get_id(), HOLD_PROTOCOL, stolen, 16)
+    answer = await home._bridge.run(exchange, home._host, public._host.get_id(), HOLD_PROTOCOL, stolen, 16)
     await asyncio.sleep(0.5)
     out["foreign hold answer"] = answer.decode()
     out["foreign hold held"] = public.held.get(liar.identity.peer_id, 2) is not None
@@ -269,6 +343,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_holds_and_digest_checks_on_real_hosts():
     got = run_checks(TWO_HOSTS)
     assert got["held at the public node"] and got["a private node holds nothing"]
@@ -287,7 +362,9 @@ import asyncio, json, time
 from transport_node import identity_for
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_pull import ANNOUNCE_PROTOCOL, PUSH_EVERY, Libp2pTransport, _exchange
+from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
+from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY, SAMPLE_PROTOCOL
+from swarmnode.swarm.transport.libp2p_streams import exchange
 
 SW, LISTEN = "sw", "/ip4/127.0.0.1/tcp/0"
 
@@ -300,8 +377,8 @@ async def main():
     public = Libp2pTransport(identity_for(1), SW, listen=LISTEN, fetch_per_round=0)  # it asks no one
     rejected, noted = [], []
     public.set_reject_handler(lambda author, reason: rejected.append([author, reason]))
-    note = public._note
-    public._note = lambda announcements: (noted.extend((a.author, a.round) for a in announcements), note(announcements))
+    heard = public._heard
+    public._heard = lambda news: (noted.extend((a.author, a.round) for a in news), heard(news))
     await public.start()
     boot = public.addresses()[:1]
     pusher, sampler, liar = (Libp2pTransport(identity_for(i), SW, boot, LISTEN, fetch_per_round=0) for i in (2, 3, 4))
@@ -313,7 +390,7 @@ async def main():
         await t.start()
     while len(public.peers()) < 3:
         await asyncio.sleep(0.1)
-    to_public = lambda t, data: t._in_host(_exchange, t._host, public._host.get_id(), ANNOUNCE_PROTOCOL, data, 0)
+    to_public = lambda t, data: t._bridge.run(exchange, t._host, public._host.get_id(), ANNOUNCE_PROTOCOL, data, 0)
 
     await to_public(pusher, announcement(sampler, 1))  # someone else's, signed by its author
     await asyncio.sleep(PUSH_EVERY + 0.2)
@@ -326,7 +403,7 @@ async def main():
     out["noted"] = list(noted)
     async def ban_in_host():  # as a relay's hold filter does
         public.block(pusher.identity.peer_id, 60)
-    await public._in_host(ban_in_host)
+    await public._bridge.run(ban_in_host)
     await asyncio.sleep(0.5)
     out["blocked peer connected"] = pusher.identity.peer_id in map(str, public._host.get_connected_peers())
     await asyncio.sleep(PUSH_EVERY)
@@ -337,7 +414,7 @@ async def main():
     answer = json.loads(await to_sample(sampler, public))
     out["sample authors"] = sorted(a["announcement"]["author"] == pusher.identity.peer_id for a in answer)
     await sampler._sample(liar.identity.peer_id)
-    out["liar's truth noted"] = sampler._plan.detail(liar.identity.peer_id) is not None
+    out["liar's truth noted"] = sampler._pull.plan.detail(liar.identity.peer_id) is not None
     out["sampler's reports"] = sampler_reports
     for t in (pusher, sampler, liar, public):
         await t.stop()
@@ -345,14 +422,14 @@ async def main():
 
 sampler_reports = []
 async def to_sample(t, other):
-    from swarmnode.swarm.transport.libp2p_pull import SAMPLE_PROTOCOL
     t.set_reject_handler(lambda author, reason: sampler_reports.append(reason))
-    return await t._in_host(_exchange, t._host, other._host.get_id(), SAMPLE_PROTOCOL, b"", 20000)
+    return await t._bridge.run(exchange, t._host, other._host.get_id(), SAMPLE_PROTOCOL, b"", 20000)
 
 asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     got = run_checks(PUSH_AND_SAMPLE)
     pusher = identity_for(2).peer_id
@@ -418,6 +495,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_of_an_older_protocol_is_named_once():
     warnings = run_checks(OLD_PEER_CHECK)["warnings"]
     assert len([w for w in warnings if "older swarmnode" in w]) == 1, warnings
@@ -428,8 +506,9 @@ def test_a_peer_of_an_older_protocol_is_named_once():
 PEER_ANSWER_CHECK = """
 import asyncio, json
 from transport_node import identity_for
-from swarmnode.swarm.transport.base import peer_id_of
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport, _ask_peers
+from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
+from swarmnode.swarm.transport.libp2p_streams import ask_peers
 
 async def main():
     hub = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
@@ -441,7 +520,7 @@ async def main():
     while len(hub.peers()) < 7:
         await asyncio.sleep(0.2)
     asker = others[-1]
-    answers = [[peer_id_of(a) for a in await asker._in_host(_ask_peers, asker._host, hub._host.get_id())]
+    answers = [[peer_id_of(a) for a in await asker._bridge.run(ask_peers, asker._host, hub._host.get_id())]
                for _ in range(10)]
     print(json.dumps({"peers named": sorted({len(set(a)) for a in answers}),
                       "asker named": any(asker.identity.peer_id in a for a in answers),
@@ -453,6 +532,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_peer_exchange_answer_names_the_peers_in_random_order():
     got = run_checks(PEER_ANSWER_CHECK)
     assert got["peers named"] == [6] and not got["asker named"]

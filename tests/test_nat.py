@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from natlab import HOME_IP, PUBLIC_IP, LabUnavailable, NatLab
 from transport_node import SWARM, ProcNode, descendants, wait_for
 

@@ -3,43 +3,21 @@ platform that refuses leaves the node running with one warning line."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
+from programs import output
 from swarmnode.node import priority
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux keeps a nice value per thread")
 def test_background_renices_every_thread_and_later_ones_inherit_it():
-    # In a child process: a niced test process could not be un-niced.
-    code = textwrap.dedent("""
-        import os, threading, json
-        from swarmnode.node.priority import apply_priority
-        started = threading.Event(); done = threading.Event()
-        early = threading.Thread(target=lambda: (started.set(), done.wait())); early.start(); started.wait()
-        what = apply_priority("background")
-        later_nice = []
-        t = threading.Thread(target=lambda: later_nice.append(os.getpriority(os.PRIO_PROCESS, 0))); t.start(); t.join()
-        tasks = {}
-        try:
-            for x in os.listdir("/proc/self/task"):
-                try:
-                    tasks[int(x)] = os.getpriority(os.PRIO_PROCESS, int(x))
-                except ProcessLookupError:  # t's entry can outlive its join for a moment
-                    pass
-        finally:  # else a failure above leaves `early` waiting and the child never exits
-            done.set(); early.join()
-        print(json.dumps({"what": what, "tasks": list(tasks.values()), "later": later_nice[0]}))
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
-    import json
-
-    result = json.loads(out.strip().splitlines()[-1])
+    result = json.loads(output("priority_threads").splitlines()[-1])
     assert result["what"] == "background (nice 19)"
     assert len(result["tasks"]) >= 2 and set(result["tasks"]) == {19}
     assert result["later"] == 19

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.transport.pull import PullPlan
+from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan
 
 
 def everyone(_peer: str) -> bool:
     return True
 
 
+def heard() -> OnlyFresh:
+    """Announcements handed over as they are made, any age fresh (no window)."""
+    return OnlyFresh(share=0.0)
+
+
+def reread() -> AwaitNext:
+    """Announcements read when wanted, read again each round; any age fresh (no window)."""
+    return AwaitNext(share=0.0)
+
+
 def test_a_round_fetches_at_most_k_and_carries_at_most_k_over():
-    plan = PullPlan("me", 3, memory=100, rng=random.Random(1))
+    plan = PullPlan("me", 3, memory=100, freshness=heard(), rng=random.Random(1))
     plan.note_announced({f"p{i}": 1 for i in range(10)} | {"me": 1}, now=1.0)
     first = plan.choose(everyone)
     assert len(first) == 3 and "me" not in dict(first) and plan.choose(everyone) == []
@@ -25,7 +35,7 @@ def test_a_round_fetches_at_most_k_and_carries_at_most_k_over():
 
 
 def test_an_announcement_seen_before_this_round_is_read_again_before_it_is_fetched():
-    plan = PullPlan("me", 8, memory=100, reread=True)
+    plan = PullPlan("me", 8, memory=100, freshness=reread())
     plan.note_announced({"a": 4}, now=10.0)
     plan.next_round(now=20.0)
     assert plan.candidates() == {} and plan.wants_announcements(everyone)
@@ -36,7 +46,7 @@ def test_an_announcement_seen_before_this_round_is_read_again_before_it_is_fetch
 
 
 def test_announcements_expire_and_memory_is_bounded():
-    plan = PullPlan("me", 8, memory=5, ttl=60.0)
+    plan = PullPlan("me", 8, memory=5, freshness=heard(), ttl=60.0)
     plan.note_announced({f"p{i}": 1 for i in range(20)}, now=0.0)
     assert len(plan.announced) == 5
     plan.note_announced({"late": 1}, now=100.0)
@@ -44,7 +54,7 @@ def test_announcements_expire_and_memory_is_bounded():
 
 
 def test_pushed_announcements_stay_candidates_across_rounds():
-    plan = PullPlan("me", 8, memory=100)  # pushes: each peer's newest arrives as it is made
+    plan = PullPlan("me", 8, memory=100, freshness=heard())  # pushes: each peer's newest arrives as it is made
     plan.note_announced({"a": 4}, now=10.0)
     plan.next_round(now=20.0)
     assert plan.choose(everyone) == [("a", 4)]
@@ -52,7 +62,7 @@ def test_pushed_announcements_stay_candidates_across_rounds():
 
 
 def test_an_announcements_detail_lives_and_dies_with_it():
-    plan = PullPlan("me", 4, memory=2)
+    plan = PullPlan("me", 4, memory=2, freshness=heard())
     plan.note_announced({"a": 1, "b": 1}, now=0.0, details={"a": "a-1"})
     assert plan.detail("a") == "a-1" and plan.detail("b") is None and plan.detail("nobody") is None
     plan.note_announced({"a": 2}, now=1.0, details={"a": "a-2"})
@@ -65,7 +75,7 @@ def test_an_announcements_detail_lives_and_dies_with_it():
 
 def fresh_plan(k: int = 2) -> PullPlan:
     """A hivemind-like plan whose rounds are 100 s: a round made over 25 s ago is awaited."""
-    plan = PullPlan("me", k, memory=100, reread=True, fresh=0.25, rng=random.Random(3))
+    plan = PullPlan("me", k, memory=100, freshness=AwaitNext(share=0.25), rng=random.Random(3))
     plan.next_round(now=0.0)
     plan.next_round(now=100.0)
     plan.budget = float(k)  # one round's
@@ -78,7 +88,7 @@ def test_an_old_round_is_awaited_and_its_successor_asked_for_when_due():
     plan.note_announced({"a": 5, "b": 3}, now=100.0, made={"a": 10.0, "b": 95.0})
     plan.note_announced({"a": 6}, now=101.0, made={"a": 70.0})
     assert sorted(plan.choose(everyone)) == [("b", 3)], "b's round is fresh; a's 31 s old one is not fetched"
-    assert plan.budget == 0 and plan.awaited["a"].due == 130.0
+    assert plan.budget == 0 and plan.freshness.awaited["a"].due == 130.0
     plan.note_announced({}, now=120.0)
     assert plan.choose(everyone) == []
     plan.note_announced({}, now=130.0)
@@ -101,7 +111,7 @@ def test_an_awaited_peer_announcing_is_fetched_at_once_and_a_miss_then_counts():
     plan.note_announced({"a": 8}, now=100.5)  # it skipped rounds: what it announced is what to take
     assert plan.choose(everyone) == [("a", 8)]
     assert not plan.missed("a", 8), "announced and missing: the peer's fault"
-    assert "a" not in plan.awaited
+    assert "a" not in plan.freshness.awaited
 
 
 def test_an_awaited_peer_that_never_moves_on_gives_its_old_round_after_one_round():
@@ -125,21 +135,21 @@ def test_storing_a_round_again_does_not_make_it_fresh():
     plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
     plan.note_announced({"a": 5}, now=110.0, made={"a": 109.0})  # stored again just now
     plan.budget = 1
-    assert plan.choose(everyone) == [] and "a" in plan.awaited
+    assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited
 
 
 def test_without_fresh_any_round_is_fetched_at_once():
-    plan = PullPlan("me", 2, memory=100, reread=True)
+    plan = PullPlan("me", 2, memory=100, freshness=reread())
     plan.next_round(now=0.0)
     plan.next_round(now=100.0)
     plan.note_announced({"a": 5}, now=100.0, made={"a": 1.0})
-    assert plan.choose(everyone) == [("a", 5)] and not plan.awaited
+    assert plan.choose(everyone) == [("a", 5)] and not plan.freshness.awaited
 
 
 def test_a_newcomers_old_round_is_fetched_at_once_so_its_announcement_costs_one_fetch():
     plan = fresh_plan(k=4)  # newcomers get a quarter of K: 1
     plan.note_announced({"stranger": 5}, now=100.0, made={"stranger": 0.0})
-    assert plan.choose(lambda _peer: False) == [("stranger", 5)] and not plan.awaited
+    assert plan.choose(lambda _peer: False) == [("stranger", 5)] and not plan.freshness.awaited
     assert not plan.missed("stranger", 5)
 
 
@@ -149,7 +159,8 @@ def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by
     # ago (not fresh), so the plan asks for 8, due 70 s from now.
     plan.note_announced({"a": 4}, now=100.0, made={"a": -230.0})
     plan.note_announced({"a": 5}, now=100.0, made={"a": -130.0})
-    assert plan.choose(everyone) == [] and (plan.awaited["a"].next, plan.awaited["a"].due) == (8, 170.0)
+    awaited = plan.freshness.awaited
+    assert plan.choose(everyone) == [] and (awaited["a"].next, awaited["a"].due) == (8, 170.0)
     plan = fresh_plan()
     plan.note_announced({"b": 4}, now=100.0, made={"b": -210.0})
     plan.note_announced({"b": 5}, now=100.0, made={"b": -110.0})  # 7 made 10 s ago: fresh, asked at once
@@ -160,13 +171,13 @@ def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by
 def test_without_awaiting_an_old_round_is_no_candidate_until_the_peers_next_is_heard_of():
     """libp2p's plan: a round heard of over a quarter of this node's round ago (at least 20 s)
     is not drawn, whoever made it; a newer one heard of is."""
-    plan = PullPlan("me", 2, memory=100, fresh=0.25, awaits=False, rng=random.Random(3))
+    plan = PullPlan("me", 2, memory=100, freshness=OnlyFresh(share=0.25), rng=random.Random(3))
     plan.next_round(now=0.0)
     plan.note_announced({"a": 5, "b": 3}, now=10.0)
     plan.next_round(now=100.0)  # 100 s rounds: fresh means made within 25 s
     plan.note_announced({"c": 7}, now=101.0)
     assert plan.choose(everyone) == [("c", 7)], "a's and b's rounds, 90 s old, are not fetched"
-    assert plan.awaited == {} and plan.budget == 3.0, "nothing awaited, the rest of the budget kept"
+    assert plan.fetched == {"c": 7} and plan.budget == 3.0, "nothing else asked for, the rest of the budget kept"
     plan.tick(now=127.0)
     assert plan.candidates() == {}, "c's round is now 26 s old"
     plan.note_announced({"a": 6}, now=128.0)
@@ -174,7 +185,17 @@ def test_without_awaiting_an_old_round_is_no_candidate_until_the_peers_next_is_h
 
 
 def test_without_awaiting_a_node_that_published_once_draws_any_round_it_holds():
-    plan = PullPlan("me", 2, memory=100, fresh=0.25, awaits=False)
+    plan = PullPlan("me", 2, memory=100, freshness=OnlyFresh(share=0.25))
     plan.note_announced({"a": 5}, now=0.0)
     plan.next_round(now=50.0)  # its round is not known until it has published twice
     assert plan.choose(everyone) == [("a", 5)]
+
+
+def test_an_awaited_peer_whose_announcement_expired_is_asked_for_no_more():
+    plan = fresh_plan()
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
+    assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited
+    plan.tick(now=100.0 + plan.ttl + 1)  # unseen for the ttl: its announcement is gone
+    assert plan.choose(everyone) == []
+    plan.note_announced({}, now=100.0 + plan.ttl + 2)
+    assert not plan.freshness.awaited

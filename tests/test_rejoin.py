@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
 
+from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.transport import base
-from swarmnode.swarm.transport.base import Transport, peer_id_of
+from swarmnode.swarm.transport.base import Transport
+from waiting import wait_until
 
 SWARM = "rejoin-test"
 
@@ -66,13 +68,10 @@ class Node:
 
 def _until(what: str, check, nodes: list[Node], timeout: float = 180.0) -> float:
     """Wait for ``check()``; fail naming ``what`` if it times out or a node dies. Returns seconds waited."""
-    t0 = time.time()
-    while not check():
-        for n in nodes:
-            assert n.alive(), f"{n.name} exited while waiting for {what}: {n.stderr()[-3000:]}"
-        assert time.time() - t0 < timeout, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return time.time() - t0
+    t0 = time.monotonic()
+    wait_until(check, timeout, what, interval=0.2, procs=[n.proc for n in nodes],
+               context=lambda: "\n".join(f"{n.name}: {n.stderr()[-3000:]}" for n in nodes if not n.alive()))
+    return time.monotonic() - t0
 
 
 def _rows_since(node: Node, n: int) -> list[dict]:

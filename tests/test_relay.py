@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from transport_node import descendants
 
 from swarmnode.node.relay import Relay, bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
+from transport_node import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_BOOT = "/ip4/203.0.114.9/tcp/31337/p2p/12D3KooWLBtzFmdRUNibQ7q1qhSEEPdVL5u8b7MxuKtgxW7vTwgy"
@@ -52,6 +52,7 @@ def test_bootstrap_lines_paste_into_a_config_file_and_a_command_line():
                                  "  --bootstrap /ip4/1.2.3.4/tcp/1/p2p/A", "  --bootstrap /ip4/5.6.7.8/tcp/1/p2p/A"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_relay_prints_its_address_loads_no_torch_and_stops_on_sigint(tmp_path, transport):
     proc = subprocess.Popen([sys.executable, "-m", "swarmnode", "relay", "--transport", transport, "--home",

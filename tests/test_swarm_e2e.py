@@ -5,10 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+
 from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +25,6 @@ def _node(home, model, tasks, transport, *extra):
     argv = start_argv(home, model, "--tasks", str(tasks), "--transport", transport, "--swarm", "e2e",
                       "--local", "2", "--external", "2", *extra)
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return predicate()
 
 
 def _stop(procs) -> list[int]:
@@ -71,10 +63,10 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
     procs += [_node(h, tiny_model_dir, tasks, transport, "--listen", "/ip4/127.0.0.1/tcp/0",
                     "--bootstrap", bootstrap) for h in homes[1:]]
     try:
-        joined = _wait(lambda: all(_swarming(h) for h in homes), timeout=300)
-        report = {h.name: ([(r["round"], r["peers"], r["n_external"]) for r in metric_rows(h)][-3:],
-                           _transport_lines(h)) for h in homes}
-        assert joined, report
+        wait_until(lambda: all(_swarming(h) for h in homes), 300, "every node to train on a peer's groups",
+                   procs=procs, context=lambda: str({h.name: ([(r["round"], r["peers"], r["n_external"])
+                                                               for r in metric_rows(h)][-3:], _transport_lines(h))
+                                                     for h in homes}))
     finally:
         codes = _stop(procs)
     assert codes == [0, 0, 0]
@@ -92,13 +84,13 @@ def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):
     node = _node(home, tiny_model_dir, tasks, "hivemind", "--bootstrap", bootstrap)
     procs = [node]
     try:
-        assert _wait(lambda: len(metric_rows(home)) >= 3, timeout=180), "the node did not train alone"
+        wait_until(lambda: len(metric_rows(home)) >= 3, 180, "the node to train alone", procs=procs)
         assert all(r["peers"] == 0 for r in metric_rows(home))
         assert node.poll() is None
         procs.append(_node(boot_home, tiny_model_dir, tasks, "hivemind", "--listen",
                            f"/ip4/127.0.0.1/tcp/{port}", "--bootstrap-file", str(tmp_path / "none.txt")))
-        assert _wait(lambda: any(r["peers"] >= 1 for r in metric_rows(home)), timeout=240), \
-            [(r["round"], r["peers"]) for r in metric_rows(home)][-3:]
+        wait_until(lambda: any(r["peers"] >= 1 for r in metric_rows(home)), 240, "the node to see a peer", procs=procs,
+                   context=lambda: str([(r["round"], r["peers"]) for r in metric_rows(home)][-3:]))
     finally:
         codes = _stop(procs)
     assert codes == [0, 0]
@@ -113,7 +105,7 @@ def test_ctrl_c_to_the_process_group_stops_a_hivemind_node(tmp_path, tiny_model_
     (tmp_path / "none.txt").write_text("")
     node = _node(tmp_path / "n", tiny_model_dir, tasks, "hivemind", "--bootstrap-file", str(tmp_path / "none.txt"))
     try:
-        assert _wait(lambda: len(metric_rows(tmp_path / "n")) >= 2, timeout=180)
+        wait_until(lambda: len(metric_rows(tmp_path / "n")) >= 2, 180, "two rounds", procs=[node])
         os.killpg(node.pid, signal.SIGINT)  # _node starts each node in its own session
         assert node.wait(timeout=90) == 0
     finally:

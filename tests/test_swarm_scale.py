@@ -12,11 +12,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from natlab import LabUnavailable, SwitchLab
-from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage
+from natlab import LabUnavailable, SwitchLab  # noqa: E402
+from programs import argv  # noqa: E402
+from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage  # noqa: E402
 
-NET_DEV = """Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+NET_DEV = ("Inter-|   Receive                                                |  Transmit\n"
+           " face |bytes    packets errs drop fifo frame compressed multicast"
+           "|bytes    packets errs drop fifo colls carrier compressed\n") + """\
     lo: 9999999 100 0 0 0 0 0 0 9999999 100 0 0 0 0 0 0
   eth0: 1200 10 0 0 0 0 0 0 340 4 0 0 0 0 0 0
 sn0a1b2cs12345:70000 50 0 0 0 0 0 0 80000 60 0 0 0 0 0 0
@@ -28,14 +30,11 @@ def test_net_dev_sums_every_interface_but_loopback_even_a_name_touching_its_coun
     assert parse_net_dev(NET_DEV.split("  eth0")[0]) == (0, 0)  # loopback only
 
 
-_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint('done', flush=True)\n"
-
-
+@pytest.mark.slow
 def test_cpu_of_a_process_tree_counts_a_busy_child_alive_and_after_it_is_reaped():
     me = os.getpid()
     before_tree, before_self = tree_usage(me), cpu_s(me)
-    child = subprocess.Popen([sys.executable, "-c", _BURN + "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(argv("cpu_burner"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "done\n"
         alive = tree_usage(me)
@@ -89,15 +88,6 @@ def test_a_row_without_namespaces_says_na_for_bytes():
     assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 | 6.5, 7 |"
 
 
-_SERVER = """import socket, sys
-s = socket.socket(); s.bind((sys.argv[1], 4300)); s.listen(); print("listening", flush=True)
-c, _ = s.accept(); n = 0
-while chunk := c.recv(65536): n += len(chunk)
-print(n, flush=True)
-"""
-_CLIENT = "import socket, sys\nsocket.create_connection((sys.argv[1], 4300), timeout=10).sendall(b'x' * 200_000)\n"
-
-
 def _counters(lab: SwitchLab, i: int) -> tuple[int, int]:
     out = subprocess.run([*lab.exec_prefix(i), "cat", "/proc/net/dev"], capture_output=True, text=True, timeout=30)
     return parse_net_dev(out.stdout)
@@ -115,11 +105,11 @@ def test_switch_lab_connects_its_namespaces_and_counts_each_ones_bytes():
         names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
         assert {lab.switch, *lab.namespaces} <= names
         assert len({lab.address(i) for i in range(3)}) == 3
-        server = subprocess.Popen([*lab.exec_prefix(0), sys.executable, "-c", _SERVER, lab.address(0)],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen([*lab.exec_prefix(0), *argv("byte_sink", lab.address(0))], stdout=subprocess.PIPE,
+                                  text=True)
         assert server.stdout.readline() == "listening\n"
         before = [_counters(lab, i) for i in range(3)]
-        subprocess.run([*lab.exec_prefix(1), sys.executable, "-c", _CLIENT, lab.address(0)], check=True, timeout=30)
+        subprocess.run([*lab.exec_prefix(1), *argv("byte_source", lab.address(0))], check=True, timeout=30)
         assert server.stdout.readline() == "200000\n"
         time.sleep(0.2)
         after = [_counters(lab, i) for i in range(3)]

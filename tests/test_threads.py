@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from programs import argv
 from swarmnode.node import threads as threads_mod
 from swarmnode.node.threads import MAX_HOLD, CpuMeter, ThreadPolicy, wanted
 
@@ -167,13 +168,13 @@ def test_a_refused_count_falls_back_with_one_line(caplog):
     assert "refused 1" in rec.changes[-1].reason
 
 
+@pytest.mark.slow
 def test_real_meter_sees_a_spinning_process():
     """The real counters: a child spinning on one core shows up as about one busy core."""
     import subprocess
-    import sys
     import time
 
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    child = subprocess.Popen(argv("spinner"))
     try:
         time.sleep(0.3)
         meter = CpuMeter()

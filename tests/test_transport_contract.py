@@ -20,26 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
-from transport_node import (
-    SWARM,
-    MemNode,
-    ProcNode,
-    descendants,
-    identity_for,
-    make_bundle,
-    process_name,
-    wait_for,
-)
-
+from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
-from swarmnode.swarm.transport.base import (
-    Backoff,
-    expand_unspecified,
-    peer_id_of,
-    signed_by,
-)
+from swarmnode.swarm.transport.base import Backoff, expand_unspecified, relay_rejection
+from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -83,6 +70,7 @@ def assert_clean(report: dict) -> None:
     assert children == [], f"processes left after stop: {children}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["memory", "hivemind", "libp2p"])
 def test_contract(spawn, transport):
     first = spawn(transport, 0)
@@ -121,6 +109,7 @@ def test_contract(spawn, transport):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     port = free_port()
@@ -142,6 +131,7 @@ def test_unreachable_bootstrap_then_join(spawn, transport, tmp_path):
     assert len(warnings) == 1, warnings
 
 
+@pytest.mark.slow
 def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path):
     """A node that dialed while the bootstrap peer's p2pd was up but its DHT not yet (a peer
     mid-start, slow on a loaded machine) has a connection and no DHT route; it must ask again
@@ -175,6 +165,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_hivemind_helpers_end_with_a_killed_node(spawn):
     """A node killed by a signal (OOM, kill -9) must not leave its DHT process and p2pd running."""
     node = spawn("hivemind", 0)
@@ -185,6 +176,7 @@ def test_hivemind_helpers_end_with_a_killed_node(spawn):
     wait_for(lambda: not any(alive(pid) for pid in helpers), 20, "the DHT process and p2pd to exit")
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_leaves_the_hivemind_dht_to_the_node(spawn):
     """Ctrl-C in a terminal (or ``timeout``) signals the node's whole process group. The node
     still finishes its round (here: 3 s, three polls) and may publish; only then does it stop
@@ -257,10 +249,10 @@ def test_relay_check_accepts_only_the_authors_bundles():
 
     author, other = identity_for(20), identity_for(21)
     data = make_bundle(author, SWARM, 1, 1000, random.Random(0))
-    assert signed_by(author.peer_id, data)
-    assert not signed_by(other.peer_id, data)
-    assert not signed_by(author.peer_id, data[:-1] + bytes([data[-1] ^ 1]))
-    assert not signed_by(author.peer_id, b"garbage")
+    assert relay_rejection(author.peer_id, data) is None
+    assert relay_rejection(other.peer_id, data) == "peer_id_mismatch"
+    assert relay_rejection(author.peer_id, data[:-1] + bytes([data[-1] ^ 1])) is not None
+    assert relay_rejection(author.peer_id, b"garbage") is not None
 
 
 def test_unknown_transport_is_a_clear_error():
@@ -273,6 +265,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + str(ROOT / "tests")})
 
 
+@pytest.mark.slow
 def test_second_stack_in_one_process_is_a_clear_error():
     result = _run_python(
         "import hivemind\n"
@@ -291,8 +284,9 @@ import dataclasses, json, random
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer as S
 from transport_node import identity_for, make_bundle
-from swarmnode.swarm.transport.hivemind_dht import (SwarmRecordValidator, announce_key, bundle_key, record_key_id,
-                                                    shard_of, ANNOUNCE_SHARDS)
+from swarmnode.compat.hivemind import record_key_id
+from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, announce_key, bundle_key, shard_of
+from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
 
 alice, mallory = identity_for(1), identity_for(2)
 checker = SwarmRecordValidator("sw")            # any node's view
@@ -327,11 +321,12 @@ forged = rec(home, mallory.peer_id, 7)
 out["others' heads are not signed"] = signer.sign_value(forged) == forged.value
 out["strip restores the value"] = S.loads(checker.strip_value(signed)) == 7
 
-# Bounds (issue 15): expiry, size, payload, the unsigned expiry of a rounds record.
+# Bounds: expiry, size, payload, the unsigned expiry of a rounds record.
 import time, zstandard
 from hivemind.utils import get_dht_time
 from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_json, encode_bundle
-from swarmnode.swarm.transport.hivemind_dht import BUNDLE_TTL, _COUNTS
+from swarmnode.swarm.transport.hivemind_layout import BUNDLE_TTL
+from swarmnode.swarm.transport.hivemind_records import COUNTS
 now = get_dht_time()
 three_years = now + 3 * 365 * 86400
 out["bundle, expiry in TTL"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, bundle, exp=now + BUNDLE_TTL))
@@ -345,11 +340,12 @@ out["signed envelope, not a bundle"] = checker.validate(rec(bundle_key("sw", ali
 out["oversized record"] = checker.validate(rec(bundle_key("sw", alice.peer_id, 7), alice.peer_id, b"x" * 400_000, exp=now + 100))
 far_head = rec(home, alice.peer_id, 7, exp=three_years)
 out["head expiring in 3 years"] = checker.validate(dataclasses.replace(far_head, value=signer.sign_value(far_head)))
-out["counted"] = {k: v for k, v in sorted(_COUNTS.items())}
+out["counted"] = {k: v for k, v in sorted(COUNTS.items())}
 print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_record_validator():
     result = _run_python(HIVEMIND_VALIDATOR_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -378,7 +374,8 @@ BOUNDED_STORAGE_CHECKS = """
 import json
 from hivemind.dht.routing import DHTID
 from hivemind.utils import get_dht_time
-from swarmnode.swarm.transport.hivemind_dht import ENTRY_OVERHEAD, BoundedStorage, _COUNTS
+from swarmnode.swarm.transport.hivemind_records import COUNTS
+from swarmnode.swarm.transport.hivemind_storage import ENTRY_OVERHEAD, BoundedStorage
 
 now = get_dht_time()
 store = BoundedStorage(budget=20 * 1000, per_signer=4 * 1000)
@@ -399,16 +396,17 @@ out["re-store too soon refused"] = store.store_subkey(key(3), "Hone", value(1500
 out["one record over a signer's bound"] = store.store_subkey(key(9), "Hone", value(5000), now + 100)
 out["regular (not subkeyed) value"] = store.store(key(10), b"x", now + 100)
 out["readable"] = store.get(key(3)).value.get("Hone").value == value(1500)
-out["evicted"] = _COUNTS["evicted"] > 0
+out["evicted"] = COUNTS["evicted"] > 0
 few = BoundedStorage(budget=10**6, per_signer=10**6, per_key=3)
 out["per key"] = [few.store_subkey(key(0), f"P{i}", b"h", now + 100) for i in range(4)]
 out["a held signer refreshes"] = few.store_subkey(key(0), "P0", b"h", now + 110)
 out["another key"] = few.store_subkey(key(1), "P3", b"h", now + 100)
-out["refused"] = {k: v for k, v in sorted(_COUNTS.items()) if k.startswith("refused")}
+out["refused"] = {k: v for k, v in sorted(COUNTS.items()) if k.startswith("refused")}
 print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_hivemind_bounded_storage():
     result = _run_python(BOUNDED_STORAGE_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -423,11 +421,12 @@ def test_hivemind_bounded_storage():
     }
 
 
+@pytest.mark.slow
 def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path):
     """A hostile libp2p peer (tests/flooder.py, its own relay check removed) announces and
     serves garbage, flipped bytes, a stolen key's bundles and replays, and pushes malformed
     announcements: the receiver's announcement check, its pull check or its repeat check
-    drops each, and reports it under that peer (issue 15). The node publishes a round a
+    drops each, and reports it under that peer. The node publishes a round a
     second: it pulls within the budget its rounds give it."""
     log = tmp_path / "flooder.log"
     flooder = subprocess.Popen([sys.executable, str(Path(__file__).parent / "flooder.py"), "--mix", "relay",
@@ -451,7 +450,7 @@ def test_libp2p_relay_drops_are_reported_under_the_signed_origin(spawn, tmp_path
 
 PEER_ANSWER_CHECKS = """
 import json
-from swarmnode.swarm.transport.libp2p_pull import parse_peer_answer
+from swarmnode.swarm.transport.libp2p_peers import parse_peer_answer
 good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
 cases = {
     "good": json.dumps([good, 7, None, "/ip4/1.2.3.4/tcp/1", "no-slash/p2p/x", good]).encode(),
@@ -466,6 +465,7 @@ print(json.dumps({name: parse_peer_answer(raw) for name, raw in cases.items()}))
 """
 
 
+@pytest.mark.slow
 def test_peer_exchange_answers_are_parsed_defensively():
     result = _run_python(PEER_ANSWER_CHECKS)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -478,10 +478,10 @@ def test_peer_exchange_answers_are_parsed_defensively():
 
 HUNG_DHT_CALL = """
 import asyncio, gc, json
-from swarmnode.swarm.transport import create_transport, hivemind_dht
+from swarmnode.swarm.transport import create_transport, hivemind_calls
 from transport_node import identity_for
 
-hivemind_dht._CALL_TIMEOUT = 2.0
+hivemind_calls.CALL_TIMEOUT = 2.0
 
 async def hang(_dht, node):
     # What a hang inside hivemind looks like to the DHT process: a future nothing else holds.
@@ -510,6 +510,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_a_hung_dht_call_ends_as_a_timeout_not_a_destroyed_task():
     """hivemind keeps no reference to the task running a call in the DHT process: once a call
     hangs on a future nothing else holds, the garbage collector destroys it mid-await and

@@ -10,23 +10,32 @@ import shutil
 import time
 
 import pytest
-from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row
 from textual.widgets import DataTable, RichLog
 
+from apifakes import FakeControl, RealDaemon, finished_row, make_state, peer_row, yardstick_row
+from swarmnode.events import (
+    BundleAccepted,
+    BundleRefused,
+    LevelsNow,
+    PeerJoined,
+    PhaseChanged,
+    RoundFinished,
+    RoundStarted,
+    ThreadsChosen,
+    YardstickScored,
+)
 from swarmnode.node.api import ApiServer
 from swarmnode.node.client import NodeApi
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
+from waiting import wait_until_async
 
 SIZE = (130, 40)
 
 
 async def until(pilot, condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the dashboard did not get there in time"
-        await pilot.pause(0.05)
+    await wait_until_async(condition, timeout, "the dashboard to get there", sleep=pilot.pause)
 
 
 def header_text(app: Dashboard) -> str:
@@ -50,52 +59,52 @@ async def served(tmp_path):
 
 async def test_header_shows_the_round_and_follows_events(served):
     home, state, control = served
-    state.emit("round_started", round=3)
-    state.emit("phase", phase="generating")
+    state.emit(RoundStarted(3))
+    state.emit(PhaseChanged("generating"))
     app = Dashboard(home, retry_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.online)
         assert "alice" in header_text(app) and "12D3KooWSelfAlice" in header_text(app)
         assert "round 3" in header_text(app) and "phase generating" in header_text(app)
-        state.emit("round_finished", round=3, record=finished_row(3, 0.625))
-        state.emit("round_started", round=4)
-        state.emit("phase", phase="training")
+        state.emit(RoundFinished(finished_row(3, 0.625)))
+        state.emit(RoundStarted(4))
+        state.emit(PhaseChanged("training"))
         await until(pilot, lambda: "round 4" in header_text(app) and "phase training" in header_text(app))
         assert "reward 0.625" in header_text(app)
         await until(pilot, lambda: any("round 3 finished: reward 0.625" in line for line in event_lines(app)))
-        assert [r["round"] for r in app.rows] == [3]
+        assert [r.round for r in app.view.rounds] == [3]
 
 
 async def test_header_shows_the_thread_count_and_why(served):
     home, state, control = served
     state.info.priority = "background (nice 19)"
-    state.emit("threads", **ThreadChoice(2, "auto: other programs use 0.03 of 2 cores", others_busy=0.03,
-                                         cores=2).as_dict())
+    state.emit(ThreadsChosen(**ThreadChoice(2, "auto: other programs use 0.03 of 2 cores", others_busy=0.03,
+                                            cores=2).as_dict()))
     app = Dashboard(home, retry_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.online)
         assert "threads 2 (auto: other programs use 0.03 of 2 cores)" in header_text(app)
         assert "priority background (nice 19)" in header_text(app)
         # another program takes a core: the node sheds a thread, the header and the event log say so
-        state.emit("threads", **ThreadChoice(1, "auto: other programs use 1.01 of 2 cores", others_busy=1.01,
-                                             cores=2).as_dict())
+        state.emit(ThreadsChosen(**ThreadChoice(1, "auto: other programs use 1.01 of 2 cores", others_busy=1.01,
+                                                cores=2).as_dict()))
         await until(pilot, lambda: "threads 1 (auto: other programs use 1.01 of 2 cores)" in header_text(app))
         await until(pilot, lambda: any("threads: 1 (auto:" in line for line in event_lines(app)))
 
 
 async def test_levels_signal_rate_and_yardstick_show_and_follow_events(served):
     home, state, control = served
-    state.emit("levels", levels={"bf": 0, "calendar_arithmetic": -1})
-    state.emit("yardstick", record={"round": 0, "score": 0.125, "by_family": {"bf": 0.0}, "questions": 6})
+    state.emit(LevelsNow({"bf": 0, "calendar_arithmetic": -1}))
+    state.emit(YardstickScored(yardstick_row(0, 0.125, {"bf": 0.0})))
     app = Dashboard(home, retry_s=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.online)
         assert "levels bf 0, calendar_arithmetic -1" in header_text(app) and "signal -" in header_text(app)
         assert [r["round"] for r in app.query_one(YardstickChart).records] == [0]
         row = finished_row(1, 0.5, signal_rate=0.75, level_moves={"calendar_arithmetic": 0})
-        state.emit("round_finished", round=1, record=row)
-        state.emit("levels", levels={"bf": 0, "calendar_arithmetic": 0}, dormant=["bf"])
-        state.emit("yardstick", record={"round": 2, "score": 0.25, "by_family": {"bf": 0.5}, "questions": 6})
+        state.emit(RoundFinished(row))
+        state.emit(LevelsNow({"bf": 0, "calendar_arithmetic": 0}, ("bf",)))
+        state.emit(YardstickScored(yardstick_row(2, 0.25, {"bf": 0.5})))
         await until(pilot, lambda: "bf (0), calendar_arithmetic 0" in header_text(app)
                     and "signal 0.750" in header_text(app))
         await until(pilot, lambda: [r["round"] for r in app.query_one(YardstickChart).records] == [0, 2])
@@ -115,7 +124,7 @@ async def test_peers_table_lists_a_peer(served):
         assert table.get_row("12D3KooWPeerBob") == ["bob", "3s ago", "5", "1", "0.250"]
         # a new peer shows up after its event
         control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5))
-        state.emit("peer_joined", peer="12D3KooWPeerCarol")
+        state.emit(PeerJoined("12D3KooWPeerCarol"))
         await until(pilot, lambda: table.row_count == 2, timeout=5)
         await until(pilot, lambda: any("peer 12D3KooW…rCarol joined" in line for line in event_lines(app)))
         # a change without an event shows up on 'r'
@@ -153,7 +162,7 @@ async def test_no_node_then_a_node_then_a_restarted_node(tmp_path):
 
         for round_ in (5, 6):  # the node starts, stops, and starts again on a new port with a new token
             state = make_state()
-            state.emit("round_started", round=round_)
+            state.emit(RoundStarted(round_))
             server = ApiServer(state, FakeControl(), home=home)
             await server.start()
             await until(pilot, lambda: app.online and f"round {round_}" in header_text(app))
@@ -185,14 +194,13 @@ async def test_screenshot_with_realistic_data(tmp_path):
     for r in range(40):
         by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
                    for i, f in enumerate(families)}
-        state.emit("round_finished", round=r, record=finished_row(r, sum(by_task.values()) / 3, by_task,
-                                                                  signal_rate=0.625))
+        state.emit(RoundFinished(finished_row(r, sum(by_task.values()) / 3, by_task,
+                                                                  signal_rate=0.625)))
         if r % 10 == 0:
             score = {f: min(1.0, 0.05 + 0.01 * r * (i + 1) / 2) for i, f in enumerate(families)}
-            state.emit("yardstick", record={"round": r, "score": sum(score.values()) / 3, "by_family": score,
-                                            "questions": 54})
-    state.emit("levels", levels={"basic_arithmetic": 1, "base_conversion": -1, "propositional_logic": 0})
-    state.emit("round_started", round=40)
+            state.emit(YardstickScored(yardstick_row(r, sum(score.values()) / 3, score, questions=54)))
+    state.emit(LevelsNow({"basic_arithmetic": 1, "base_conversion": -1, "propositional_logic": 0}))
+    state.emit(RoundStarted(40))
     control = FakeControl([
         peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,
                  rejected=3, reward=0.41, seen_ago=4),
@@ -205,11 +213,11 @@ async def test_screenshot_with_realistic_data(tmp_path):
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             await until(pilot, lambda: app.online and app.query_one("#peers", DataTable).row_count == 2)
-            state.emit("phase", phase="generating")
-            state.emit("bundle_accepted", peer="12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", round=40)
-            state.emit("bundle_accepted", peer="12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp", round=39)
-            state.emit("bundle_rejected", peer="12D3KooWEvil", reason="bad_signature")
-            state.emit("phase", phase="scoring")
+            state.emit(PhaseChanged("generating"))
+            state.emit(BundleAccepted("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", 40, 8))
+            state.emit(BundleAccepted("12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp", 39, 8))
+            state.emit(BundleRefused("12D3KooWEvil", "bad_signature"))
+            state.emit(PhaseChanged("scoring"))
             await until(pilot, lambda: len(event_lines(app)) >= 4)
             path = app.save_screenshot("dashboard.svg", str(tmp_path))
     finally:
@@ -221,14 +229,15 @@ async def test_screenshot_with_realistic_data(tmp_path):
         shutil.copyfile(path, keep)
 
 
+@pytest.mark.slow
 async def test_dashboard_on_a_real_daemon(tmp_path, tiny_model_dir):
     home = NodeHome(tmp_path / "home")
     app = Dashboard(home, retry_s=0.2, max_retry_s=0.5)
     with RealDaemon(home, tiny_model_dir, tmp_path / "daemon.log") as daemon:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.online, timeout=60)
-            await until(pilot, lambda: app.rows, timeout=60)  # a round finished and reached the chart
-            assert f"round {app.status['round']}" in header_text(app) and app.status["name"] in header_text(app)
+            await until(pilot, lambda: app.view.rounds, timeout=60)  # a round finished and reached the chart
+            assert f"round {app.view.round}" in header_text(app) and app.status["name"] in header_text(app)
             await pilot.press("p")
             await until(pilot, lambda: "phase paused" in header_text(app))
             async with NodeApi(home) as api:

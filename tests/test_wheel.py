@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,6 +30,7 @@ def _build_wheel(tmp_path: Path) -> Path:
     return wheel
 
 
+@pytest.mark.slow
 def test_wheel_contents(tmp_path):
     wheel = _build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:

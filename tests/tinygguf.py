@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from tinymodel import build_tiny_model
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 128

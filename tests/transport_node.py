@@ -42,19 +42,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from swarmnode.records import (
-    Group,
-    Question,
+    Group,  # noqa: E402
+    Question,  # noqa: E402
 )
-from swarmnode.swarm.bundle import encode_bundle, open_envelope
-from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.transport import Transport, create_transport
+from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
+from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 
 SWARM = "contract-test"
 _RESPONSE_CHARS = 6000  # under BundleLimits.max_response_chars
@@ -188,7 +187,7 @@ class ProcNode:
         self.addresses: list[str] = []
         self.start_s = 0.0
 
-    def ready(self, timeout: float = 60) -> ProcNode:
+    def ready(self, timeout: float = 60) -> "ProcNode":
         event = self.wait_event("ready", timeout)
         self.peer_id, self.addresses, self.start_s = event["peer_id"], event["addresses"], event["start_s"]
         return self
@@ -264,7 +263,7 @@ class MemNode:
         self.addresses: list[str] = []
         self.start_s = 0.0
 
-    def ready(self, timeout: float = 60) -> MemNode:
+    def ready(self, timeout: float = 60) -> "MemNode":
         event = self._run(self.driver.start())
         self.addresses, self.start_s = event["addresses"], event["start_s"]
         return self

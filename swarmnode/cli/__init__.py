@@ -4,6 +4,9 @@ Each subcommand is a module of this package exposing ``add_parser(sub)`` (which 
 and sets ``func``): parsing and printing only, the work lives in the layers below. This file
 wires them together and turns the errors users can fix into one line and an exit status (2
 for bad configuration).
+
+May import: base, compat, train, swarm, node, experiment, tui (a handler imports what it
+needs when it runs, so ``--help`` and the relay load no torch).
 """
 
 from __future__ import annotations

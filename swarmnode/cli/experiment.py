@@ -106,9 +106,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(s.node.threads)
-        from swarmnode.experiment.runner import (
-            Experiment,  # torch: loaded only when an experiment runs
-        )
+        from swarmnode.experiment.runner import Experiment  # torch: loaded only when an experiment runs
 
         summary = Experiment(s, progress=not args.no_progress).run()
     except ExperimentError as exc:

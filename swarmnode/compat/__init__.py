@@ -12,4 +12,6 @@ up here and in ``tests/test_compat.py``, and each module's ``CHECKED_RANGE`` is 
 The hivemind and libp2p modules import their library: only their own transport may import
 them, because the two stacks cannot share a process (both register ``crypto.proto`` in
 protobuf's global pool). This package's ``__init__`` imports none of the three.
+
+May import: base.
 """

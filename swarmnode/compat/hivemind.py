@@ -1,9 +1,10 @@
 """hivemind internals that the hivemind transport relies on, each behind one function.
 
-Only the hivemind transports (:mod:`swarmnode.swarm.transport.hivemind_dht` and
-:mod:`~swarmnode.swarm.transport.hivemind_server`) may import this module: it imports
-hivemind, which cannot share a process with py-libp2p (see :mod:`swarmnode.compat`). The
-functions taking a ``DHTNode`` run inside hivemind's DHT process (``DHT.run_coroutine``).
+Only the hivemind transport's modules that run hivemind (``swarmnode.swarm.transport``'s
+``hivemind_dht``, ``hivemind_server``, ``hivemind_records``, ``hivemind_storage`` and
+``hivemind_calls``) may import this module: it imports hivemind, which cannot share a
+process with py-libp2p (see :mod:`swarmnode.compat`). The functions taking a ``DHTNode`` run
+inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
 and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
 """
@@ -14,8 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Container, Sequence
-from typing import Any
+from typing import Any, Container, Sequence
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
@@ -49,9 +49,7 @@ def start_dht(**kwargs: Any) -> Any:
     reach p2pd), and p2pd exits on SIGINT and SIGTERM. hivemind leaves SIGTERM in the DHT
     process as the fork found it.
     """
-    from hivemind import (
-        DHT,  # not at import: the relay imports this module with a torch-less hivemind
-    )
+    from hivemind import DHT  # not at import: the relay imports this module with a torch-less hivemind
 
     parent = os.getpid()
 

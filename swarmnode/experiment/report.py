@@ -10,8 +10,8 @@ import resource
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Sequence
 
 from swarmnode.experiment.settings import Settings
 

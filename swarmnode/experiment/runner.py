@@ -28,24 +28,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import (
-    CSV_FIELDS,
-    peak_rss_mb,
-    read_rows,
-    write_reports,
-)
+from swarmnode.experiment.report import CSV_FIELDS, peak_rss_mb, read_rows, write_reports
 from swarmnode.experiment.settings import Arm, ExperimentError, Settings
-from swarmnode.node.checkpoint import (
-    Checkpoint,
-    list_checkpoints,
-    restore,
-    save_checkpoint,
-)
+from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome

@@ -40,7 +40,7 @@ class Arm:
         return self.label.replace("/", "-").replace(":", "-")
 
     @classmethod
-    def parse(cls, text: str) -> Arm:
+    def parse(cls, text: str) -> "Arm":
         """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted) or ``"4/4:lv"`` (level-aware)."""
         body, _, suffix = text.strip().partition(":")
         try:

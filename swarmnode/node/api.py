@@ -19,8 +19,7 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from aiohttp import web
 
@@ -272,7 +271,7 @@ def _label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value: float | None) -> str:
+def _number(value: float | int | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "NaN"
     if isinstance(value, float) and math.isinf(value):

@@ -1,5 +1,5 @@
-"""Talking to a running node through its local API, and the ``status``, ``peers`` and ``tui``
-subcommands.
+"""Talking to a running node through its local API (the client of ``swarmnode status``,
+``peers`` and the dashboard).
 
 A node writes ``<home>/api.json`` (port, bearer token, pid) when its API is up and removes
 it on exit. :class:`NoNodeRunning` covers every way of finding no node: no file, a file left
@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
-from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 
+from swarmnode.events import NodeEvent, parse_event
 from swarmnode.paths import NodeHome
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=5)
@@ -55,7 +54,7 @@ class ApiEndpoint:
     pid: int
 
     @classmethod
-    def read(cls, home: NodeHome) -> ApiEndpoint:
+    def read(cls, home: NodeHome) -> "ApiEndpoint":
         """Read ``<home>/api.json``; raise :class:`NoNodeRunning` if no live node wrote it."""
         try:
             data = json.loads(home.api_file.read_text())
@@ -75,7 +74,7 @@ class NodeApi:
         self.endpoint = ApiEndpoint.read(home)
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> NodeApi:
+    async def __aenter__(self) -> "NodeApi":
         self._session = aiohttp.ClientSession(self.endpoint.url)
         return self
 
@@ -118,10 +117,11 @@ class NodeApi:
     async def stop(self) -> dict:
         return await self._request("POST", "/v1/stop", auth=True)
 
-    async def events(self) -> AsyncIterator[dict | None]:
-        """Follow ``/v1/events``: yields None once connected, then each event dict.
+    async def events(self) -> AsyncIterator[NodeEvent | None]:
+        """Follow ``/v1/events``: yields None once connected, then each event.
 
-        Ends when the node closes the stream; raises :class:`NoNodeRunning` if it cannot connect.
+        Events of a type this version does not know (a newer node's) are skipped. Ends when
+        the node closes the stream; raises :class:`NoNodeRunning` if it cannot connect.
         """
         assert self._session is not None, "use NodeApi inside 'async with'"
         try:
@@ -131,7 +131,8 @@ class NodeApi:
                 yield None
                 parser = SseParser()
                 async for raw in resp.content:
-                    event = parser.feed(raw.decode("utf-8", "replace"))
+                    data = parser.feed(raw.decode("utf-8", "replace"))
+                    event = None if data is None else parse_event(data)
                     if event is not None:
                         yield event
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -160,88 +161,5 @@ class SseParser:
             return None
         name, _, value = line.partition(":")
         if name == "data":
-            self._data.append(value.removeprefix(" "))
+            self._data.append(value[1:] if value.startswith(" ") else value)
         return None
-
-
-# -- formatting shared with the dashboard -------------------------------------------------------
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"
-
-
-def format_ago(timestamp: float | None, now: float | None = None) -> str:
-    if not timestamp:
-        return "never"
-    return format_duration((now or time.time()) - timestamp) + " ago"
-
-
-def format_reward(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def short_peer_id(peer_id: str) -> str:
-    return peer_id if len(peer_id) <= 16 else f"{peer_id[:8]}…{peer_id[-6:]}"
-
-
-def status_lines(status: dict) -> list[str]:
-    """The human form of ``/v1/status``."""
-    rows = [
-        ("node", f"{status['name']} ({status['peer_id']})"),
-        ("swarm", f"{status['swarm']} over {status['transport']}"),
-        ("model", f"{status['model']} on {status['device']}"),
-        ("round", f"{status['round']} ({status['phase']}{', paused' if status['paused'] else ''})"),
-        ("uptime", format_duration(status["uptime_s"])),
-        ("peers", str(status["peers"])),
-        ("reward", f"{format_reward(status['last_reward'])} (last round's mean)"),
-        ("signal", f"{format_reward(status.get('signal_rate'))} (share of last round's groups with signal)"),
-        ("levels", format_levels(status.get("levels") or {}, status.get("dormant") or ())),
-        ("yardst.", format_yardstick(status.get("yardstick"))),
-    ]
-    threads = status.get("threads") or {}
-    if threads:
-        rows.append(("threads", f"{threads['count']} ({threads['reason']})"))
-    if status.get("priority"):
-        rows.append(("priority", status["priority"]))
-    return [f"{key:<8} {value}" for key, value in rows]
-
-
-def format_levels(levels: dict, dormant: Iterable[str] = ()) -> str:
-    """``family level`` pairs, short, a dormant family's level in brackets: ``base_conversion -2,
-    bf (0)``; '-' when there are none."""
-    dormant = set(dormant)
-    return ", ".join(f"{family} ({level})" if family in dormant else f"{family} {level}"
-                     for family, level in sorted(levels.items())) or "-"
-
-
-def format_yardstick(record: dict | None) -> str:
-    """The latest yardstick record in a few words; '-' before the first."""
-    if record is None:
-        return "-"
-    return f"{format_reward(record['score'])} greedy on {record['questions']} held-out questions, " \
-           f"after {record['round']} rounds"
-
-
-def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:
-    """The human form of ``/v1/peers``: one aligned row per peer."""
-    if not peers:
-        return ["no peers seen yet"]
-    header = ("NAME", "PEER ID", "LAST SEEN", "ACCEPTED", "REJECTED", "ROUND", "REWARD")
-    rows = [header] + [(
-        p.get("name") or "-", short_peer_id(p["peer_id"]), format_ago(p.get("last_seen"), now),
-        str(p.get("accepted", 0)), str(p.get("rejected", 0)),
-        "-" if p.get("last_round") is None else str(p["last_round"]),
-        format_reward(p.get("reported_mean_reward")),
-    ) for p in peers]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

@@ -16,6 +16,7 @@ import signal
 import threading
 
 from swarmnode.config import ConfigError, NodeConfig
+from swarmnode.events import PauseChanged, PhaseChanged, ThreadsChosen
 from swarmnode.node.api import ApiServer
 from swarmnode.node.checkpoint import CheckpointError
 from swarmnode.node.metrics import MetricsError
@@ -59,12 +60,12 @@ class Daemon:
             self._unpaused.set()
 
     def pause(self) -> None:
-        self.state.emit("paused", paused=True)
+        self.state.emit(PauseChanged(True))
         if self._unpaused is not None:
             self._unpaused.clear()
 
     def resume(self) -> None:
-        self.state.emit("paused", paused=False)
+        self.state.emit(PauseChanged(False))
         if self._unpaused is not None:
             self._unpaused.set()
 
@@ -144,7 +145,7 @@ class Daemon:
         return self.link
 
     def _threads_changed(self, choice: ThreadChoice) -> None:
-        self.state.emit("threads", **choice.as_dict())
+        self.state.emit(ThreadsChosen(**choice.as_dict()))
 
     # ---- the loop ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -156,7 +157,7 @@ class Daemon:
         self.priority = apply_priority(self.cfg.priority)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        self.state.emit("phase", phase="loading")
+        self.state.emit(PhaseChanged("loading"))
         api = ApiServer(self.state, self, home=self.home, port=self.cfg.api_port)
         try:
             port = await api.start()
@@ -180,7 +181,7 @@ class Daemon:
             await self._yardstick(node)
             if self.cfg.rounds is not None and done >= self.cfg.rounds:
                 break
-            self.state.emit("phase", phase="idle")
+            self.state.emit(PhaseChanged("idle"))
             await self._unpaused.wait()
             if self._stop.is_set():
                 break
@@ -202,7 +203,7 @@ class Daemon:
         on it inside and round timings leave it out. A failure costs the record, not the node."""
         if not node.yardstick_due() or self._stop.is_set():
             return
-        self.state.emit("phase", phase="evaluating")
+        self.state.emit(PhaseChanged("evaluating"))
         try:
             record = await asyncio.to_thread(node.run_yardstick, self._stop.is_set)
         except MetricsError as exc:

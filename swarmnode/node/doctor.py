@@ -25,6 +25,7 @@ from typing import Any
 from swarmnode.catalogue import AUTO, CATALOGUE, SMOLLM2, catalogue_entry
 from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.paths import NodeHome, cache_dir
+from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
 from swarmnode.swarm.bootstrap import resolve_bootstrap
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
@@ -342,40 +343,13 @@ def check_model_cache(cfg: NodeConfig) -> Check:
 # --- network -------------------------------------------------------------------------------
 
 
-# Multiaddr protocols that take no value (``/quic-v1``, ``/ws``); every other one is followed by one.
-_VALUELESS = frozenset({"quic", "quic-v1", "ws", "wss", "tls", "noise", "http", "https", "p2p-circuit",
-                        "webtransport", "webrtc", "webrtc-direct"})
-
-
-def parse_multiaddr(addr: str) -> tuple[str, int | None]:
-    """The host and TCP port of a multiaddr (``/ip4|ip6|dns|dns4|dns6/<host>/tcp/<port>/...``).
-
-    The port is None for an address without ``/tcp`` (QUIC, UDP). Raises ValueError when
-    ``addr`` is not a multiaddr with a host.
-    """
-    parts = addr.strip().split("/")
-    if len(parts) < 3 or parts[0] != "":
-        raise ValueError(f"'{addr}' is not a multiaddr (expected /ip4/1.2.3.4/tcp/PORT/...)")
-    host, port = None, None
-    protocols, i = parts[1:], 0
-    while i < len(protocols):
-        proto = protocols[i]
-        if proto in _VALUELESS:
-            i += 1
-            continue
-        if i + 1 >= len(protocols) or not protocols[i + 1]:
-            raise ValueError(f"'{addr}': /{proto} needs a value")
-        value = protocols[i + 1]
-        if proto in ("ip4", "ip6", "dns", "dns4", "dns6") and host is None:
-            host = value
-        elif proto == "tcp" and port is None:
-            if not value.isdigit() or not 0 <= int(value) <= 65535:
-                raise ValueError(f"'{addr}' has a bad TCP port '{value}'")
-            port = int(value)
-        i += 2
-    if not host:
-        raise ValueError(f"'{addr}' names no host (expected /ip4, /ip6 or /dns)")
-    return host, port
+def _host_and_port(addr: str) -> tuple[str, int | None]:
+    """The host and TCP port (None without /tcp: QUIC, UDP) of a multiaddr; MultiaddrError
+    when it is none or names no host."""
+    parsed = parse_multiaddr(addr)
+    if parsed.host is None:
+        raise MultiaddrError("names no host (expected /ip4, /ip6 or /dns)")
+    return parsed.host, parsed.tcp_port
 
 
 def _port_free(host: str, port: int) -> str | None:
@@ -400,19 +374,16 @@ def check_api_port(cfg: NodeConfig) -> Check:
     return Check("api port", OK, f"127.0.0.1:{cfg.api_port} is free")
 
 
-def _uses_network(cfg: NodeConfig) -> bool:
-    return not cfg.solo and cfg.transport != "memory"
-
-
 def check_listen(cfg: NodeConfig) -> Check:
-    if not _uses_network(cfg):
-        return Check("listen", OK, "no socket: solo or in-memory transport")
+    if cfg.solo:
+        return Check("listen", OK, "no socket: solo")
     if not cfg.listen:
         return Check("listen", OK, "a free TCP port is picked at start")
     try:
-        host, port = parse_multiaddr(cfg.listen)
-    except ValueError as exc:
-        return Check("listen", PROBLEM, str(exc), "set listen to a multiaddr like /ip4/0.0.0.0/tcp/31337")
+        host, port = _host_and_port(cfg.listen)
+    except MultiaddrError as exc:
+        return Check("listen", PROBLEM, f"{cfg.listen!r:.120}: {exc}",
+                     "set listen to a multiaddr like /ip4/0.0.0.0/tcp/31337")
     if not port:
         return Check("listen", OK, f"{cfg.listen} (port picked at start)")
     why = _port_free(host, port)
@@ -435,8 +406,8 @@ def _dial(host: str, port: int, timeout: float) -> str | None:
 
 def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> list[Check]:
     """One check per bootstrap peer, dialed in parallel. All unreachable is a problem, some a warning."""
-    if not _uses_network(cfg):
-        return [Check("bootstrap", OK, "not used: solo or in-memory transport")]
+    if cfg.solo:
+        return [Check("bootstrap", OK, "not used: solo")]
     try:
         addrs = resolve_bootstrap(cfg)
     except ConfigError as exc:
@@ -448,8 +419,8 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
     targets: list[tuple[str, tuple[str, int] | None, str | None]] = []
     for addr in addrs:
         try:
-            host, port = parse_multiaddr(addr)
-        except ValueError as exc:
+            host, port = _host_and_port(addr)
+        except MultiaddrError as exc:
             targets.append((addr, None, str(exc)))
             continue
         targets.append((addr, (host, port), None if port else "not a TCP address: cannot be tested"))

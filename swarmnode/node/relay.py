@@ -2,20 +2,21 @@
 
 A relay joins the swarm's transport as a *public* peer and does nothing else: it is a
 bootstrap peer other nodes dial, and it keeps the bundles of nodes that cannot accept
-connections where the others can fetch them (hivemind: NAT'd nodes run as DHT clients and
-keep their records in its DHT server; libp2p: they leave their bundles with it over the
-hold protocol, it serves them to pullers, and passes on the announcements pushed to it). It
-pulls no bundle itself (``fetch_per_round`` 0). It loads no model,
-no task source and no verifier, and never imports torch (on hivemind it runs
-:class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server in its own
-process, instead of hivemind's torch-backed ``DHT``), so it fits a small VPS.
+connections where the others can fetch them (hivemind: nodes behind NAT run as DHT clients
+and keep their records in its DHT server; libp2p: they leave their bundles with it over the
+hold protocol, it serves them to pullers, and it passes on in sample answers the
+announcements peers pushed to it). It pulls no bundle itself (``fetch_per_round`` 0). It
+loads no model, no task source and no verifier, and never imports torch (on hivemind it runs
+:class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server on its own
+event loop, instead of hivemind's torch-backed ``DHT`` process), so it fits a small VPS.
 
-It must not amplify garbage: what it stores or forwards passes the transport's own
-validators (hivemind's :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
-accepts only bundles signed by the subkey's owner; libp2p holds only bundles signed by the
-peer that pushed them, and its topic validator forwards only well-formed announcements),
-and on libp2p the bundles pushed to it go through a :class:`~swarmnode.swarm.guard.PeerGuard`
-first, whose ban blocks a flooding peer in the transport.
+It must not amplify garbage: what it stores or passes on passes the transport's own checks
+(hivemind's :class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator`
+accepts only bundles signed by the subkey's owner and announcements signed by theirs;
+libp2p holds only bundles signed by the peer that pushed them, and passes on only
+announcements their signed author pushed to it itself), and on libp2p the bundles pushed to
+it go through a :class:`~swarmnode.swarm.guard.PeerGuard` first, whose ban blocks a
+flooding peer in the transport.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Callable
 
 from swarmnode.config import NodeConfig
 from swarmnode.paths import NodeHome

@@ -14,12 +14,13 @@ import random
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.events import LevelsNow, PhaseChanged, RoundFinished, RoundStarted, YardstickScored
 from swarmnode.node.budget import RoundBudget
 from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
@@ -125,7 +126,7 @@ class Node:
         if should_stop():
             raise RoundAbandoned()
         log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
-        self.state.emit("phase", phase=phase)
+        self.state.emit(PhaseChanged(phase))
         if self.threads is not None:
             self.threads.check_phase()
 
@@ -140,7 +141,7 @@ class Node:
     def rollout(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> Rollout:
         cfg, started, t0 = self.cfg, time.time(), time.perf_counter()
         torch.manual_seed(derive_seed(f"{self.seed}:{r}:sample"))
-        self.state.emit("round_started", round=r)
+        self.state.emit(RoundStarted(r))
         # 1. Sample a batch of questions from this node's own task stream.
         levels = dict(self.levels.levels)
         questions = self.tasks.sample(r, cfg.questions, levels, self.levels.focus())
@@ -203,8 +204,8 @@ class Node:
                         {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
                         keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
-        self.state.emit("round_finished", round=record.round, record=record)
-        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
+        self.state.emit(RoundFinished(record))
+        self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
 
     def commit_levels(self, r: int) -> None:
         """Take the levels finished round ``r`` led to (``update`` only proposes them)."""
@@ -231,8 +232,8 @@ class Node:
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
         for yardstick in self.yardstick_log.truncate_after(self.next_round):
-            self.state.emit("yardstick", record=yardstick.to_json())
-        self.state.emit("levels", levels=dict(self.levels.levels), dormant=self.levels.dormant())
+            self.state.emit(YardstickScored(yardstick))
+        self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
 
     def yardstick_due(self) -> bool:
@@ -254,5 +255,5 @@ class Node:
             return None
         record = YardstickRecord(round=self.next_round, started_at=started, **score)
         self.yardstick_log.append(record)
-        self.state.emit("yardstick", record=record.to_json())
+        self.state.emit(YardstickScored(record))
         return record

@@ -19,9 +19,9 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 import platformdirs
 

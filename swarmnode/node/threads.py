@@ -2,8 +2,9 @@
 
 Torch's threads wait for each other at every operation. When another program holds a core,
 the thread scheduled beside it runs late and the others spin waiting for it: on 2 cores with
-one busy, 2 threads decoded at 44 tok/s where 1 thread decoded at 132 (issue 16). So the
-node measures what other programs use and keeps only the threads the machine can run.
+one busy, 2 threads decoded at 0.4 tok/s where 1 thread decoded at 61 (docs/performance.md,
+"Busy desktop"). So the node measures what other programs use and keeps only the threads
+the machine can run.
 
 What "other programs use" means here: the whole machine's busy CPU time minus this
 process's own, over a window, in cores (:class:`CpuMeter`). It needs no idle moment to
@@ -33,9 +34,9 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger(__name__)
 

@@ -20,32 +20,33 @@ from importlib import resources
 from pathlib import Path
 
 from swarmnode.config import ConfigError, NodeConfig
+from swarmnode.swarm.address import HOST_PROTOCOLS, MultiaddrError, parse_multiaddr
 
 PACKAGED_FILE = "bootstrap.txt"
 
-_FIRST_PROTOCOLS = ("ip4", "ip6", "dns", "dns4", "dns6", "dnsaddr")
+_FIRST_PROTOCOLS = (*HOST_PROTOCOLS, "dnsaddr")
 _BASE58 = re.compile(r"^[1-9A-HJ-NP-Za-km-z]{32,128}$")
-_IP4 = re.compile(r"^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$")
 _EXAMPLE = "/ip4/203.0.113.7/tcp/31337/p2p/12D3KooW..."
 
 
 def multiaddr_problem(addr: str) -> str | None:
-    """Why ``addr`` cannot be a bootstrap peer, or None if it looks dialable."""
-    parts = addr.split("/")
-    if not addr.startswith("/") or len(parts) < 5:
-        return "not a multiaddr"
-    parts = parts[1:]
-    if parts[0] not in _FIRST_PROTOCOLS:
-        return f"starts with /{parts[0]}; expected one of " + ", ".join("/" + p for p in _FIRST_PROTOCOLS)
-    if parts[0] == "ip4" and not _IP4.match(parts[1]):
-        return f"{parts[1]!r} is not an IPv4 address"
-    if parts[-2] not in ("p2p", "ipfs") or not _BASE58.match(parts[-1]):
+    """Why ``addr`` cannot be a bootstrap peer, or None if it looks dialable: a host (or a
+    /dnsaddr), then a port unless /dnsaddr, and last the peer's /p2p/<PeerID>."""
+    try:
+        parts = parse_multiaddr(addr).parts
+    except MultiaddrError as exc:
+        return str(exc)
+    first = parts[0][0]
+    if first not in _FIRST_PROTOCOLS:
+        return f"starts with /{first}; expected one of " + ", ".join("/" + p for p in _FIRST_PROTOCOLS)
+    last, peer_id = parts[-1]
+    if last not in ("p2p", "ipfs") or not _BASE58.match(peer_id or ""):
         return "does not end in /p2p/<PeerID> (the peer's identity is needed to dial it securely)"
-    if parts[0] != "dnsaddr":
-        if len(parts) < 6 or parts[2] not in ("tcp", "udp"):
+    if first != "dnsaddr":
+        if len(parts) < 3 or parts[1][0] not in ("tcp", "udp"):
             return "has no /tcp/<port> (or /udp/<port>) after the host"
-        if not parts[3].isdigit() or not 0 < int(parts[3]) < 65536:
-            return f"port {parts[3]!r} is not in 1-65535"
+        if int(parts[1][1] or 0) == 0:  # the parser admits 0, a listen address's "any port"
+            return f"port {parts[1][1]!r} is not in 1-65535"
     return None
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Callable, Mapping, Protocol
 
 from swarmnode.config import NodeConfig
+from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
 from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.swarm.guard import PeerGuard
@@ -35,7 +35,7 @@ class Rescorer(Protocol):
 class EventSink(Protocol):
     """Where the exchange reports bundles accepted and rejected (the node's ``NodeState``)."""
 
-    def emit(self, type: str, **data: Any) -> None: ...
+    def emit(self, event: NodeEvent) -> None: ...
 
 
 class Exchange:
@@ -78,7 +78,7 @@ class Exchange:
         under ``peer_id``, its authenticated sender (None: counted as ``unknown``), and judged."""
         self.guard.judge(peer_id, reason)
         self.peers.record_rejection(peer_id, reason)
-        self._emit("bundle_rejected", peer=peer_id, reason=reason)
+        self._emit(BundleRefused(peer_id, reason))
 
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
@@ -98,7 +98,7 @@ class Exchange:
         claimed = [x for g in bundle.groups for x in g.rewards]
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
                                  reported_mean=statistics.fmean(claimed) if claimed else None)
-        self._emit("bundle_accepted", peer=bundle.sender, round=bundle.round, groups=len(rescored))
+        self._emit(BundleAccepted(bundle.sender, bundle.round, len(rescored)))
         return verdict
 
     def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
@@ -117,6 +117,6 @@ class Exchange:
                  "pooled": pooled.get(row["peer_id"], 0),
                  "established": self.standing.is_established(row["peer_id"])} for row in self.peers.rows()]
 
-    def _emit(self, type: str, **data) -> None:
+    def _emit(self, event: NodeEvent) -> None:
         if self.state is not None:
-            self.state.emit(type, **data)
+            self.state.emit(event)

@@ -28,8 +28,8 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Callable
 
 from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAINS
 from swarmnode.swarm.identity import name_from_peer_id, peer_id_from_public_key
@@ -62,7 +62,7 @@ class GuardLimits:
 
 
 class _Peer:
-    __slots__ = ("authenticated", "banned_until", "flood", "invalid", "refilled", "struck", "tokens")
+    __slots__ = ("tokens", "refilled", "invalid", "flood", "struck", "banned_until", "authenticated")
 
     def __init__(self, burst: float, now: float):
         self.tokens = burst

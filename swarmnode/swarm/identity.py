@@ -20,10 +20,7 @@ from pathlib import Path
 import base58
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 KEY_TYPE_ED25519 = 1
 # PublicKey protobuf of an Ed25519 key: field 1 varint = 1, field 2 bytes of length 32.
@@ -34,8 +31,47 @@ _KEY_NAMES = {0: "RSA", 1: "Ed25519", 2: "Secp256k1", 3: "ECDSA"}
 _MAX_KEY_FILE = 4096
 
 # 256 words each, so one hash byte picks one word without bias. Written for this project.
-_ADJECTIVES = tuple(["able", "agile", "alert", "amber", "ample", "ancient", "arctic", "ardent", "artful", "astute", "azure", "balmy", "bold", "brave", "breezy", "bright", "brisk", "broad", "bronze", "bubbly", "busy", "calm", "candid", "careful", "carmine", "cheerful", "chilly", "civil", "clean", "clever", "cloudy", "coastal", "cobalt", "cool", "copper", "coral", "cosmic", "cozy", "crimson", "crisp", "curious", "dainty", "dapper", "daring", "dashing", "deep", "deft", "dense", "devoted", "diligent", "distant", "dusky", "dusty", "eager", "early", "earnest", "easy", "elegant", "eloquent", "emerald", "epic", "even", "exotic", "fabled", "fair", "faithful", "fancy", "fast", "fearless", "feisty", "fierce", "fiery", "fleet", "flying", "foggy", "fond", "frank", "free", "fresh", "friendly", "frosty", "frugal", "funny", "fuzzy", "gentle", "giddy", "gifted", "glad", "gleaming", "glossy", "golden", "graceful", "grand", "grassy", "great", "green", "grumpy", "handsome", "happy", "hardy", "hasty", "hazy", "hearty", "heavy", "hidden", "hollow", "honest", "humble", "hungry", "icy", "idle", "indigo", "iron", "ivory", "jade", "jaunty", "jolly", "jovial", "joyful", "jumpy", "keen", "kind", "knotty", "lanky", "large", "lavish", "lazy", "leafy", "lean", "light", "lithe", "little", "lively", "lofty", "lone", "loud", "loyal", "lucky", "lunar", "magic", "majestic", "mellow", "merry", "mighty", "mild", "misty", "modest", "moonlit", "mossy", "muddy", "musky", "narrow", "neat", "nimble", "noble", "nocturnal", "noisy", "oaken", "odd", "olive", "opal", "orange", "ornate", "pale", "patient", "peaceful", "pearly", "perky", "placid", "playful", "plucky", "polar", "polite", "proud", "prudent", "purple", "quick", "quiet", "quirky", "radiant", "rapid", "rare", "regal", "rosy", "round", "royal", "ruby", "rugged", "rustic", "sandy", "scarlet", "secret", "serene", "shaggy", "sharp", "shiny", "shy", "silent", "silky", "silver", "simple", "sleek", "sleepy", "slender", "slim", "sly", "smooth", "snappy", "snowy", "soft", "solar", "solemn", "sparkly", "speedy", "spicy", "spry", "steady", "stealthy", "stout", "striped", "sturdy", "subtle", "sunny", "tall", "tame", "tawny", "tender", "thorny", "tidy", "tiny", "tough", "tranquil", "tropical", "trusty", "unique", "upbeat", "urban", "valiant", "vibrant", "vigilant", "violet", "vivid", "wandering", "warm", "wary", "wild", "windy", "winged", "wise", "witty", "wooden", "woolly", "young", "zany", "zealous", "zesty"])
-_ANIMALS = tuple(["aardvark", "albatross", "alligator", "alpaca", "anchovy", "anteater", "antelope", "armadillo", "baboon", "badger", "barracuda", "bat", "beaver", "bee", "beetle", "bison", "boar", "bobcat", "bream", "buffalo", "bull", "butterfly", "buzzard", "camel", "canary", "capybara", "caribou", "cat", "caterpillar", "catfish", "chameleon", "cheetah", "chicken", "chimpanzee", "chinchilla", "chipmunk", "cobra", "cod", "condor", "cormorant", "cougar", "cow", "coyote", "crab", "crane", "cricket", "crocodile", "crow", "cuckoo", "deer", "dingo", "dodo", "dog", "dolphin", "donkey", "dormouse", "dove", "dragonfly", "duck", "dugong", "eagle", "eel", "egret", "eland", "elephant", "elk", "emu", "ermine", "falcon", "fennec", "ferret", "finch", "firefly", "flamingo", "flounder", "fox", "frog", "gazelle", "gecko", "gerbil", "gibbon", "giraffe", "gnat", "gnu", "goat", "goldfinch", "goose", "gopher", "gorilla", "grasshopper", "grouse", "gull", "hamster", "hare", "harrier", "hawk", "hedgehog", "heron", "herring", "hippo", "hornet", "horse", "hound", "hummingbird", "hyena", "ibex", "ibis", "iguana", "impala", "jackal", "jaguar", "jay", "jellyfish", "kangaroo", "kestrel", "kingfisher", "kiwi", "koala", "kookaburra", "kudu", "ladybug", "lark", "lemming", "lemur", "leopard", "lion", "lizard", "llama", "lobster", "locust", "loon", "lynx", "macaw", "magpie", "mallard", "manatee", "mandrill", "mantis", "marlin", "marmot", "marten", "meerkat", "mink", "mole", "mongoose", "monkey", "moose", "mosquito", "moth", "mouse", "mule", "muskrat", "narwhal", "newt", "nightingale", "nuthatch", "ocelot", "octopus", "okapi", "opossum", "orca", "oriole", "osprey", "ostrich", "otter", "owl", "ox", "oyster", "panda", "pangolin", "panther", "parrot", "partridge", "peacock", "pelican", "penguin", "pheasant", "pig", "pigeon", "pike", "platypus", "pony", "porcupine", "porpoise", "possum", "puffin", "puma", "python", "quail", "quetzal", "quokka", "rabbit", "raccoon", "ram", "rat", "raven", "reindeer", "rhino", "robin", "rook", "salamander", "salmon", "sandpiper", "sardine", "scorpion", "seahorse", "seal", "shark", "sheep", "shrew", "shrimp", "skunk", "sloth", "slug", "snail", "snake", "sparrow", "spider", "squid", "squirrel", "starling", "stingray", "stork", "swallow", "swan", "swift", "tapir", "tarantula", "termite", "tern", "tiger", "toad", "tortoise", "toucan", "trout", "tuna", "turkey", "turtle", "urchin", "viper", "vole", "vulture", "wallaby", "walrus", "warbler", "wasp", "weasel", "whale", "wildcat", "wolf", "wolverine", "wombat", "woodpecker", "wren", "yak", "zebra"])
+_ADJECTIVES = tuple("""
+able agile alert amber ample ancient arctic ardent artful astute azure balmy bold brave breezy
+bright brisk broad bronze bubbly busy calm candid careful carmine cheerful chilly civil clean
+clever cloudy coastal cobalt cool copper coral cosmic cozy crimson crisp curious dainty dapper
+daring dashing deep deft dense devoted diligent distant dusky dusty eager early earnest easy
+elegant eloquent emerald epic even exotic fabled fair faithful fancy fast fearless feisty fierce
+fiery fleet flying foggy fond frank free fresh friendly frosty frugal funny fuzzy gentle giddy
+gifted glad gleaming glossy golden graceful grand grassy great green grumpy handsome happy hardy
+hasty hazy hearty heavy hidden hollow honest humble hungry icy idle indigo iron ivory jade
+jaunty jolly jovial joyful jumpy keen kind knotty lanky large lavish lazy leafy lean light lithe
+little lively lofty lone loud loyal lucky lunar magic majestic mellow merry mighty mild misty
+modest moonlit mossy muddy musky narrow neat nimble noble nocturnal noisy oaken odd olive opal
+orange ornate pale patient peaceful pearly perky placid playful plucky polar polite proud
+prudent purple quick quiet quirky radiant rapid rare regal rosy round royal ruby rugged rustic
+sandy scarlet secret serene shaggy sharp shiny shy silent silky silver simple sleek sleepy
+slender slim sly smooth snappy snowy soft solar solemn sparkly speedy spicy spry steady stealthy
+stout striped sturdy subtle sunny tall tame tawny tender thorny tidy tiny tough tranquil
+tropical trusty unique upbeat urban valiant vibrant vigilant violet vivid wandering warm wary
+wild windy winged wise witty wooden woolly young zany zealous zesty
+""".split())
+_ANIMALS = tuple("""
+aardvark albatross alligator alpaca anchovy anteater antelope armadillo baboon badger barracuda
+bat beaver bee beetle bison boar bobcat bream buffalo bull butterfly buzzard camel canary
+capybara caribou cat caterpillar catfish chameleon cheetah chicken chimpanzee chinchilla
+chipmunk cobra cod condor cormorant cougar cow coyote crab crane cricket crocodile crow cuckoo
+deer dingo dodo dog dolphin donkey dormouse dove dragonfly duck dugong eagle eel egret eland
+elephant elk emu ermine falcon fennec ferret finch firefly flamingo flounder fox frog gazelle
+gecko gerbil gibbon giraffe gnat gnu goat goldfinch goose gopher gorilla grasshopper grouse gull
+hamster hare harrier hawk hedgehog heron herring hippo hornet horse hound hummingbird hyena ibex
+ibis iguana impala jackal jaguar jay jellyfish kangaroo kestrel kingfisher kiwi koala kookaburra
+kudu ladybug lark lemming lemur leopard lion lizard llama lobster locust loon lynx macaw magpie
+mallard manatee mandrill mantis marlin marmot marten meerkat mink mole mongoose monkey moose
+mosquito moth mouse mule muskrat narwhal newt nightingale nuthatch ocelot octopus okapi opossum
+orca oriole osprey ostrich otter owl ox oyster panda pangolin panther parrot partridge peacock
+pelican penguin pheasant pig pigeon pike platypus pony porcupine porpoise possum puffin puma
+python quail quetzal quokka rabbit raccoon ram rat raven reindeer rhino robin rook salamander
+salmon sandpiper sardine scorpion seahorse seal shark sheep shrew shrimp skunk sloth slug snail
+snake sparrow spider squid squirrel starling stingray stork swallow swan swift tapir tarantula
+termite tern tiger toad tortoise toucan trout tuna turkey turtle urchin viper vole vulture
+wallaby walrus warbler wasp weasel whale wildcat wolf wolverine wombat woodpecker wren yak zebra
+""".split())
 
 
 class IdentityError(Exception):
@@ -137,12 +173,12 @@ class Identity:
         return f"Identity({self.peer_id}, {self.name})"
 
     @classmethod
-    def generate(cls) -> Identity:
+    def generate(cls) -> "Identity":
         """A fresh key in memory, never written anywhere."""
         return cls(Ed25519PrivateKey.generate())
 
     @classmethod
-    def from_seed(cls, seed: bytes) -> Identity:
+    def from_seed(cls, seed: bytes) -> "Identity":
         """The key of a 32-byte Ed25519 seed (deterministic: tests, experiments)."""
         if len(seed) != 32:
             raise ValueError("an Ed25519 seed is 32 bytes")
@@ -163,7 +199,7 @@ class Identity:
         return b"\x08" + _varint(KEY_TYPE_ED25519) + b"\x12" + _varint(len(data)) + data
 
     @classmethod
-    def from_protobuf(cls, buf: bytes, path: Path | None = None) -> Identity:
+    def from_protobuf(cls, buf: bytes, path: Path | None = None) -> "Identity":
         """Parse a key file's bytes; ValueError (saying what is wrong) if they are not a usable key."""
         key_type, data = _decode_key_proto(buf)
         if key_type != KEY_TYPE_ED25519:
@@ -177,7 +213,7 @@ class Identity:
         return identity
 
     @classmethod
-    def load_or_create(cls, path: Path) -> Identity:
+    def load_or_create(cls, path: Path) -> "Identity":
         """Load the key file at ``path``, or create it (mode 0600) with a new key if missing.
 
         Raises :class:`IdentityError` if the file cannot be read or written, is not an Ed25519
@@ -212,7 +248,7 @@ class Identity:
         return identity
 
     @classmethod
-    def _load(cls, path: Path) -> Identity:
+    def _load(cls, path: Path) -> "Identity":
         """Load an existing key file; FileNotFoundError passes through, everything else is IdentityError."""
         try:
             st = path.stat()

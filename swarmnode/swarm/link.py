@@ -12,9 +12,9 @@ import concurrent.futures
 import dataclasses
 import logging
 import random
-from collections.abc import Mapping
-from typing import Protocol
+from typing import Mapping, Protocol
 
+from swarmnode.events import PeerJoined, PeerLeft
 from swarmnode.records import Group
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,9 @@ class NetworkLink:
             now = set(self.transport.peers())
             for p in now - self._known_peers:
                 self.exchange.peers.touch(p)
-                self.state.emit("peer_joined", peer=p)
+                self.state.emit(PeerJoined(p))
             for p in self._known_peers - now:
-                self.state.emit("peer_left", peer=p)
+                self.state.emit(PeerLeft(p))
             for p in now:
                 self.exchange.peers.touch(p)
             self._known_peers = now

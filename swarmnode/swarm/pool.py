@@ -29,8 +29,8 @@ import statistics
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from swarmnode.records import Group
 from swarmnode.swarm.identity import name_from_peer_id

@@ -19,16 +19,12 @@ so does a node with no bootstrap peer: it is the one others join through.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from typing import Sequence
 
+from swarmnode.swarm.address import ip4_of
 from swarmnode.swarm.transport.base import local_ipv4_addresses
 
 CHOICES = ("auto", "public", "private")
-
-
-def _ip4_of(maddr: str) -> str | None:
-    parts = maddr.split("/")
-    return parts[2] if len(parts) > 2 and parts[1] == "ip4" else None
 
 
 def is_public_ip(text: str) -> bool:
@@ -52,10 +48,10 @@ def is_private(setting: str, *, announce: str | None, bootstrap: Sequence[str], 
         return setting == "private"
     if announce or not bootstrap:
         return False
-    listen_ip = _ip4_of(listen or "")
+    listen_ip = ip4_of(listen or "")
     own = [listen_ip] if listen_ip and listen_ip != "0.0.0.0" else list(
         local_addresses if local_addresses is not None else local_ipv4_addresses())
     own = [a for a in own if not a.startswith("127.")]
     if not own or any(is_public_ip(a) for a in own):
         return False
-    return any(is_public_ip(ip) for ip in (_ip4_of(b) for b in bootstrap) if ip)
+    return any(is_public_ip(ip) for ip in (ip4_of(b) for b in bootstrap) if ip)

@@ -29,8 +29,8 @@ import math
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 PROMOTIONS_PER_ROUND = 2
 

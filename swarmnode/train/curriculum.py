@@ -19,7 +19,8 @@ move its levels: a peer's claimed level or rewards never do.
 
 A family that sits at an end of its ladder and whose last ``WINDOW`` groups carried no
 signal (every completion of a group scored the same: all 0, or all the same partial credit,
-at its lowest rung; all 1 at its top) has nothing to teach the node now: it is **dormant**, and the round draws its questions at :data:`DORMANT_WEIGHT`
+at its lowest rung; all 1 at its top) has nothing to teach the node now: it is **dormant**,
+and the round draws its questions at :data:`DORMANT_WEIGHT`
 of its task-file weight (:meth:`Levels.focus`). It is still drawn, so the family wakes as
 soon as one of its groups scores something: the model may learn its format from the others.
 Without this, the embedded model spends 4 of its 9 families' questions on groups that carry
@@ -89,7 +90,7 @@ class LevelError(ValueError):
     """A level record or a level setting is malformed; ``str()`` says which part."""
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _curriculum_top(family: str) -> int | None:
     """The highest curriculum level of ``family`` (its longest attribute's), None if it has none."""
     curriculum = _curriculum(family)
@@ -99,7 +100,7 @@ def _curriculum_top(family: str) -> int | None:
 
 
 def _curriculum(family: str):
-    from reasoning_gym import factory
+    import reasoning_gym.factory as factory
 
     try:
         return factory.create_curriculum(family)
@@ -194,7 +195,7 @@ class Levels:
         self.quiet: dict[str, int] = {f: 0 for f in self.levels}  # groups in a row without signal, at this level
 
     @classmethod
-    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> Levels:
+    def configured(cls, families: Iterable[str], entries: Iterable[str], *, adaptive: bool) -> "Levels":
         """Levels as the ``levels`` and ``adaptive_difficulty`` config keys set them; raises
         :class:`LevelError` for a bad entry (see :func:`parse_level_settings`)."""
         families = list(families)
@@ -204,7 +205,7 @@ class Levels:
         """The current level of ``family``; None for a family that is not on a ladder here."""
         return self.levels.get(family)
 
-    def copy(self) -> Levels:
+    def copy(self) -> "Levels":
         """An independent copy (a round computes its moves on one; finishing the round keeps it)."""
         other = Levels([], adaptive=self.adaptive)
         other.levels = dict(self.levels)

@@ -21,14 +21,14 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
-from collections.abc import Iterator
+from typing import Iterator
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 HEAP_THRESHOLD_BYTES = 32 * 2**20  # the value glibc's raising ends at on 64-bit systems
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def _glibc(function: str):
     """``function`` of glibc, or None where the C library has no such function."""
     name = ctypes.util.find_library("c")

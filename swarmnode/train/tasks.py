@@ -16,10 +16,9 @@ import logging
 import random
 import re
 import sys
-from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from swarmnode.records import Question
 from swarmnode.train.curriculum import level_config
@@ -36,7 +35,7 @@ SYSTEM_PROMPT = (
     "the final answer, inside <answer> and </answer> tags."
 )
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
 # Index space of each family's procedural generator: far larger than any run draws.
 _DATASET_SIZE = 10_000_000
 
@@ -69,7 +68,7 @@ def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
     :class:`TaskConfigError`.
     """
-    from reasoning_gym import factory
+    import reasoning_gym.factory as factory
 
     if path is None or str(path) in PACKAGED_TASK_SETS:
         name = "tasks.toml" if path is None else PACKAGED_TASK_SETS[str(path)]
@@ -179,7 +178,7 @@ class Scorer:
         self._datasets: dict[str, Any] = {}
 
     def _dataset(self, family: str):
-        from reasoning_gym import factory
+        import reasoning_gym.factory as factory
 
         if family not in self._datasets:
             if family not in factory.DATASETS:
@@ -218,13 +217,28 @@ def extract_answer(response: str) -> str | None:
     return tail.splitlines()[0].strip() if tail else None
 
 
+# A model without a chat template (a base model, such as Gemma 3 270M) continues text: one
+# worked example shows it where the answer goes and that the tag closes. Gemma 3 base, greedy,
+# 24 questions of six families: mean reward 0.00 without it, 0.23 with it and its BOS
+# (docs/performance.md, prompt formats).
+BASE_MODEL_EXAMPLE = "Question: What is 2 + 3?\nAnswer: <answer>5</answer>\n\n"
+
+
 def build_prompt(tokenizer, question: str, prefill_answer_tag: bool) -> str:
-    """The chat-formatted prompt text; ends inside ``<answer>`` when prefilling."""
+    """The prompt text; ends inside ``<answer>`` when prefilling.
+
+    With a chat template: the system prompt and the question as a conversation, the assistant's
+    turn open. Without one: the tokenizer's BOS where its own encoding starts with one (Gemma's
+    does; the sampler encodes without special tokens), the system prompt, one worked example
+    and the question, as plain text.
+    """
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     else:
-        text = f"{SYSTEM_PROMPT}\n\nQuestion: {question}\nAnswer: "
+        starts = tokenizer("x")["input_ids"][:1]
+        bos = tokenizer.bos_token if tokenizer.bos_token and starts == [tokenizer.bos_token_id] else ""
+        text = f"{bos}{SYSTEM_PROMPT}\n\n{BASE_MODEL_EXAMPLE}Question: {question}\nAnswer: "
     return text + ANSWER_OPEN if prefill_answer_tag else text
 
 

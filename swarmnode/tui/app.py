@@ -20,17 +20,24 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, RichLog, Static
 from textual_plotext import PlotextPlot
 
-from swarmnode.node.client import (
-    ApiError,
-    NodeApi,
-    NoNodeRunning,
-    format_ago,
-    format_duration,
-    format_levels,
-    format_reward,
-    short_peer_id,
+from swarmnode.events import (
+    BundleAccepted,
+    BundleRefused,
+    LevelsNow,
+    NodeEvent,
+    NodeView,
+    PauseChanged,
+    PeerJoined,
+    PeerLeft,
+    PhaseChanged,
+    RoundFinished,
+    RoundStarted,
+    ThreadsChosen,
+    YardstickScored,
 )
+from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
 from swarmnode.paths import NodeHome
+from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 PEER_COLUMNS = (("name", "Name"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
@@ -40,23 +47,22 @@ PEER_COLUMNS = (("name", "Name"), ("last_seen", "Last seen"), ("accepted", "Acce
 class NodeHeader(Static):
     """Who the node is and what it is doing."""
 
-    def show(self, status: dict | None, uptime_s: float = 0.0) -> None:
-        if status is None:
-            self.update("")
-            return
+    def show(self, status: dict, view: NodeView, uptime_s: float) -> None:
+        """``status``: the node's ``/v1/status`` (who it is, its peers); ``view``: what it does now."""
         text = Text()
         text.append(status["name"] or "(unnamed)", style="bold")
         text.append(f"  {status['peer_id']}\n", style="dim")
-        state = "paused" if status["paused"] else status["phase"]
+        last = view.last_round
         for label, value in (("swarm", f"{status['swarm']} ({status['transport']})"),
-                             ("round", str(status["round"])), ("phase", state), ("device", status["device"]),
-                             ("uptime", format_duration(uptime_s)), ("peers", str(status["peers"])),
-                             ("reward", format_reward(status["last_reward"])),
-                             ("signal", format_reward(status.get("signal_rate")))):
+                             ("round", str(view.round)), ("phase", "paused" if view.paused else view.phase),
+                             ("device", status["device"]), ("uptime", format_duration(uptime_s)),
+                             ("peers", str(status["peers"])),
+                             ("reward", format_reward(None if last is None else last.reward_mean)),
+                             ("signal", format_reward(None if last is None else last.signal_rate))):
             text.append(f"{label} ", style="dim")
-            text.append(value, style="bold reverse" if label == "phase" and status["paused"] else "bold")
+            text.append(value, style="bold reverse" if label == "phase" and view.paused else "bold")
             text.append("   ")
-        threads = status.get("threads") or {}
+        threads = view.threads
         if threads:
             text.append("\nthreads ", style="dim")
             text.append(str(threads["count"]), style="bold")
@@ -66,7 +72,7 @@ class NodeHeader(Static):
             text.append("priority ", style="dim")
             text.append(status["priority"], style="bold")
         text.append("\nlevels ", style="dim")
-        text.append(format_levels(status.get("levels") or {}, status.get("dormant") or ()))
+        text.append(format_levels(view.levels, view.dormant))
         self.update(text)
 
 
@@ -122,10 +128,9 @@ class Dashboard(App):
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
         self.api: NodeApi | None = None
-        self.status: dict | None = None
+        self.status: dict | None = None  # the last /v1/status: who the node is, its peers, its uptime
         self.status_at = 0.0  # monotonic time of the last status, to advance the uptime locally
-        self.rows: list[dict] = []
-        self.yardstick: list[dict] = []
+        self.view: NodeView | None = None  # what the node does, rebuilt on (re)connecting, then followed
         self.peers: list[dict] = []
         self._peers_stale = False
 
@@ -180,17 +185,21 @@ class Dashboard(App):
             delay = min(delay * 2, self.max_retry_s)
 
     async def reload(self) -> None:
-        """Read status, recent rounds and peers again."""
+        """Read status, recent rounds, the yardstick and peers again."""
         api = self.api
         if api is None:
             return
-        self._set_status(await api.status())
-        self.rows = await api.rounds(since=max(0, self.status["round"] - CHART_ROUNDS))
+        status = await api.status()
+        rounds = await api.rounds(since=max(0, status["round"] - CHART_ROUNDS))
+        try:
+            self.view = NodeView.from_api(status, rounds, await api.yardstick(), max_rounds=CHART_ROUNDS)
+        except (KeyError, ValueError) as exc:
+            raise ApiError(f"the node's answer does not fit this dashboard ({exc}); is it another version?") from None
         self.peers = await api.peers()
-        self.yardstick = await api.yardstick()
         self._peers_stale = False
-        self.query_one(RewardChart).show(self.rows)
-        self.query_one(YardstickChart).show(self.yardstick)
+        self._set_status(status)
+        self._show_rounds()
+        self.query_one(YardstickChart).show(self.view.yardstick)
         self._show_peers()
 
     def _set_status(self, status: dict) -> None:
@@ -198,71 +207,65 @@ class Dashboard(App):
         self._show_header()
 
     def _show_header(self) -> None:
-        if self.status is not None:
+        if self.status is not None and self.view is not None:
             uptime = self.status["uptime_s"] + time.monotonic() - self.status_at
-            self.query_one(NodeHeader).show(self.status, uptime)
+            self.query_one(NodeHeader).show(self.status, self.view, uptime)
 
-    def on_node_event(self, event: dict) -> None:
-        kind = event["type"]
-        if self.status is not None:
-            if kind == "phase":
-                self.status["phase"] = event["phase"]
-            elif kind == "round_started":
-                self.status["round"] = event["round"]
-            elif kind == "paused":
-                self.status["paused"] = event["paused"]
-            elif kind == "round_finished":
-                self.status["last_reward"] = event["metrics"]["reward_mean"]
-                self.status["signal_rate"] = event["metrics"].get("signal_rate")
-            elif kind == "threads":
-                self.status["threads"] = {k: v for k, v in event.items() if k not in ("type", "time")}
-            elif kind == "levels":
-                self.status["levels"] = event["levels"]
-                self.status["dormant"] = event.get("dormant", [])
+    def _show_rounds(self) -> None:
+        if self.view is not None:
+            self.query_one(RewardChart).show([r.to_json() for r in self.view.rounds])
+
+    def on_node_event(self, event: NodeEvent) -> None:
+        if self.view is not None:
+            self.view.apply(event)
             self._show_header()
-        if kind == "round_finished":
-            self.rows = (self.rows + [event["metrics"]])[-CHART_ROUNDS:]
-            self.query_one(RewardChart).show(self.rows)
-        if kind == "yardstick":
-            self.yardstick = [r for r in self.yardstick if r["round"] != event["record"]["round"]] + [event["record"]]
-            self.query_one(YardstickChart).show(self.yardstick)
-        if kind in ("bundle_accepted", "bundle_rejected", "peer_joined", "peer_left"):
+        if isinstance(event, RoundFinished):
+            self._show_rounds()
+        elif isinstance(event, YardstickScored) and self.view is not None:
+            self.query_one(YardstickChart).show(self.view.yardstick)
+        elif isinstance(event, (BundleAccepted, BundleRefused, PeerJoined, PeerLeft)):
             self._peers_stale = True
-        if kind != "levels":  # every round sends them; the moves are in its round_finished line
+        if not isinstance(event, LevelsNow):  # every round sends them; the moves are in its round_finished line
             self.query_one("#events", RichLog).write(self._describe(event))
 
-    def _peer_name(self, peer: str) -> str:
+    def _peer_name(self, peer: str | None) -> str:
+        if peer is None:
+            return "an unknown sender"
         for p in self.peers:
             if peer in (p["peer_id"], p.get("name")):
                 return p.get("name") or short_peer_id(peer)
-        return short_peer_id(str(peer))
+        return short_peer_id(peer)
 
-    def _describe(self, event: dict) -> Text:
-        kind = event["type"]
-        peer = self._peer_name(event.get("peer", ""))
-        if kind == "round_finished":
-            m = event["metrics"]
-            message = (f"round {m['round']} finished: reward {format_reward(m['reward_mean'])}, "
-                       f"signal {format_reward(m.get('signal_rate'))}, "
-                       f"{m.get('tokens_generated', 0)} tokens, {m.get('seconds', 0):.1f} s")
-            moves = m.get("level_moves") or {}
-            if moves:
-                message += "; level " + ", ".join(f"{f} -> {lv}" for f, lv in sorted(moves.items()))
-        else:
-            message = {
-                "round_started": lambda: f"round {event['round']} started",
-                "phase": lambda: f"phase: {event['phase']}",
-                "bundle_accepted": lambda: f"bundle from {peer} accepted (round {event.get('round', '?')})",
-                "bundle_rejected": lambda: f"bundle from {peer} rejected: {event.get('reason', '?')}",
-                "peer_joined": lambda: f"peer {peer} joined",
-                "peer_left": lambda: f"peer {peer} left",
-                "paused": lambda: "paused: no new round starts" if event["paused"] else "resumed",
-                "threads": lambda: f"threads: {event['count']} ({event['reason']})",
-                "yardstick": lambda: (f"yardstick after {event['record']['round']} rounds: "
-                                      f"{format_reward(event['record']['score'])}"),
-            }.get(kind, lambda: kind)()
-        stamp = datetime.fromtimestamp(event.get("time", time.time())).strftime("%H:%M:%S")
-        style = {"bundle_rejected": "red", "round_finished": "bold green", "paused": "yellow"}.get(kind, "")
+    def _describe(self, event: NodeEvent) -> Text:
+        style = ""
+        match event:
+            case RoundFinished(record=m):
+                message = (f"round {m.round} finished: reward {format_reward(m.reward_mean)}, "
+                           f"signal {format_reward(m.signal_rate)}, {m.tokens_generated} tokens, {m.seconds:.1f} s")
+                if m.level_moves:
+                    message += "; level " + ", ".join(f"{f} -> {lv}" for f, lv in sorted(m.level_moves.items()))
+                style = "bold green"
+            case RoundStarted(round=r):
+                message = f"round {r} started"
+            case PhaseChanged(phase=phase):
+                message = f"phase: {phase}"
+            case BundleAccepted(peer=peer, round=r):
+                message = f"bundle from {self._peer_name(peer)} accepted (round {r})"
+            case BundleRefused(peer=peer, reason=reason):
+                message, style = f"bundle from {self._peer_name(peer)} rejected: {reason}", "red"
+            case PeerJoined(peer=peer):
+                message = f"peer {self._peer_name(peer)} joined"
+            case PeerLeft(peer=peer):
+                message = f"peer {self._peer_name(peer)} left"
+            case PauseChanged(paused=paused):
+                message, style = ("paused: no new round starts" if paused else "resumed"), "yellow"
+            case ThreadsChosen(count=count, reason=reason):
+                message = f"threads: {count} ({reason})"
+            case YardstickScored(record=record):
+                message = f"yardstick after {record.round} rounds: {format_reward(record.score)}"
+            case _:
+                message = event.TYPE
+        stamp = datetime.fromtimestamp(event.time).strftime("%H:%M:%S")
         return Text.assemble((stamp + " ", "dim"), (message, style))
 
     def _show_peers(self) -> None:
@@ -272,8 +275,9 @@ class Dashboard(App):
         for p in self.peers:
             key = p["peer_id"]
             seen.add(key)
-            cells = {"name": p.get("name") or short_peer_id(key), "last_seen": format_ago(p.get("last_seen"), now), "accepted": str(p.get("accepted", 0)),
-                     "rejected": str(p.get("rejected", 0)), "reward": format_reward(p.get("reported_mean_reward"))}
+            cells = {"name": p.get("name") or short_peer_id(key), "last_seen": format_ago(p.get("last_seen"), now),
+                     "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
+                     "reward": format_reward(p.get("reported_mean_reward"))}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)
@@ -301,13 +305,11 @@ class Dashboard(App):
             self.notify(str(exc), severity="error")
 
     async def action_toggle_pause(self) -> None:
-        if self.api is None or self.status is None:
+        if self.api is None or self.view is None:
             self.notify(f"no node running at {self.home.root}", severity="warning")
             return
-        try:
-            answer = await (self.api.resume() if self.status["paused"] else self.api.pause())
-            self.status["paused"] = answer["paused"]
-            self._set_status(await self.api.status())
+        try:  # the node's paused event updates the view
+            await (self.api.resume() if self.view.paused else self.api.pause())
         except (NoNodeRunning, ApiError) as exc:
             self.notify(str(exc), severity="error")
 

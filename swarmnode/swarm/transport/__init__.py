@@ -3,23 +3,35 @@
 hivemind and py-libp2p cannot share a process (both register libp2p's ``crypto.proto`` in
 protobuf's global pool), so :func:`create_transport` imports only the implementation asked
 for, and a process runs one transport.
+
+Each transport's decisions are plain code that imports neither network stack (time passed
+in as ``now``, randomness from an injected ``random.Random``), called by the transport and
+callable as they are by a simulation of many nodes in one process:
+
+* both: :mod:`.pull` (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``);
+* hivemind: :mod:`.hivemind_layout` (record keys, shards, expiries), :mod:`.hivemind_pull`
+  (``HivemindPull``: which shards a poll reads, what it fetches);
+* libp2p: :mod:`.announce` (the signed announcement), :mod:`.libp2p_spread`
+  (``Libp2pPull``, pushes, ``FirstHand``, samples), :mod:`.libp2p_holding` (bundle store,
+  holders, pull sources and checks), :mod:`.libp2p_peers` (the peer exchange).
+
+The I/O around them: :mod:`.base` (the ``Transport`` interface and its join loop),
+:mod:`.hivemind_dht`, :mod:`.hivemind_calls`, :mod:`.hivemind_records`,
+:mod:`.hivemind_storage`, :mod:`.hivemind_server` (hivemind); :mod:`.libp2p_pull`,
+:mod:`.libp2p_streams`, :mod:`.trio_bridge` (libp2p). ``tests/test_imports.py`` checks that
+the decision modules import no network stack.
+
+Part of the swarm layer. May import: base, compat.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from swarmnode.config import NodeConfig
-from swarmnode.swarm.transport.base import (
-    MessageHandler,
-    NodeIdentity,
-    Transport,
-    TransportError,
-    TransportStats,
-)
+from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
 
 TRANSPORTS = {
     "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),

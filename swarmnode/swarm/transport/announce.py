@@ -5,19 +5,14 @@ An announcement says that ``author``'s bundle of ``round`` (``size`` bytes, sha2
 :data:`DOMAIN` + the canonical JSON of its fields), so a peer can pass it on in a sample
 answer without being able to alter it or to make one up for another peer's key. On the wire
 it is the canonical JSON ``{"announcement": {...fields}, "signature": "<128 hex digits>"}``,
-at most :data:`MAX_ANNOUNCEMENT_BYTES`.
-
-:class:`FirstHand` keeps what peers pushed to this node themselves: those are what it passes
-on when a peer asks for a sample, so an announcement travels at most two hops and a sample
-answer is never older than :data:`SHARE_TTL`.
+at most :data:`MAX_ANNOUNCEMENT_BYTES`; a sample answer is a JSON list of at most
+:data:`SAMPLE_SIZE` of them. How announcements spread is
+:mod:`~swarmnode.swarm.transport.libp2p_spread`. This module imports no network stack.
 """
 
 from __future__ import annotations
 
 import json
-import random
-from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +25,6 @@ MAX_ANNOUNCEMENT_BYTES = 1024
 MAX_HOLDERS = 4             # PeerIDs an announcement may list
 SAMPLE_SIZE = 16            # announcements in one sample answer, at most
 MAX_SAMPLE_BYTES = SAMPLE_SIZE * (MAX_ANNOUNCEMENT_BYTES + 1) + 2
-# Seconds a pushed announcement is passed on in sample answers. A sampled announcement is
-# judged fresh from when it is heard, so this is what it may be older than that: as long as
-# PullPlan's least freshness window (FRESH_FLOOR_S), no longer.
-SHARE_TTL = 20.0
 _MAX_PEER_ID = 64           # characters; an Ed25519 PeerID has 52
 _FIELDS = {"author", "digest", "holders", "round", "size", "swarm"}
 
@@ -133,37 +124,3 @@ def is_peer_id(value: Any) -> bool:
     except ValueError:
         return False
     return True
-
-
-class FirstHand:
-    """The newest announcement each peer pushed to this node itself: at most ``memory`` peers
-    (oldest out), each passed on for ``ttl`` seconds from its push. Not thread-safe."""
-
-    def __init__(self, memory: int, ttl: float = SHARE_TTL, rng: random.Random | None = None):
-        self.memory = memory
-        self.ttl = ttl
-        self.rng = rng or random.Random()
-        # author -> (when pushed, round, wire object), oldest push first
-        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()
-
-    def put(self, announcement: Announcement, wire: dict[str, Any], now: float) -> bool:
-        """Keep ``announcement`` unless one of a later round is held; True if kept."""
-        held = self._items.get(announcement.author)
-        if held is not None and held[1] > announcement.round:
-            return False
-        self._items.pop(announcement.author, None)
-        self._items[announcement.author] = (now, announcement.round, wire)
-        while len(self._items) > self.memory:
-            self._items.popitem(last=False)
-        return True
-
-    def sample(self, now: float, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """Up to :data:`SAMPLE_SIZE` wire objects pushed within ``ttl``, drawn uniformly over their authors."""
-        while self._items and next(iter(self._items.values()))[0] < now - self.ttl:
-            self._items.popitem(last=False)
-        skip = set(exclude)
-        fresh = [wire for author, (_, _, wire) in self._items.items() if author not in skip]
-        return self.rng.sample(fresh, min(SAMPLE_SIZE, len(fresh)))
-
-    def __len__(self) -> int:
-        return len(self._items)

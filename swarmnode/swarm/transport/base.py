@@ -25,10 +25,10 @@ import logging
 import random
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol, Sequence
 
+from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
 
 log = logging.getLogger("swarmnode.swarm.transport")
@@ -86,15 +86,6 @@ class Backoff:
         self._next = self.first
 
 
-def peer_id_of(maddr: str) -> str | None:
-    """The PeerID in a multiaddr's ``/p2p/`` (or legacy ``/ipfs/``) component, if any."""
-    parts = maddr.strip("/").split("/")
-    for i in range(len(parts) - 1):
-        if parts[i] in ("p2p", "ipfs"):
-            return parts[i + 1]
-    return None
-
-
 def relay_rejection(author: str, data: bytes) -> str | None:
     """Why a relay must not pass ``data`` on from PeerID ``author`` (a bundle reason code:
     ``too_large``, the envelope's reasons, ``peer_id_mismatch`` for a bundle signed by
@@ -109,11 +100,6 @@ def relay_rejection(author: str, data: bytes) -> str | None:
     except BundleRejected as exc:
         return exc.reason
     return None if sender == author else "peer_id_mismatch"
-
-
-def signed_by(author: str, data: bytes) -> bool:
-    """True when ``data`` is a well-formed bundle envelope signed by PeerID ``author``."""
-    return relay_rejection(author, data) is None
 
 
 def local_ipv4_addresses() -> list[str]:
@@ -271,8 +257,9 @@ class Transport(ABC):
         """Hand one received message to the handler; call on the asyncio loop only.
 
         ``author``: the sender the transport authenticated, if it did (on libp2p, the
-        announcer whose signed bundle a pull fetched). A pushed repeat of a message already delivered is a replay by its author,
-        reported to the reject handler; without an author (a record read twice) it is not."""
+        announcer whose signed bundle a pull fetched). A repeat of a message already delivered
+        is then a replay by its author, reported to the reject handler; without an author (a
+        record read twice) it is not."""
         if not self._remember(data):
             self.stats.duplicates += 1
             if author is not None and self._reject_handler is not None:

@@ -1,16 +1,22 @@
 """A hivemind DHT server in this process, without torch: the ``hivemind`` side of ``swarmnode relay``.
 
-:class:`~swarmnode.swarm.transport.hivemind_dht.HivemindTransport` runs hivemind's ``DHT``,
-a forked process that returns results through ``MPFuture``, which keeps its state in torch
-shared memory; and ``import hivemind`` imports torch, its optimizers and its mixture of
-experts. A relay needs none of that: it only serves the DHT (stores what peers put, answers
-what they get). So this module runs hivemind's ``DHTNode`` on the relay's own event loop and
-imports only the DHT and p2p modules (:func:`~swarmnode.compat.hivemind_torchless.import_dht_without_torch`): one process and
+A node's :class:`~swarmnode.swarm.transport.hivemind_dht.HivemindTransport` runs hivemind's
+``DHT``, a forked process whose results come back through ``MPFuture``, which keeps its state
+in torch shared memory; and ``import hivemind`` imports torch, its optimizers and its mixture
+of experts. A relay needs none of that: it only serves the DHT (stores what peers put,
+answers what they get). So this module runs hivemind's ``DHTNode`` on the relay's own event
+loop and imports only the DHT and p2p modules
+(:func:`~swarmnode.compat.hivemind_torchless.import_dht_without_torch`): one process and
 p2pd, about a tenth of the memory.
 
-Records are checked by the same :class:`~swarmnode.swarm.transport.hivemind_dht.SwarmRecordValidator`
-as every node's DHT (only bundles signed by their sender, heads signed by their owner), so a
-relay stores nothing a peer could forge. It publishes nothing and reads no bundle.
+Records are checked by the same
+:class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator` as every node's DHT
+(bundles signed by their sender, announcements signed by their owner in the owner's shard),
+so a relay stores nothing a peer could forge; nodes behind NAT, DHT clients, store their
+records on servers like this one. It keeps them in hivemind's own storage, without the
+per-signer bounds a node's DHT process installs
+(:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`). It publishes nothing
+and reads no bundle.
 """
 
 from __future__ import annotations
@@ -18,8 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
@@ -42,10 +47,8 @@ class HivemindServer(Transport):
         from hivemind.dht.node import DHTNode
         from hivemind.dht.validation import CompositeValidator
 
-        from swarmnode.swarm.transport.hivemind_dht import (
-            SwarmRecordValidator,
-            _write_private,
-        )
+        from swarmnode.swarm.transport.hivemind_calls import write_private
+        from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
 
         spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
         key_file = os.path.join(spool, "identity.key")
@@ -53,7 +56,7 @@ class HivemindServer(Transport):
         if self.announce:
             kwargs["announce_maddrs"] = [self.announce]
         try:
-            _write_private(key_file, self.identity.private_key_protobuf())
+            write_private(key_file, self.identity.private_key_protobuf())
             self._node = await DHTNode.create(
                 initial_peers=[], client_mode=False,
                 record_validator=CompositeValidator([SwarmRecordValidator(self.swarm)]), **kwargs)
@@ -76,9 +79,9 @@ class HivemindServer(Transport):
         raise RuntimeError("a hivemind DHT server publishes nothing of its own")
 
     async def _dial(self, maddr: str) -> bool:
-        from swarmnode.swarm.transport.hivemind_dht import _join
+        from swarmnode.swarm.transport.hivemind_calls import join
 
-        return self._node is not None and await _join(None, self._node, maddr=maddr)
+        return self._node is not None and await join(None, self._node, maddr=maddr)
 
     def peers(self) -> list[str]:
         """The DHT servers in this node's routing table (DHT clients, such as nodes behind NAT,

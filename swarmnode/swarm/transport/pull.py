@@ -2,7 +2,11 @@
 
 A pull transport learns from small announcements (peer, round) which peers have a bundle it
 has not fetched, and fetches some of them. :class:`PullPlan` holds that state and makes the
-choice, so a node's cost per round stays flat however many peers announce (issue 13):
+choice, so a node's cost per round stays flat however many peers announce. It does no I/O:
+time comes in as ``now`` (monotonic seconds, or a simulation's virtual ones) and randomness
+from its ``rng``, so a transport and a simulation of many nodes run the same rules.
+
+The budget and the draw, the same for every transport:
 
 * the budget starts at K (``fetch_per_round``) and each round of this node
   (:meth:`PullPlan.next_round`, at its publish) adds K, carrying at most K over; a fetch is
@@ -12,35 +16,33 @@ choice, so a node's cost per round stays flat however many peers announce (issue
   peers with a record at this node alike, the others (newcomers) as one crowd that gets a
   quarter of the round's K, or, once the transport has seen every announcer
   (``census_done``: hivemind, once it has read every shard), what the established
-  announcers leave of K if more. So a node that
-  knows few peers yet fills its rounds with newcomers, and a crowd of fresh keys never takes
-  a fetch from an established peer;
-* with ``reread`` (a transport that reads announcements when it wants, like hivemind's
-  shards), a candidate is an announcement seen since this node's round began: one seen
-  before may name a round its peer has replaced since, and a fetch of it would deliver a
-  round late, so the transport reads it again first. A transport that is handed
-  announcements as they are made (libp2p's pushes, and samples of recent pushes) keeps
-  them for a short ``ttl`` instead;
-* with ``fresh`` (a transport that can fetch a peer's *next* round by name, like hivemind's
-  per-round bundle keys), an established peer's chosen round made longer ago than that
-  share of this node's round (at least :data:`FRESH_FLOOR_S`) is not fetched: the plan
-  awaits the peer's next round instead (the one after the round it should have made by now,
-  or that one if it is fresh: the peer's period and rounds' times come from when the
-  transport says announcements were made), asks for it when it is due, and
-  again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one round
-  of this node's it takes the old round after all. A newcomer's round is fetched at once
-  whatever its age, so an announcement of a key without standing costs one fetch, as before.
-  The draw stays over peers, but what arrives is fresh: a node that reads announcements
-  when its round begins finds peers' rounds made up to a round ago, and fetching those at
-  once made bundles up to a round old (docs/scale.md). A round counts as made at the
-  earliest sign of it (the transport's word, or the first read that showed it), so storing
-  one announcement again does not make its round fresh;
-* with ``fresh`` and without ``awaits`` (a transport that fetches only what was announced,
-  like libp2p's pulls checked against the announced digest), a round made longer ago than
-  that share is no candidate at all, whoever made it: the node waits to hear of the
-  peer's next round, and spends its budget on rounds it hears of while they are fresh;
+  announcers leave of K if more. So a node that knows few peers yet fills its rounds with
+  newcomers, and a crowd of fresh keys never takes a fetch from an established peer;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
+
+How old a fetched round may be is the transport's :class:`Freshness` policy. A round is
+*fresh* if it was made within a window, a ``share`` of this node's round (at least
+:data:`FRESH_FLOOR_S`; share 0: no window, any age is fresh). A round counts as made at the
+earliest sign of it (the transport's word, or the first read that showed it), so storing one
+announcement again does not make its round fresh. A node that fetched peers' rounds at once
+whenever it happened to read of them would get bundles up to a round old (docs/scale.md).
+
+* :class:`AwaitNext`, for a transport that reads announcements when it wants them and can
+  fetch any round of a peer by name (hivemind's shards and per-round bundle keys). A
+  candidate is an announcement seen since this node's round began: one seen before may name
+  a round its peer has replaced since, so the transport reads it again first. An established
+  peer's drawn round that is not fresh is not fetched: the plan awaits the peer's next round
+  (the one after the round it should have made by now, or that one if it is fresh; the
+  peer's period comes from when its announcements were made), asks for it when it is due,
+  and again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one
+  round of this node's it takes the old round after all. A newcomer's round is fetched at
+  once whatever its age, so an announcement of a key without standing costs one fetch.
+* :class:`OnlyFresh`, for a transport that is handed announcements as they are made and
+  fetches only what was announced (libp2p's pushes and samples, pulls checked against the
+  announced digest). A round that is not fresh is no candidate at all, whoever made it: the
+  node waits to hear of the peer's next round, and spends its budget on rounds it hears of
+  while they are fresh.
 
 Not thread-safe: a transport uses it from one task.
 """
@@ -49,9 +51,8 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from swarmnode.swarm.standing import PeerShare
 
@@ -59,13 +60,13 @@ FETCH_PER_ROUND = 8
 ANNOUNCE_TTL = 120.0
 # A round's fetches: established peers each alike; every other announcer, as one crowd, a quarter.
 FETCH_SHARE = PeerShare(max_peer_share=0.0, newcomer_share=0.25)
-_DELIVERED_MEMORY = 4096
+DELIVERED_MEMORY = 4096
 # The freshness window's least width, seconds. A bundle this old is fresh enough whatever the
 # round; awaiting costs lookups, and with short rounds (the benchmark's 15 s) a 10 s floor
 # awaited nearly every drawn round, 0.15 MB a round more a node at 32 nodes (docs/scale.md).
 FRESH_FLOOR_S = 20.0
-# The freshness window's share of this node's round (PullPlan's ``fresh``): bundles a quarter
-# of a round old at most, where a round's fetches go to rounds made since the one before.
+# The freshness window's share of this node's round: bundles a quarter of a round old at most,
+# where a round's fetches go to rounds made since the one before.
 FRESH_SHARE = 0.25
 # Asks for an awaited round: when due, then after a wait that starts here and doubles.
 AWAIT_ASKS = 5
@@ -83,8 +84,47 @@ class Announced:
     period: float | None = None  # seconds between the peer's rounds, from the last two made
 
 
+class Freshness:
+    """How a :class:`PullPlan` treats a round by its age (see the module doc): which
+    announcements are candidates, and what happens to a drawn round that is not fresh.
+    ``share``: the freshness window as a share of this node's round (0: no window).
+    One instance per plan: a policy may hold state of its own."""
+
+    def __init__(self, share: float = FRESH_SHARE):
+        self.share = share
+
+    def oldest_fresh(self, plan: PullPlan) -> float:
+        """When the oldest round still fresh was made (without a window, or before this node's
+        second round, any)."""
+        if not self.share:
+            return float("-inf")
+        return plan.now - max(self.share * plan.round_s, FRESH_FLOOR_S)
+
+    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
+        raise NotImplementedError
+
+    def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
+        """True to leave established ``peer``'s drawn ``round_no`` unfetched now (the policy
+        takes care of it, see :meth:`due`)."""
+        return False
+
+    def due(self, plan: PullPlan) -> list[tuple[str, int]]:
+        """Rounds held back earlier to ask for now."""
+        return []
+
+    def missed(self, plan: PullPlan, peer: str, round_no: int) -> bool:
+        """See :meth:`PullPlan.missed`."""
+        return False
+
+    def delivered(self, peer: str) -> None:
+        """``peer``'s bundle arrived."""
+
+    def keep_only(self, peers: Collection[str]) -> None:
+        """Forget what is held of peers outside ``peers`` (those with an announcement held)."""
+
+
 @dataclass
-class _Awaited:
+class Awaited:
     """A chosen peer whose announced round was old: its next round is asked for when due."""
 
     old: int  # the round announced when chosen, taken after all at ``until``
@@ -95,31 +135,100 @@ class _Awaited:
     asks: int = AWAIT_ASKS  # left
 
 
+class AwaitNext(Freshness):
+    """Announcements are read when wanted and any round can be fetched by name (hivemind):
+    a candidate was seen this round; an established peer's old round is awaited (module doc)."""
+
+    def __init__(self, share: float = FRESH_SHARE):
+        super().__init__(share)
+        self.awaited: dict[str, Awaited] = {}  # peers whose next round is asked for when due
+
+    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
+        return entry.seen >= plan.round_began and peer not in self.awaited
+
+    def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
+        """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
+        entry = plan.announced[peer]
+        oldest = self.oldest_fresh(plan)
+        if entry.made >= oldest:
+            return False
+        # The peer has likely made rounds since the one read (a stale read, or a long wait):
+        # ask for the newest it should have if that is fresh, else for the one after it.
+        period = entry.period or plan.round_s
+        behind = int((plan.now - entry.made) // period)
+        if behind == 0 or entry.made + behind * period < oldest:
+            behind += 1
+        due = max(plan.now, entry.made + behind * period)
+        self.awaited[peer] = Awaited(round_no, round_no + behind, due, plan.now + plan.round_s)
+        plan.fetched[peer] = round_no + behind
+        return True
+
+    def due(self, plan: PullPlan) -> list[tuple[str, int]]:
+        """Awaited peers to ask now: for a newer round announced meanwhile, the next round when
+        due, or the old round after one round of this node's."""
+        due = []
+        for peer, awaited in self.awaited.items():
+            entry = plan.announced.get(peer)
+            if entry is None:  # expired by a tick; note_announced forgets it
+                continue
+            announced = entry.round
+            if announced >= awaited.next:
+                plan.fetched[peer] = announced
+                awaited.until = plan.now  # announced, so stored: a miss now is the peer's
+            elif plan.now >= awaited.until:
+                plan.fetched[peer] = awaited.old
+            elif plan.now < awaited.due:
+                continue
+            due.append((peer, plan.fetched[peer]))
+            awaited.due = plan.now + awaited.wait
+        return due
+
+    def missed(self, plan: PullPlan, peer: str, round_no: int) -> bool:
+        awaited = self.awaited.get(peer)
+        if awaited is None or round_no != plan.fetched.get(peer):
+            return False
+        if plan.now >= awaited.until:  # an announced round (or the old one, taken after all) was missing
+            del self.awaited[peer]
+            return False
+        awaited.asks -= 1
+        awaited.due = plan.now + awaited.wait if awaited.asks > 0 else awaited.until
+        awaited.wait *= 2
+        return True
+
+    def delivered(self, peer: str) -> None:
+        self.awaited.pop(peer, None)
+
+    def keep_only(self, peers: Collection[str]) -> None:
+        self.awaited = {p: a for p, a in self.awaited.items() if p in peers}
+
+
+class OnlyFresh(Freshness):
+    """Announcements are handed over as they are made and only announced rounds are fetched
+    (libp2p): a round that is not fresh is no candidate (module doc)."""
+
+    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
+        return entry.made >= self.oldest_fresh(plan)
+
+
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
-                 reread: bool = False, fresh: float = 0.0, awaits: bool = True, ttl: float = ANNOUNCE_TTL,
-                 rng: random.Random | None = None):
-        """``fetch_per_round``: K (0: fetch nothing, for a node that only serves). ``fresh``: the
-        share of this node's last round within which a chosen round must have been made to be
-        fetched at once (0: any age; see the module doc). ``awaits``: an older round of an
-        established peer is awaited (its next round fetched by name when due); else no older
-        round is a candidate."""
+                 freshness: Freshness, ttl: float = ANNOUNCE_TTL, rng: random.Random | None = None):
+        """``fetch_per_round``: K (0: fetch nothing, for a node that only serves). ``memory``:
+        the most announcements held; ``ttl``: seconds one is held since last seen.
+        ``freshness``: the transport's policy, :class:`AwaitNext` or :class:`OnlyFresh`."""
         self.own_peer_id = own_peer_id
         self.k = fetch_per_round
         self.memory = memory
         self.ttl = ttl
         self.rng = rng or random.Random()
+        self.freshness = freshness
         self.budget = float(fetch_per_round)
-        self.reread = reread
-        self.fresh = fresh
-        self.awaits = awaits
         self.round_began = float("-inf")  # monotonic time of this node's last publish
         self.round_s = float("inf")  # seconds between this node's last two publishes
         self.now = float("-inf")  # the latest time the transport gave
         self.census_done = False  # set by the transport once it has read every announcer
         self.announced: OrderedDict[str, Announced] = OrderedDict()  # oldest seen first
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
-        self.awaited: dict[str, _Awaited] = {}  # peers whose next round is asked for when due
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
 
@@ -150,7 +259,7 @@ class PullPlan:
         while len(self.announced) > self.memory:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
-        self.awaited = {p: a for p, a in self.awaited.items() if p in self.announced}
+        self.freshness.keep_only(self.announced)
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
@@ -165,10 +274,10 @@ class PullPlan:
         return None if entry is None else entry.detail
 
     def note_delivered(self, peer: str) -> None:
-        self.awaited.pop(peer, None)
+        self.freshness.delivered(peer)
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
-        while len(self.delivered) > _DELIVERED_MEMORY:
+        while len(self.delivered) > DELIVERED_MEMORY:
             self.delivered.popitem(last=False)
 
     def recent(self, n: int) -> list[str]:
@@ -183,13 +292,9 @@ class PullPlan:
         return lambda p: p in self.delivered or p in known
 
     def candidates(self) -> dict[str, int]:
-        """Announced rounds not fetched yet nor awaited (with ``reread``, seen this round; with
-        ``fresh`` and without ``awaits``, made within the window), by peer."""
-        since = self.round_began if self.reread else float("-inf")
-        made_since = float("-inf") if self.awaits else self._oldest_fresh()
+        """Announced rounds not fetched yet that the freshness policy admits, by peer."""
         return {p: a.round for p, a in self.announced.items()
-                if self.fetched.get(p, -1) < a.round and a.seen >= since and a.made >= made_since
-                and p not in self.awaited}
+                if self.fetched.get(p, -1) < a.round and self.freshness.is_candidate(self, p, a)}
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
@@ -199,66 +304,17 @@ class PullPlan:
         return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
 
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
-        """The (peer, round) pairs to fetch now: awaited rounds now due, and new choices, spent
-        from the budget and marked fetched (a chosen round that is old becomes awaited instead)."""
-        now = [(peer, round_no) for peer, round_no in self._draw(established)
-               if not (self.awaits and established(peer) and self._await_next(peer, round_no))]
-        return self._due() + now
+        """The (peer, round) pairs to fetch now: rounds the policy held back that are now due,
+        and new choices, spent from the budget and marked fetched (an established peer's
+        round the policy holds back is fetched later instead)."""
+        drawn = [(peer, round_no) for peer, round_no in self._draw(established)
+                 if not (established(peer) and self.freshness.hold_back(self, peer, round_no))]
+        return self.freshness.due(self) + drawn
 
     def missed(self, peer: str, round_no: int) -> bool:
         """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
         awaited round not made yet (it is asked for again later): no fault of the peer's."""
-        awaited = self.awaited.get(peer)
-        if awaited is None or round_no != self.fetched.get(peer):
-            return False
-        if self.now >= awaited.until:  # an announced round (or the old one, taken after all) was missing
-            del self.awaited[peer]
-            return False
-        awaited.asks -= 1
-        awaited.due = self.now + awaited.wait if awaited.asks > 0 else awaited.until
-        awaited.wait *= 2
-        return True
-
-    def _due(self) -> list[tuple[str, int]]:
-        """Awaited peers to ask now: for a newer round announced meanwhile, the next round when
-        due, or the old round after one round of this node's."""
-        due = []
-        for peer, awaited in self.awaited.items():
-            announced = self.announced[peer].round
-            if announced >= awaited.next:
-                self.fetched[peer] = announced
-                awaited.until = self.now  # announced, so stored: a miss now is the peer's
-            elif self.now >= awaited.until:
-                self.fetched[peer] = awaited.old
-            elif self.now < awaited.due:
-                continue
-            due.append((peer, self.fetched[peer]))
-            awaited.due = self.now + awaited.wait
-        return due
-
-    def _await_next(self, peer: str, round_no: int) -> bool:
-        """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
-        entry = self.announced[peer]
-        oldest = self._oldest_fresh()
-        if entry.made >= oldest:
-            return False
-        # The peer has likely made rounds since the one read (a stale read, or a long wait):
-        # ask for the newest it should have if that is fresh, else for the one after it.
-        period = entry.period or self.round_s
-        behind = int((self.now - entry.made) // period)
-        if behind == 0 or entry.made + behind * period < oldest:
-            behind += 1
-        due = max(self.now, entry.made + behind * period)
-        self.awaited[peer] = _Awaited(round_no, round_no + behind, due, self.now + self.round_s)
-        self.fetched[peer] = round_no + behind
-        return True
-
-    def _oldest_fresh(self) -> float:
-        """When the oldest round still fresh was made (without ``fresh``, or before this node's
-        second round, any)."""
-        if not self.fresh:
-            return float("-inf")
-        return self.now - max(self.fresh * self.round_s, FRESH_FLOOR_S)
+        return self.freshness.missed(self, peer, round_no)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         candidates = self.candidates()

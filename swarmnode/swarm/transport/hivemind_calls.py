@@ -1,0 +1,152 @@
+"""What runs inside hivemind's DHT process for the ``hivemind`` transport.
+
+hivemind's DHT runs in a forked process and takes calls over a pipe: ``DHT.run_coroutine``
+runs ``coro(dht, node)`` there. These are those coroutines, at module level so the pipe can
+pickle them, each wrapped in :func:`guarded` by the transport. Bundles go to the DHT process
+by file (:func:`write_private`, read back by :func:`store_round`): it reads its command pipe
+non-blocking and fails on messages larger than the pipe buffer. The relay's DHT server
+(:mod:`~swarmnode.swarm.transport.hivemind_server`) runs :func:`join` on its own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any, Awaitable, Callable
+
+from hivemind.dht.node import DHTNode
+from hivemind.p2p import PeerID
+from hivemind.utils import get_dht_time
+from hivemind.utils.multiaddr import Multiaddr
+
+from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
+from swarmnode.swarm.transport.hivemind_layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
+from swarmnode.swarm.transport.hivemind_records import COUNTS
+from swarmnode.swarm.transport.hivemind_storage import CACHE_BYTES, SIGNER_BYTES, STORAGE_BYTES, BoundedStorage
+
+CALL_TIMEOUT = 30.0
+DIAL_TIMEOUT = 5.0
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Write ``data`` to a new file at ``path`` only this user can read (it must not exist)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+async def bound_storage(_dht: Any, node: DHTNode) -> None:
+    """Put :class:`BoundedStorage` in place of the DHT protocol's unbounded storage and cache."""
+    replace_storage(node, BoundedStorage(STORAGE_BYTES, SIGNER_BYTES), BoundedStorage(CACHE_BYTES, SIGNER_BYTES))
+
+
+async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
+    """The DHT process's refusal and eviction counters, and the bytes its storage holds."""
+    storage, cache = local_storage(node)
+    held = {"stored_bytes": storage.total, "cached_bytes": cache.total}
+    return {**COUNTS, **held}
+
+
+async def visible_addresses(_dht: Any, node: DHTNode) -> list[str]:
+    return [str(m) for m in await node.get_visible_maddrs()]
+
+
+async def guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> tuple[bool, Any]:
+    """Run ``coro`` in the DHT process, returning (ok, result or error text) within
+    ``CALL_TIMEOUT``: hivemind would print the traceback of an exception raised there (a
+    failed store is routine, not a bug).
+
+    The timeout also keeps the call alive until then. hivemind holds no reference to the task
+    it runs a call in, so a call stuck inside hivemind on a future nothing else holds (seen
+    in CI right after a node restarted) would be destroyed by the garbage collector
+    mid-await, with a GeneratorExit traceback; the timer's reference turns that into an
+    ordinary failed call.
+    """
+    try:
+        return True, await asyncio.wait_for(coro(dht, node), CALL_TIMEOUT)
+    except asyncio.TimeoutError:
+        return False, f"no answer within {CALL_TIMEOUT:.0f} s"
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str,
+                      created: float) -> None:
+    """Store the bundle in file ``path`` (removed once read) as ``peer_id``'s ``round_no``,
+    made at ``created``, then announce that round; RuntimeError if no DHT node took either."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    os.unlink(path)
+    now = get_dht_time()
+    # The bundle first: once a reader sees the announcement, the record it names is already stored.
+    # Its expiry is bound to the signed creation time (validators refuse a later one).
+    if not await node.store(bundle_key(swarm, peer_id, round_no), data, bundle_expiry(created), subkey=peer_id):
+        raise RuntimeError("no DHT node accepted the bundle record")
+    if not await node.store(announce_key(swarm, shard_of(peer_id)), round_no, announce_expiry(now), subkey=peer_id):
+        raise RuntimeError("no DHT node accepted the announcement")
+
+
+async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
+                             shards: list[int]) -> tuple[dict[str, tuple[int, float]], list[str]]:
+    """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
+    signed expiry)), and the peers connected now."""
+    announced: dict[str, tuple[int, float]] = {}
+    if shards:
+        found = await node.get_many([announce_key(swarm, s) for s in shards],
+                                    sufficient_expiration_time=float("inf"))
+        now = get_dht_time()
+        for result in found.values():
+            if result is None or not hasattr(result.value, "items"):
+                continue
+            for subkey, item in result.value.items():
+                if isinstance(subkey, str) and type(item.value) is int:
+                    announced[subkey] = (item.value, announcement_age(item.expiration_time, now))
+    # A peer counts once it is in the DHT's routing table, not when p2pd merely holds a
+    # connection to it: p2pd accepts connections before the DHT on top of it answers (a peer
+    # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
+    # such a connection for a join, a node would never ping again and never exchange a record.
+    routed = routed_peers(node)
+    peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
+    return announced, peers
+
+
+async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
+                        wanted: list[tuple[str, int]]) -> list[tuple[str, int, bytes]]:
+    """The bundle records of the (peer, round) pairs ``wanted`` that were found."""
+    keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
+    found = await node.get_many(list(keys), sufficient_expiration_time=float("inf"))
+    records = []
+    for key, result in found.items():
+        peer, round_no = keys[key]
+        if result is None or not hasattr(result.value, "items"):
+            continue
+        records.extend((peer, round_no, item.value) for subkey, item in result.value.items()
+                       if subkey == peer and isinstance(item.value, bytes))
+    return records
+
+
+async def join(_dht: Any, node: DHTNode, *, maddr: str) -> bool:
+    """Connect ``node`` to the peer at ``maddr`` (ending in /p2p/<PeerID>) and ping its DHT;
+    True once it answered. Never raises."""
+    try:
+        address = Multiaddr(maddr)
+        peer = PeerID.from_base58(address["p2p"])
+        await asyncio.wait_for(connect(node, peer, [address.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
+                               DIAL_TIMEOUT)
+        if not await ping(node, peer):
+            return False
+    except Exception:
+        return False
+    # Learn the rest of the swarm from the new neighbour, as hivemind's own bootstrap does; a
+    # slow search is cancelled rather than left running as a task nothing references.
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(node.find_nearest_nodes([node.node_id]), DIAL_TIMEOUT)
+    return True

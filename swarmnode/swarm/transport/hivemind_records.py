@@ -1,0 +1,159 @@
+"""The record rules of the ``hivemind`` transport: what a node's DHT stores and reads.
+
+:class:`SwarmRecordValidator` runs in every node's DHT (and a relay's) and refuses any record
+a peer could forge or that this swarm's protocol does not need (the layout:
+:mod:`~swarmnode.swarm.transport.hivemind_layout`): a bundle record must be a valid bundle
+(:func:`~swarmnode.swarm.bundle.open_envelope`, then
+:func:`~swarmnode.swarm.bundle.parse_payload`) signed by the subkey's PeerID, for this swarm,
+under the key of its sender and round, expiring no later than its signed ``created`` +
+:data:`~swarmnode.swarm.transport.hivemind_layout.BUNDLE_TTL` (+ :data:`PUBLISH_SLACK`); an
+announcement must sit in its signer's shard and carry the subkey owner's signature, which
+covers its expiry; no record may expire later than its kind's TTL (+ :data:`MAX_CLOCK_SKEW`)
+from now, or exceed its kind's size. Records of the version 1 layout (``<swarm>/heads``,
+``<swarm>/rounds/<round>``) are refused as ``old_version``. hivemind runs the validator on
+what it stores *and* on what it reads, so it holds no per-signer state; the storage bounds
+(:mod:`~swarmnode.swarm.transport.hivemind_storage`) do. Refusals are counted in
+:data:`COUNTS` of the process the validator runs in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils import MSGPackSerializer, get_dht_time
+
+from swarmnode.compat.hivemind import record_key_id
+from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
+from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
+from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
+from swarmnode.swarm.transport.hivemind_layout import (
+    ANNOUNCE_SHARDS,
+    BUNDLE_TTL,
+    announce_key,
+    announcement_message,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
+from swarmnode.swarm.transport.pull import ANNOUNCE_TTL
+
+SIGNATURE = 64
+# How far a writer's clock may run ahead of this node's, for record expirations.
+MAX_CLOCK_SKEW = 30.0
+# Peers before the signed-expiry rule set a bundle record's expiry to "now + TTL" when they
+# store it, a moment after the bundle was created; this much later than created + TTL is allowed.
+PUBLISH_SLACK = 60.0
+MAX_ANNOUNCE_BYTES = 96  # a msgpack int (at most 9 bytes) and the 64-byte signature, with room
+MAX_BUNDLE_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
+VERIFIED_CACHE = 65_536  # announcements already checked (a shard is re-read while candidates are few)
+
+# Counters of the process the validator and storage run in (the DHT process): refusals by
+# reason, records evicted to keep within budget.
+COUNTS: Counter[str] = Counter()
+
+
+def refuse(reason: str) -> bool:
+    """Count a refusal for ``reason``; False, the validator's and storage's answer."""
+    COUNTS["refused_" + reason] += 1
+    return False
+
+
+class SwarmRecordValidator(RecordValidatorBase):
+    """Accepts only records this swarm's protocol writes, each within its bounds (see the
+    module doc); refusals are counted by reason (``far_expiry``, ``too_large``,
+    ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``wrong_shard``,
+    ``old_version``, ``unsigned_expiry``, ``malformed``).
+
+    ``identity`` (the local node's) signs the local node's announcements; a validator without
+    one only checks. Stateless but for a memory of announcements already found valid (a
+    shard is re-read while candidates are few; its signatures are not checked again).
+    """
+
+    def __init__(self, swarm: str, identity: NodeIdentity | None = None):
+        self.swarm = swarm
+        self._shards = {record_key_id(announce_key(swarm, shard)): shard for shard in range(ANNOUNCE_SHARDS)}
+        self._old_heads_id = record_key_id(f"{swarm}/heads")
+        self._identity = identity
+        self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
+        self._verified: OrderedDict[tuple[bytes, bytes, float], None] = OrderedDict()
+
+    def __getstate__(self) -> dict:  # the memory stays behind when the validator goes to the DHT process
+        return {**self.__dict__, "_verified": OrderedDict()}
+
+    def validate(self, record: DHTRecord) -> bool:
+        try:
+            return self._validate(record)
+        except Exception:  # any malformed field from a peer is a refusal, never an error
+            return refuse("malformed")
+
+    def _validate(self, record: DHTRecord) -> bool:
+        if record.key == self._old_heads_id:
+            return refuse("old_version")
+        shard = self._shards.get(record.key)
+        announcement = shard is not None
+        if len(record.value) > (MAX_ANNOUNCE_BYTES if announcement else MAX_BUNDLE_RECORD_BYTES):
+            return refuse("too_large")
+        # Checked before the cache: what was valid stays valid as time passes, except this.
+        ttl = ANNOUNCE_TTL if announcement else BUNDLE_TTL
+        if record.expiration_time > get_dht_time() + ttl + MAX_CLOCK_SKEW:
+            return refuse("far_expiry")
+        if shard is None:
+            return self._check_bundle(record)
+        seen = (record.subkey, record.value, record.expiration_time)  # small: at most 96 bytes
+        if seen in self._verified:
+            self._verified.move_to_end(seen)
+            return True
+        ok = self._check_announcement(record, shard)
+        if ok:
+            self._verified[seen] = None
+            while len(self._verified) > VERIFIED_CACHE:
+                self._verified.popitem(last=False)
+        return ok
+
+    def _check_announcement(self, record: DHTRecord, shard: int) -> bool:
+        subkey = MSGPackSerializer.loads(record.subkey)
+        body, signature = record.value[:-SIGNATURE], record.value[-SIGNATURE:]
+        if (not isinstance(subkey, str) or len(signature) != SIGNATURE
+                or type(MSGPackSerializer.loads(body)) is not int):
+            return refuse("malformed")
+        if shard_of(subkey) != shard:  # one shard a peer, or a key could buy a place in every shard
+            return refuse("wrong_shard")
+        if not verify_signature(public_key_from_peer_id(subkey), self._signed_message(record, body), signature):
+            return refuse("bad_signature")
+        return True
+
+    def _check_bundle(self, record: DHTRecord) -> bool:
+        subkey = MSGPackSerializer.loads(record.subkey)
+        value = MSGPackSerializer.loads(record.value)
+        if not isinstance(subkey, str) or not isinstance(value, bytes):
+            return refuse("malformed")
+        try:
+            sender, payload = open_envelope(value)
+        except BundleRejected:
+            return refuse("bad_envelope")
+        try:
+            bundle = parse_payload(payload, "")
+        except BundleRejected:
+            return refuse("not_a_bundle")
+        if sender != subkey or bundle.swarm != self.swarm:
+            return refuse("foreign_key")
+        if record.key != record_key_id(bundle_key(self.swarm, sender, bundle.round)):
+            old = record.key == record_key_id(f"{self.swarm}/rounds/{bundle.round}")
+            return refuse("old_version" if old else "foreign_key")
+        # The record's expiry is not signed; the bundle's creation time is.
+        if record.expiration_time > bundle_expiry(bundle.created) + PUBLISH_SLACK:
+            return refuse("unsigned_expiry")
+        return True
+
+    def sign_value(self, record: DHTRecord) -> bytes:
+        if self._identity is not None and record.key in self._shards and record.subkey == self._own_subkey:
+            return record.value + self._identity.sign(self._signed_message(record, record.value))
+        return record.value
+
+    def strip_value(self, record: DHTRecord) -> bytes:
+        return record.value[:-SIGNATURE] if record.key in self._shards else record.value
+
+    @staticmethod
+    def _signed_message(record: DHTRecord, body: bytes) -> bytes:
+        return announcement_message(record.key, record.subkey, record.expiration_time, body)

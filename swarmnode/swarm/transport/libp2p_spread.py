@@ -1,0 +1,189 @@
+"""How word of a bundle spreads on libp2p (protocol 3), and what a node pulls on hearing it.
+
+The rules, without I/O (time comes in as ``now``, randomness from an injected
+``random.Random``), so :class:`~swarmnode.swarm.transport.libp2p_pull.Libp2pTransport` and a
+simulation of many nodes in virtual time run the same code:
+
+* on publish a node pushes its signed announcement to :func:`push_targets`: up to
+  :data:`PUSH_FANOUT` of its connected peers, drawn at random;
+* a receiver reads at most one push a :data:`PUSH_EVERY` seconds from each peer
+  (:class:`PushPacer`; closer ones are dropped unread) and keeps the newest announcement each
+  peer pushed itself (:class:`FirstHand`). Those, and only those, are what it passes on when a
+  peer asks for a sample, for :data:`SHARE_TTL` seconds from the push: an announcement
+  travels at most two hops;
+* a node asks for a sample while its pull plan has fewer candidates than it could pull
+  (:class:`Libp2pPull`), its connected peers in a shuffled cycle, every :data:`SAMPLE_EVERY`
+  seconds at most, doubling up to :data:`SAMPLE_EVERY_MAX` while answers bring no one new
+  (:class:`SampleSchedule`). So what a node reads of announcements per round is bounded by
+  its connections and its own asking, never by the swarm's size;
+* what it hears (pushed or sampled) feeds its :class:`~swarmnode.swarm.transport.pull.PullPlan`
+  under the :class:`~swarmnode.swarm.transport.pull.OnlyFresh` policy: only rounds heard of
+  within the freshness window are drawn, and a sample passes on only what was pushed within
+  :data:`SHARE_TTL`, so a pulled bundle is fresh whenever in its round a node draws it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
+from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
+
+ANNOUNCE_PROTOCOL = "/swarmnode/announce/3.0.0"
+SAMPLE_PROTOCOL = "/swarmnode/sample/3.0.0"
+PUSH_FANOUT = 8             # peers a node pushes each announcement to
+PUSH_EVERY = 1.0            # seconds: a peer's pushes closer together than this are dropped unread
+SAMPLE_EVERY = 2.0          # seconds between a node's sample requests, at least
+SAMPLE_EVERY_MAX = 8.0      # ... doubling up to this while samples bring no new announcer
+# Seconds a pushed announcement is passed on in sample answers. A sampled announcement is
+# judged fresh from when it is heard, so this is what it may be older than that: as long as
+# the least freshness window (pull.FRESH_FLOOR_S), no longer.
+SHARE_TTL = 20.0
+ANNOUNCED_MEMORY = 4096     # announcers whose latest announcement a node keeps (plan, first-hand, pacing)
+PLAN_TTL = 60.0             # seconds the pull plan keeps an announcement
+
+P = TypeVar("P")
+
+
+def push_targets(connected: Sequence[P], rng: random.Random) -> list[P]:
+    """The connected peers a node pushes its announcement to: up to :data:`PUSH_FANOUT`, at random."""
+    return rng.sample(list(connected), min(PUSH_FANOUT, len(connected)))
+
+
+class PushPacer:
+    """Which pushes a receiver reads: at most one a :data:`PUSH_EVERY` seconds from each peer,
+    remembering at most ``memory`` pushers (those silent for longer are forgotten first)."""
+
+    def __init__(self, memory: int = ANNOUNCED_MEMORY, every: float = PUSH_EVERY):
+        self.memory = memory
+        self.every = every
+        self._last: dict[str, float] = {}  # pusher -> when its last push was read
+
+    def admit(self, pusher: str, now: float) -> bool:
+        """True to read ``pusher``'s push at ``now``; it then counts as its latest."""
+        if now - self._last.get(pusher, float("-inf")) < self.every:
+            return False
+        if len(self._last) >= self.memory:
+            self._last = {p: t for p, t in self._last.items() if t >= now - self.every}
+        self._last[pusher] = now
+        return True
+
+
+class FirstHand:
+    """The newest announcement each peer pushed to this node itself: at most ``memory`` peers
+    (oldest out), each passed on for ``ttl`` seconds from its push. Not thread-safe."""
+
+    def __init__(self, memory: int = ANNOUNCED_MEMORY, ttl: float = SHARE_TTL, rng: random.Random | None = None):
+        self.memory = memory
+        self.ttl = ttl
+        self.rng = rng or random.Random()
+        # author -> (when pushed, round, wire object), oldest push first
+        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()
+
+    def put(self, announcement: Announcement, wire: dict[str, Any], now: float) -> bool:
+        """Keep ``announcement`` unless one of a later round is held; True if kept."""
+        held = self._items.get(announcement.author)
+        if held is not None and held[1] > announcement.round:
+            return False
+        self._items.pop(announcement.author, None)
+        self._items[announcement.author] = (now, announcement.round, wire)
+        while len(self._items) > self.memory:
+            self._items.popitem(last=False)
+        return True
+
+    def sample(self, now: float, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Up to :data:`SAMPLE_SIZE` wire objects pushed within ``ttl``, drawn uniformly over their authors."""
+        while self._items and next(iter(self._items.values()))[0] < now - self.ttl:
+            self._items.popitem(last=False)
+        skip = set(exclude)
+        fresh = [wire for author, (_, _, wire) in self._items.items() if author not in skip]
+        return self.rng.sample(fresh, min(SAMPLE_SIZE, len(fresh)))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class SampleSchedule:
+    """When a node may ask for a sample, and whom: see the module doc."""
+
+    def __init__(self, rng: random.Random | None = None):
+        self.rng = rng or random.Random()
+        self.every = SAMPLE_EVERY
+        self.last = float("-inf")  # when the last sample was asked for
+        self._order: list[str] = []  # peers to ask next, the rest of a shuffled cycle
+
+    def due(self, now: float) -> bool:
+        return now - self.last >= self.every
+
+    def next_peer(self, connected: Sequence[str]) -> str:
+        """The next connected peer of a shuffled cycle (``connected`` not empty): a peer that
+        had nothing to tell is not asked again before the others, who may hold what it lacks
+        (first-hand news lasts :data:`SHARE_TTL`)."""
+        present = set(connected)
+        self._order = [p for p in self._order if p in present]
+        if not self._order:
+            self._order = self.rng.sample(list(connected), len(connected))
+        return self._order.pop()
+
+    def answered(self, news: int) -> None:
+        """A sample brought ``news`` announcers with a newer round: a small swarm with no one
+        new to tell is asked ever less often, until someone is."""
+        self.every = SAMPLE_EVERY if news else min(2 * self.every, SAMPLE_EVERY_MAX)
+
+    def new_round(self) -> None:
+        """This node published: its peers have likely announced their rounds too."""
+        self.every = SAMPLE_EVERY
+
+
+class Libp2pPull:
+    """What a libp2p node pulls and when it asks for samples: its
+    :class:`~swarmnode.swarm.transport.pull.PullPlan` (``plan``, freshness
+    :class:`~swarmnode.swarm.transport.pull.OnlyFresh`) fed with what it hears, and its
+    :class:`SampleSchedule` (``sampling``). Not thread-safe: the transport uses it on its
+    event loop."""
+
+    def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
+                 rng: random.Random | None = None):
+        self.own_peer_id = own_peer_id
+        rng = rng or random.Random()
+        self.plan = PullPlan(own_peer_id, fetch_per_round, memory=ANNOUNCED_MEMORY, ttl=PLAN_TTL,
+                             freshness=OnlyFresh(FRESH_SHARE), rng=rng)
+        self.sampling = SampleSchedule(rng)
+
+    def next_round(self, now: float) -> None:
+        """This node published a round at ``now``."""
+        self.plan.next_round(now)
+        self.sampling.new_round()
+
+    def heard(self, announcements: Iterable[Announcement], now: float,
+              blocked: Callable[[str], bool] = lambda _peer: False) -> int:
+        """Announcements that checked out (pushed or sampled) at ``now``: the plan keeps each
+        author's newest, but none of this node's own or of a ``blocked`` author. Returns how
+        many were newer than what it held."""
+        newer: dict[str, Announcement] = {}
+        for announcement in announcements:
+            author, held = announcement.author, self.plan.announced.get(announcement.author)
+            if (author != self.own_peer_id and not blocked(author)
+                    and (held is None or held.round < announcement.round)):
+                newer[author] = announcement
+        if newer:
+            self.plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)
+        return len(newer)
+
+    def sample_peer(self, now: float, connected: Sequence[str], established: Callable[[str], bool]) -> str | None:
+        """Time is ``now``: the connected peer to ask for a sample now, or None (no peer, one
+        asked too lately, or candidates enough for the budget)."""
+        self.plan.tick(now)
+        if not connected or not self.sampling.due(now) or not self.plan.wants_announcements(established):
+            return None
+        self.sampling.last = now
+        return self.sampling.next_peer(connected)
+
+    def sampled(self, announcements: Iterable[Announcement], now: float,
+                blocked: Callable[[str], bool] = lambda _peer: False) -> int:
+        """A sample's announcements that checked out, heard at ``now``; returns :meth:`heard`'s count."""
+        news = self.heard(announcements, now, blocked)
+        self.sampling.answered(news)
+        return news
