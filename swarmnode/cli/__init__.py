@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "swarmnode.cli.config",
     "swarmnode.cli.service",
     "swarmnode.cli.doctor",
+    "swarmnode.cli.models",
     "swarmnode.cli.status",
     "swarmnode.cli.experiment",
     "swarmnode.cli.evaluate",

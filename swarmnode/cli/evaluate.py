@@ -25,11 +25,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(given_flags(args), config_path=args.config).config
     # torch comes with these: imported only when eval runs (see cli/start.py)
     from swarmnode.node.evaluate import evaluate
+    from swarmnode.node.modelchoice import prepare
     from swarmnode.train.model import ModelError
     from swarmnode.train.tasks import TaskConfigError
 
     try:
-        record = evaluate(cfg, NodeHome.resolve(cfg.home), untrained=args.untrained)
+        record = evaluate(prepare(cfg), NodeHome.resolve(cfg.home), untrained=args.untrained)
     except (TaskConfigError, ModelError) as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 1

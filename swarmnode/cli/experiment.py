@@ -75,16 +75,25 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _pick_model(s: Settings) -> Settings:
-    """The paper profile's model where it can be loaded, else the embedded one (with a note)."""
-    if s.node.model == "embedded" or Path(s.node.model).expanduser().is_dir():
+    """The profile's model where it can be had (``auto`` resolved for this machine), else the
+    embedded one (with a note)."""
+    from swarmnode.catalogue import catalogue_entry
+    from swarmnode.node.modelchoice import resolve_model
+    from swarmnode.train.fetch import ModelError
+
+    try:
+        spec = resolve_model(s.node.model, s.node.device)[0]
+    except ModelError as exc:  # a device that is not there
+        raise ExperimentError(str(exc)) from None
+    s = dataclasses.replace(s, node=dataclasses.replace(s.node, model=spec))
+    if catalogue_entry(spec) is not None or Path(spec).expanduser().is_dir():
         return s
     try:
         from transformers import AutoConfig
 
-        AutoConfig.from_pretrained(s.node.model)
+        AutoConfig.from_pretrained(spec)
     except Exception:  # no internet, no such model: the harness still runs with the embedded model
-        print(f"swarmnode: model '{s.node.model}' cannot be loaded here; using the embedded model",
-              file=sys.stderr)
+        print(f"swarmnode: model '{spec}' cannot be loaded here; using the embedded model", file=sys.stderr)
         return dataclasses.replace(s, node=dataclasses.replace(s.node, model="embedded"))
     return s
 

