@@ -115,3 +115,39 @@ def test_a_peer_alone_with_wrong_answers_fills_at_most_its_share():
     ex.receive(bundle(LIAR, 1, spam))
     for seed in range(10):
         assert len(ex.draw(2, 8, random.Random(seed))) <= 4  # the free slots go to local groups
+
+
+class _CountingScorer(Scorer):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def score(self, question, response):
+        self.calls += 1
+        return super().score(question, response)
+
+
+@pytest.mark.parametrize("model", ["", "no-such-model-7T", "[bold red]x[/", "\x1b[2J\x1b]0;owned\x07\u202e" * 12,
+                                   "q" * 256, "🦙" * 64])
+def test_a_bundle_naming_an_unknown_or_absurd_model_is_rescored_like_any_other(model):
+    """The model a bundle names is information only: the same groups under any name are
+    accepted, re-scored response by response with this node's own verifier (the same work),
+    pooled with the same rewards and drawn alike; the peer table shows the name made safe."""
+    plain, absurd = (Exchange(NODE, NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0), _CountingScorer(), "m")
+                     for _ in range(2))
+    groups = honest_groups(4)
+    assert plain.receive(bundle(HONEST, 1, groups)).accepted
+    data = encode_bundle(HONEST, swarm=SWARM, round_no=1, model=model, groups=groups)
+    assert absurd.receive(data).accepted
+    assert absurd.scorer.calls == plain.scorer.calls == 16
+    assert [g.rewards for g in absurd.pool.groups()] == [g.rewards for g in plain.pool.groups()]
+    assert absurd.draw(2, 2, random.Random(0)) == plain.draw(2, 2, random.Random(0))
+    shown = next(r for r in absurd.peer_rows() if r["peer_id"] == HONEST.peer_id)["model"]
+    assert len(shown) <= 40 and shown.isprintable()
+
+
+def test_a_model_name_past_the_limit_is_a_rejected_bundle_not_a_crash():
+    ex = exchange()
+    verdict = ex.receive(encode_bundle(HONEST, swarm=SWARM, round_no=1, model="q" * 257, groups=honest_groups(1)))
+    assert (verdict.accepted, verdict.reason) == (False, "field_too_long")
+    assert len(ex.pool) == 0

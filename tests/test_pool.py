@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import ExternalPool, PeerTable, level_weight
+from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, PeerTable, display_text, level_weight
 from swarmnode.records import Group
 from swarmnode.records import Question
 
@@ -183,6 +183,25 @@ def test_peer_table_counts_and_rows():
     assert a["first_seen"] == 101.0 and a["last_seen"] == 106.0
     assert rows["unknown"]["rejected_by_reason"] == {"malformed": 1} and rows["unknown"]["name"] == "unknown"
     assert [r["peer_id"] for r in table.rows()] == ["unknown", "A"]  # most recently seen first
+
+
+def test_peer_table_keeps_the_latest_bundles_model_made_safe_to_print():
+    table = PeerTable(clock=Clock())
+    table.touch("A")
+    assert table.rows()[0]["model"] is None
+    table.record_bundle("A", round_no=1, reported_mean=None, model="SmolLM2-135M-Instruct")
+    assert table.rows()[0]["model"] == "SmolLM2-135M-Instruct"
+    table.record_bundle("A", round_no=2, reported_mean=None, model="qwen\x1b[2J\u202eevil\u200b\n  x")
+    assert table.rows()[0]["model"] == "qwen?[2J?evil? x"
+    table.record_bundle("A", round_no=3, reported_mean=None, model="m" * 256)
+    assert table.rows()[0]["model"] == "m" * (MAX_MODEL_CHARS - 1) + "…"
+
+
+def test_display_text():
+    assert display_text("[bold]Qwen[/]") == "[bold]Qwen[/]"  # markup is text: the dashboard shows it as such
+    assert display_text("a\tb\u00a0 c\u2028d") == "a b c d"
+    assert display_text("\x00\x07\ud800") == "???"
+    assert display_text("abcdef", limit=4) == "abc…" and display_text("") == ""
 
 
 def test_peer_table_is_bounded_least_recently_seen_out():

@@ -97,7 +97,7 @@ class Exchange:
         self.pool.add(bundle.round, rescored)
         claimed = [x for g in bundle.groups for x in g.rewards]
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
-                                 reported_mean=statistics.fmean(claimed) if claimed else None)
+                                 reported_mean=statistics.fmean(claimed) if claimed else None, model=bundle.model)
         self._emit(BundleAccepted(bundle.sender, bundle.round, len(rescored)))
         return verdict
 

@@ -17,7 +17,8 @@ nearness to this node's own level and by signal in ``level-aware`` mode), then o
 that peer (uniform, or by the same weights), with a cap on any one peer's share.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
-reason, last round and the sender-reported mean reward (never used for training).
+reason, last round, the sender-reported mean reward (never used for training) and the model
+its latest accepted bundle named (information only, made safe to print by :func:`display_text`).
 
 Both are thread-safe: transports deliver from their own threads.
 """
@@ -28,6 +29,7 @@ import random
 import statistics
 import threading
 import time
+import unicodedata
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -41,6 +43,16 @@ SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware")
 # all scored low (yet differ) can still be drawn.
 REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
+# Longest model name the peer table keeps: a stranger's string, shown in a narrow column.
+MAX_MODEL_CHARS = 40
+
+
+def display_text(text: str, limit: int = MAX_MODEL_CHARS) -> str:
+    """A stranger's string made safe to print in a terminal: runs of whitespace become one
+    space, then control, format (bidi overrides, zero-width), other separator and unassigned
+    characters each one '?', and past ``limit`` characters it ends in '…'."""
+    safe = "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else "?" for c in " ".join(text.split()))
+    return safe if len(safe) <= limit else safe[:limit - 1] + "…"
 
 
 @dataclass
@@ -193,6 +205,7 @@ class _PeerRow:
     rejected_by_reason: Counter[str] = field(default_factory=Counter)
     last_round: int | None = None
     reported_mean_reward: float | None = None
+    model: str | None = None
 
 
 class PeerTable:
@@ -225,14 +238,17 @@ class PeerTable:
         with self._lock:
             self._row(peer_id)
 
-    def record_bundle(self, peer_id: str, *, round_no: int, reported_mean: float | None) -> None:
-        """The peer's bundle of ``round_no`` was accepted; ``reported_mean`` is its own claim."""
+    def record_bundle(self, peer_id: str, *, round_no: int, reported_mean: float | None,
+                      model: str | None = None) -> None:
+        """The peer's bundle of ``round_no`` was accepted; ``reported_mean`` and ``model`` are its own claims."""
         with self._lock:
             row = self._row(peer_id)
             row.accepted += 1
             row.last_round = round_no if row.last_round is None else max(row.last_round, round_no)
             if reported_mean is not None:
                 row.reported_mean_reward = reported_mean
+            if model is not None:
+                row.model = display_text(model)
 
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
@@ -247,5 +263,6 @@ class PeerTable:
             return [{"peer_id": r.peer_id, "name": UNKNOWN_PEER if r.peer_id == UNKNOWN_PEER else r.name,
                      "first_seen": r.first_seen, "last_seen": r.last_seen, "accepted": r.accepted,
                      "rejected": r.rejected, "rejected_by_reason": dict(r.rejected_by_reason),
-                     "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward}
+                     "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward,
+                     "model": r.model}
                     for r in reversed(self._rows.values())]
