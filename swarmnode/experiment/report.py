@@ -207,7 +207,7 @@ def write_reports(out: Path, s: Settings) -> Path:
                      f"{c['seconds']:.0f} |")
     base_scores = [(md, v[0]) for (cfg, md), v in yardstick.items() if cfg == "base"]
     if base_scores:
-        lines += ["", "Untrained yardstick: " + ", ".join(f"{md or '-'} {score:.3f}" for md, score in base_scores) + "."]
+        lines += ["", "Untrained yardstick: " + ", ".join(f"{md or '-'} {x:.3f}" for md, x in base_scores) + "."]
     if external:
         lines += ["", "## What the nodes trained on from peers", "",
                   "External groups a round (mean over node-rounds) by the sender's model, with their mean reward "

@@ -27,11 +27,11 @@ and each untrained model's once), ``summary.md`` and ``rewards.png``.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import logging
 import os
-import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -45,16 +45,19 @@ from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, sav
 from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
-from swarmnode.records import Group
+from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, TaskConfigError, TaskSource, load_task_file
+from swarmnode.train.yardstick import SEED as YARDSTICK_SEED
 from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
 log = logging.getLogger(__name__)
+# Held-out questions per family when levels are pinned (see held_out_questions).
+PINNED_PER_FAMILY = 12
 
 
 def load_families(settings: Settings) -> dict:
@@ -70,6 +73,18 @@ def load_families(settings: Settings) -> dict:
                                   f"{', '.join(families)}; give another with --tasks)")
         families = {t: families[t] for t in wanted}
     return families
+
+
+def held_out_questions(families: dict, adaptive: bool) -> list[Question]:
+    """The yardstick the experiment scores nodes on: the node's own (the lowest levels of each
+    family's ladder) when levels move, else :data:`PINNED_PER_FAMILY` questions per family at
+    the task file's config as written, the difficulty the nodes train at, from generators
+    seeded like the yardstick's, which no node's training stream uses."""
+    if adaptive:
+        return yardstick_questions(families)
+    source = TaskSource(families, YARDSTICK_SEED)
+    return [Question(family, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
+            for family in families for e in (source.dataset(family, None)[i] for i in range(PINNED_PER_FAMILY))]
 
 
 class InProcessLink:
@@ -268,7 +283,7 @@ class Experiment:
     # ---- the yardstick ---------------------------------------------------------------------
     def _yardstick_rows(self, members: list[Member], config: str, seed: int | str, trained: int) -> list[dict]:
         """Every member's greedy yardstick score now, after ``trained`` rounds."""
-        questions = yardstick_questions(self.families)
+        questions = held_out_questions(self.families, self.s.node.adaptive_difficulty)
         rows = []
         for m in members:
             score = score_yardstick(m.node.policy, m.node.scorer, questions)
