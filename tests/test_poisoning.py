@@ -151,3 +151,15 @@ def test_a_model_name_past_the_limit_is_a_rejected_bundle_not_a_crash():
     verdict = ex.receive(encode_bundle(HONEST, swarm=SWARM, round_no=1, model="q" * 257, groups=honest_groups(1)))
     assert (verdict.accepted, verdict.reason) == (False, "field_too_long")
     assert len(ex.pool) == 0
+
+
+def test_above_own_measures_the_bar_by_what_this_node_itself_shared():
+    """The bar of ``above-own`` is this node's own rewards, from the groups it sends: while its
+    own answers on a family are better than a peer's, the peer's groups of it are not drawn."""
+    cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, external_sampling="above-own")
+    ex = Exchange(NODE, cfg, Scorer(), "m")
+    ex.receive(bundle(HONEST, 1, honest_groups(4, first=100)))  # one right in four: 0.25 each
+    assert len(ex.draw(1, 1, random.Random(0))) == 1  # no own rewards yet: any group with signal
+    mine = [Group(question(i), ["<answer>x</answer>", f"<answer>{i + 2}</answer>"], [0.0, 1.0]) for i in range(2)]
+    ex.outgoing(1, mine)  # this node's own chain_sum: 0.5
+    assert ex.draw(2, 1, random.Random(0)) == []

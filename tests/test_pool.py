@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, PeerTable, display_text, level_weight
+from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, OwnRewards, PeerTable, display_text, level_weight
 from swarmnode.records import Group
 from swarmnode.records import Question
 
@@ -148,6 +148,34 @@ def test_level_aware_draws_groups_near_this_nodes_level():
     assert counts["level-aware"]["near"] / 600 > 0.75
     assert 0.4 < counts["uniform"]["near"] / 600 < 0.6
     assert counts["level-aware"]["far"] > 0
+
+
+def test_above_own_draws_only_groups_better_than_this_nodes_own_and_prefers_the_most_better():
+    pool = ExternalPool()
+    pool.add(1, [leveled(f"S{i}", "strong", None, [0.0, 1.0, 1.0, 1.0]) for i in range(10)])  # mean 0.75
+    pool.add(1, [leveled(f"W{i}", "weak", None, [0.0, 0.0, 0.0, 1.0]) for i in range(10)])  # mean 0.25
+    pool.add(1, [leveled(f"O{i}", "other", None, [0.0, 1.0, 0.0, 0.0], family="gcd") for i in range(5)])
+
+    def tags(own, n=2, draws=300):
+        rng = random.Random(5)
+        return Counter(g.question.question.rsplit("-", 1)[1] for _ in range(draws)
+                       for g in pool.sample(n, rng, mode="above-own", own=own))
+
+    weak_node = tags({"chain_sum": 0.05, "gcd": 0.6})
+    assert weak_node["other"] == 0  # gcd at 0.25 is below this node's own 0.6
+    # Weights 0.75 vs 0.25 (difference plus the floor): about 75 % "strong" for the first draw.
+    assert weak_node["strong"] / 600 > 0.6 and weak_node["weak"] > 0
+    strong_node = tags({"chain_sum": 0.5}, n=4)
+    assert set(strong_node) == {"strong", "other"}, "groups below its own are left to its own groups"
+    assert tags({"chain_sum": 0.9, "gcd": 0.9}) == Counter()  # nothing better: every slot goes to local groups
+    assert tags({})["weak"] > 0  # a family the node has no reward of yet: anything with signal is above 0
+
+
+def test_own_rewards_keep_the_last_window_per_family():
+    own = OwnRewards(window=4)
+    own.note([leveled("me", "a", None, [1.0, 1.0, 1.0, 1.0])])
+    own.note([leveled("me", "b", None, [0.0, 0.0, 0.0, 1.0]), leveled("me", "c", None, [0.5] * 4, family="gcd")])
+    assert own.means() == {"chain_sum": 0.25, "gcd": 0.5}
 
 
 def test_bad_mode_and_caps():

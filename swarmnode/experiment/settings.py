@@ -15,7 +15,7 @@ from typing import Any
 
 from swarmnode.config import NodeConfig
 
-SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware"}
+SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware", "ao": "above-own"}
 # Settings that may change when a run is resumed: they do not change what a round computes.
 RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads",
              "node.eval_every")
@@ -44,7 +44,8 @@ class Arm:
 
     @classmethod
     def parse(cls, text: str) -> "Arm":
-        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted) or ``"4/4:lv"`` (level-aware)."""
+        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted), ``"4/4:lv"`` (level-aware)
+        or ``"4/4:ao"`` (above-own)."""
         body, _, suffix = text.strip().partition(":")
         try:
             local, external = (int(x) for x in body.split("/"))
@@ -52,7 +53,7 @@ class Arm:
             raise ExperimentError(f"config '{text}' is not I/J (e.g. 4/4 or 4/4:rw)") from None
         if suffix not in SAMPLING_SUFFIX:
             raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (':rw' reward-weighted, "
-                                  f"':lv' level-aware)")
+                                  f"':lv' level-aware, ':ao' above-own)")
         if local < 0 or external < 0 or local + external == 0:
             raise ExperimentError(f"config '{text}': I and J must be >= 0 and not both 0")
         return cls(local, external, SAMPLING_SUFFIX[suffix])

@@ -13,8 +13,12 @@ Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerSha
 ``newcomer_share`` of the pool and get at most that share of a round's draws, together. The
 J external groups of a round are drawn peer first (each eligible peer equally likely, or
 weighted by the mean weight of its eligible groups: by reward in ``reward-weighted`` mode, by
-nearness to this node's own level and by signal in ``level-aware`` mode), then one group of
-that peer (uniform, or by the same weights), with a cap on any one peer's share.
+nearness to this node's own level and by signal in ``level-aware`` mode, by how far its reward
+is above this node's own in ``above-own`` mode), then one group of that peer (uniform, or by the
+same weights), with a cap on any one peer's share. ``above-own`` draws only groups whose mean
+reward, as this node scored them, is above this node's own recent mean reward on their family
+(:class:`OwnRewards`): a weak node learns from peers that do better than it does, and a strong
+one leaves the slots of groups worse than its own to its own groups.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
 reason, last round, the sender-reported mean reward (never used for training) and the model
@@ -38,7 +42,7 @@ from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 from swarmnode.records import Group
 
-SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware")
+SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own")
 # Added to every group's mean reward in reward-weighted sampling, so a group whose responses
 # all scored low (yet differ) can still be drawn.
 REWARD_FLOOR = 0.05
@@ -71,6 +75,27 @@ def level_weight(group: Group, levels: Mapping[str, int]) -> float:
     own = levels.get(group.question.family)
     near = 0.5 if own is None or group.level is None else 1.0 / (1.0 + abs(group.level - own))
     return near * (statistics.pstdev(group.rewards) + REWARD_FLOOR)
+
+
+class OwnRewards:
+    """This node's own recent rewards per family (the last ``window`` completions of each): the
+    bar a peer's group must pass in ``above-own`` sampling. Fed the node's own scored groups
+    each round; used from the round's thread only."""
+
+    def __init__(self, window: int = 64):
+        self._by_family: dict[str, deque[float]] = {}
+        self.window = window
+
+    def note(self, groups: list[Group]) -> None:
+        for g in groups:
+            self._by_family.setdefault(g.question.family, deque(maxlen=self.window)).extend(g.rewards)
+
+    def means(self) -> dict[str, float]:
+        return {family: statistics.fmean(rewards) for family, rewards in self._by_family.items() if rewards}
+
+
+def _mean(group: Group) -> float:
+    return sum(group.rewards) / len(group.rewards)
 
 
 class ExternalPool:
@@ -144,7 +169,7 @@ class ExternalPool:
 
     def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: str = "uniform",
                max_peer_share: float = 0.5, min_round: int | None = None,
-               levels: Mapping[str, int] | None = None) -> list[Group]:
+               levels: Mapping[str, int] | None = None, own: Mapping[str, float] | None = None) -> list[Group]:
         """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
         :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
         newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
@@ -153,23 +178,33 @@ class ExternalPool:
         with equal chance; ``reward-weighted`` weights a group by its mean (receiver) reward
         plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
         sending more groups never raises a peer's chance); ``level-aware`` likewise, a group
-        weighing :func:`level_weight` against this node's ``levels`` (family -> level).
+        weighing :func:`level_weight` against this node's ``levels`` (family -> level);
+        ``above-own`` takes only groups whose mean reward is above ``own`` (family -> this node's
+        own recent mean reward, 0 for a family it lacks) and weights them by the difference
+        plus :data:`REWARD_FLOOR`.
         """
         if mode not in SAMPLING_MODES:
             raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
+        own = own or {}
+
+        def above(g: Group) -> float:
+            return _mean(g) - own.get(g.question.family, 0.0)
+
         with self._lock:
             candidates: dict[str, list[Group]] = {}
             for peer, queue in self._by_peer.items():
                 if peer == exclude:
                     continue
                 eligible = [e.group for e in queue
-                            if (min_round is None or e.round_no >= min_round) and e.group.has_signal()]
+                            if (min_round is None or e.round_no >= min_round) and e.group.has_signal()
+                            and (mode != "above-own" or above(e.group) > 0)]
                 if eligible:
                     candidates[peer] = eligible
             established = {p: self._established(p) for p in candidates}
         weigh = {"uniform": lambda g: 1.0,
-                 "reward-weighted": lambda g: max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR,
-                 "level-aware": lambda g: level_weight(g, levels or {})}[mode]
+                 "reward-weighted": lambda g: max(_mean(g), 0.0) + REWARD_FLOOR,
+                 "level-aware": lambda g: level_weight(g, levels or {}),
+                 "above-own": lambda g: above(g) + REWARD_FLOOR}[mode]
         weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
