@@ -20,8 +20,8 @@ Checkpoints (one per node) make a killed run resume where it stopped; rounds aft
 checkpoint are redone, deterministically up to floating point noise, and their CSV rows
 replaced. Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
 (a row per external group a node trained on: whose, its rewards as the receiver scored them),
-``yardstick.csv`` (every node's greedy yardstick every ``eval_every`` rounds and after the last,
-and each untrained model's once), ``summary.md`` and ``rewards.png``.
+``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
+untrained model's once), ``summary.md`` and ``rewards.png``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
 log = logging.getLogger(__name__)
 # Held-out questions per family when levels are pinned (see held_out_questions).
-PINNED_PER_FAMILY = 12
+PINNED_PER_FAMILY = 6
 
 
 def load_families(settings: Settings) -> dict:
@@ -382,7 +382,7 @@ class Experiment:
                     self._append_rows(self.run_round(seed, r, step))
                     rounds_run += 1
                     every = s.node.eval_every
-                    if every and ((r + 1) % every == 0 or r == s.rounds - 1):
+                    if every and (r + 1) % every == 0:
                         for arm in self.arms:
                             self._append_rows(self._yardstick_rows([m for m in self.members if m.arm == arm],
                                                                    arm.label, seed, r + 1), "yardstick.csv")
