@@ -13,10 +13,9 @@ import random
 import string
 import time
 
+from swarmnode.records import Group, Question
 from swarmnode.swarm.bundle import BundleVerifier, encode_bundle
 from swarmnode.swarm.identity import Identity
-from swarmnode.records import Group
-from swarmnode.records import Question
 
 
 def realistic_groups(n_groups: int, n_responses: int, chars: int, rng: random.Random) -> list[Group]:

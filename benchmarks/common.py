@@ -50,12 +50,12 @@ def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None):
     """A real :class:`Node` (policy on ``cfg.model``, packaged tasks, no swarm) in ``home``."""
     import torch
 
-    from swarmnode.train.model import load_base_model, pick_device
     from swarmnode.node.round import Node
-    from swarmnode.paths import NodeHome
-    from swarmnode.train.policy import Policy
     from swarmnode.node.state import NodeState
+    from swarmnode.paths import NodeHome
     from swarmnode.swarm.link import SoloLink
+    from swarmnode.train.model import load_base_model, pick_device
+    from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
     if cfg.threads:

@@ -39,8 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport.hivemind_layout import (ANNOUNCE_DOMAIN, ANNOUNCE_SHARDS, announce_key,  # noqa: E402
-                                                       bundle_key, shard_of)
+from swarmnode.swarm.transport.hivemind_layout import (  # noqa: E402
+    ANNOUNCE_DOMAIN,
+    ANNOUNCE_SHARDS,
+    announce_key,
+    bundle_key,
+    shard_of,
+)
 from transport_node import make_bundle  # noqa: E402
 
 YEAR = 365 * 86400.0

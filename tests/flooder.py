@@ -31,10 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from swarmnode.records import (
+    Group,  # noqa: E402
+    Question,  # noqa: E402
+)
 from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.records import Group  # noqa: E402
-from swarmnode.records import Question  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
@@ -110,10 +112,11 @@ async def main() -> None:
     from swarmnode.swarm.transport import create_transport
 
     identity = Identity.from_seed(FLOODER_SEED)
+    from libp2p.peer.id import ID
+
     from swarmnode.swarm.transport.libp2p_holding import BundleStore
     from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
     from swarmnode.swarm.transport.libp2p_streams import exchange
-    from libp2p.peer.id import ID
 
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)
     transport.served = BundleStore(SERVED_ROUNDS, SERVED_ROUNDS * 64 * 1024)

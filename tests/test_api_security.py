@@ -13,11 +13,10 @@ import aiohttp
 import psutil
 import pytest
 
+from apifakes import FakeControl, make_state
 from swarmnode.node.api import MAX_BODY, ApiServer
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.transport.base import local_ipv4_addresses
-
-from apifakes import FakeControl, make_state
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.swarm.bootstrap import multiaddr_problem, packaged_bootstrap, parse_bootstrap_text, resolve_bootstrap
 from swarmnode.config import ConfigError, NodeConfig, load_config
+from swarmnode.swarm.bootstrap import multiaddr_problem, packaged_bootstrap, parse_bootstrap_text, resolve_bootstrap
 
 PEER = "12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
 A = f"/ip4/192.0.2.1/tcp/31337/p2p/{PEER}"

@@ -6,8 +6,8 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarmnode.node.budget import MIN_TOKENS, RoundBudget, fit_round
 from swarmnode.config import NodeConfig
+from swarmnode.node.budget import MIN_TOKENS, RoundBudget, fit_round
 
 
 def test_fast_enough_keeps_configured_sizes():
@@ -70,12 +70,12 @@ def test_node_rounds_follow_the_budget(tiny_model_dir, tmp_path):
     """A node with a budget measured as hopeless runs its next round at the minimum sizes."""
     import torch
 
-    from swarmnode.train.model import load_base_model
     from swarmnode.node.round import Node
-    from swarmnode.paths import NodeHome
-    from swarmnode.train.policy import Policy
     from swarmnode.node.state import NodeState
+    from swarmnode.paths import NodeHome
     from swarmnode.swarm.link import SoloLink
+    from swarmnode.train.model import load_base_model
+    from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
     cfg = replace(NodeConfig(), solo=True, questions=2, completions=4, max_new_tokens=24, round_budget=1.0)

@@ -12,11 +12,20 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmnode.swarm.bundle import (MAGIC, REASONS, SIGNING_DOMAINS, VERSION, BundleLimits, BundleRejected,
-                              BundleVerifier, canonical_json, encode_bundle, open_envelope)
+from swarmnode.records import Group, Question
+from swarmnode.swarm.bundle import (
+    MAGIC,
+    REASONS,
+    SIGNING_DOMAINS,
+    VERSION,
+    BundleLimits,
+    BundleRejected,
+    BundleVerifier,
+    canonical_json,
+    encode_bundle,
+    open_envelope,
+)
 from swarmnode.swarm.identity import Identity
-from swarmnode.records import Group
-from swarmnode.records import Question
 
 SWARM = "test-swarm"
 SENDER = Identity.from_seed(b"s" * 32)

@@ -4,13 +4,12 @@ import os
 import pytest
 import torch
 
-from swarmnode.node.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, restore, save_checkpoint
+from apifakes import finished_row
 from swarmnode.config import NodeConfig
+from swarmnode.node.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-
-from apifakes import finished_row
 
 
 @pytest.fixture()

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.train.curriculum import (BAND_HIGH, BAND_LOW, DORMANT_WEIGHT, EASED_RUNGS, WINDOW, LevelError, Levels, check_record,
-                                        level_config, level_range, parse_level_settings, start_level)
+from swarmnode.train.curriculum import (
+    BAND_HIGH,
+    BAND_LOW,
+    DORMANT_WEIGHT,
+    EASED_RUNGS,
+    WINDOW,
+    LevelError,
+    Levels,
+    check_record,
+    level_config,
+    level_range,
+    parse_level_settings,
+    start_level,
+)
 from swarmnode.train.tasks import TaskSource, load_task_file
 
 NINE = list(load_task_file(None))

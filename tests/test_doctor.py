@@ -11,8 +11,8 @@ from collections import namedtuple
 import pytest
 
 from swarmnode.cli import doctor as doctor_cli
-from swarmnode.node import doctor
 from swarmnode.config import NodeConfig
+from swarmnode.node import doctor
 from swarmnode.node.doctor import OK, PROBLEM, WARNING
 
 

@@ -29,15 +29,22 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmnode.swarm.bundle import MAGIC, REASONS, SIGNING_DOMAIN, VERSION, BundleLimits, BundleVerifier, canonical_json, \
-    encode_bundle
 from swarmnode.config import NodeConfig
+from swarmnode.records import Group, Question
+from swarmnode.swarm.bundle import (
+    MAGIC,
+    REASONS,
+    SIGNING_DOMAIN,
+    VERSION,
+    BundleLimits,
+    BundleVerifier,
+    canonical_json,
+    encode_bundle,
+)
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.guard import GUARD_REASONS
 from swarmnode.swarm.identity import Identity
 from swarmnode.train.memtrim import release_free_memory
-from swarmnode.records import Group
-from swarmnode.records import Question
 from swarmnode.train.tasks import Scorer
 
 EXAMPLES = int(os.environ.get("SWARMNODE_FUZZ_EXAMPLES", "400"))

@@ -15,10 +15,10 @@ from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question, YardstickRecord
 from swarmnode.swarm.link import SoloLink
+from swarmnode.train import yardstick
 from swarmnode.train.curriculum import WINDOW, Levels, level_range
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-from swarmnode.train import yardstick
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
 FAMILY = "calendar_arithmetic"

@@ -26,8 +26,14 @@ from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
 from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
 from swarmnode.swarm.transport.libp2p_peers import PEER_TARGET, ExchangeRound, answer_order
-from swarmnode.swarm.transport.libp2p_spread import (SAMPLE_EVERY, SAMPLE_EVERY_MAX, FirstHand, Libp2pPull, PushPacer,
-                                                     SampleSchedule)
+from swarmnode.swarm.transport.libp2p_spread import (
+    SAMPLE_EVERY,
+    SAMPLE_EVERY_MAX,
+    FirstHand,
+    Libp2pPull,
+    PushPacer,
+    SampleSchedule,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from transport_node import identity_for, make_bundle  # noqa: E402

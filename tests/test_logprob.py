@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import swarmnode.train.logprob as logprob
+import swarmnode.train.policy as policy_module
 from swarmnode.config import NodeConfig
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.model import load_base_model
-import swarmnode.train.policy as policy_module
 from swarmnode.train.policy import Policy
 
 

@@ -13,12 +13,11 @@ from collections import Counter
 
 import pytest
 
-from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.config import NodeConfig
+from swarmnode.records import Group, Question
+from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
-from swarmnode.records import Group
-from swarmnode.records import Question
 from swarmnode.train.tasks import Scorer
 
 SWARM = "poison-test"

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from transport_node import descendants
-
 from swarmnode.node.relay import Relay, bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
+from transport_node import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_BOOT = "/ip4/203.0.114.9/tcp/31337/p2p/12D3KooWLBtzFmdRUNibQ7q1qhSEEPdVL5u8b7MxuKtgxW7vTwgy"

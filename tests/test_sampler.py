@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from swarmnode.compat.transformers import attention_implementation
-from swarmnode.train import prefixattn
 from swarmnode.config import NodeConfig
+from swarmnode.train import prefixattn
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
 from swarmnode.train.sampler import TokenTexts, sample

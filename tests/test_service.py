@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from swarmnode.cli import service as service_cli
-from swarmnode.node import service
 from swarmnode.config import ConfigError
+from swarmnode.node import service
 
 
 class FakeRunner:

@@ -1,6 +1,13 @@
 from swarmnode.records import Question
-from swarmnode.train.tasks import (ANSWER_OPEN, Scorer, TaskSource, build_prompt, extract_answer,
-                             full_response, load_task_file)
+from swarmnode.train.tasks import (
+    ANSWER_OPEN,
+    Scorer,
+    TaskSource,
+    build_prompt,
+    extract_answer,
+    full_response,
+    load_task_file,
+)
 
 PAPER_FAMILIES = {"base_conversion", "basic_arithmetic", "arc_1d", "bf", "propositional_logic",
                   "fraction_simplification", "decimal_arithmetic", "calendar_arithmetic", "binary_matrix"}

@@ -21,14 +21,12 @@ from typing import Any
 
 import pytest
 
+from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
-from transport_node import (SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name,
-                            wait_for)
-
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import Backoff, expand_unspecified, relay_rejection
-from memory_transport import MemoryHub, MemoryTransport
+from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

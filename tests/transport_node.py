@@ -47,10 +47,12 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from swarmnode.records import (
+    Group,  # noqa: E402
+    Question,  # noqa: E402
+)
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.records import Group  # noqa: E402
-from swarmnode.records import Question  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 
 SWARM = "contract-test"

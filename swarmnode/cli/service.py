@@ -9,8 +9,7 @@ from pathlib import Path
 
 from swarmnode.cli.flags import add_home_flag
 from swarmnode.config import ENV_PREFIX, load_config
-from swarmnode.node.service import (NODE, RELAY, ServiceError, install, manager_for, start_command, status,
-                                    uninstall)
+from swarmnode.node.service import NODE, RELAY, ServiceError, install, manager_for, start_command, status, uninstall
 from swarmnode.paths import NodeHome, home_setting
 
 

@@ -15,24 +15,24 @@ import os
 import signal
 import threading
 
-from swarmnode.node.api import ApiServer
-from swarmnode.node.checkpoint import CheckpointError
 from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.events import PauseChanged, PhaseChanged, ThreadsChosen
-from swarmnode.swarm.exchange import Exchange
-from swarmnode.swarm.identity import Identity, IdentityError
+from swarmnode.node.api import ApiServer
+from swarmnode.node.checkpoint import CheckpointError
 from swarmnode.node.metrics import MetricsError
-from swarmnode.train.model import ModelError, load_base_model, pick_device
-from swarmnode.node.round import Node, RoundAbandoned, derive_seed
-from swarmnode.paths import NodeHome
-from swarmnode.train.policy import Policy
 from swarmnode.node.priority import apply_priority
+from swarmnode.node.round import Node, RoundAbandoned, derive_seed
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.node.threads import ThreadChoice, ThreadPolicy
+from swarmnode.paths import NodeHome
+from swarmnode.swarm.exchange import Exchange
+from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.swarm.link import NetworkLink, SoloLink
-from swarmnode.train.curriculum import LevelError, Levels
-from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.swarm.transport import TransportError, transport_for
+from swarmnode.train.curriculum import LevelError, Levels
+from swarmnode.train.model import ModelError, load_base_model, pick_device
+from swarmnode.train.policy import Policy
+from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
 log = logging.getLogger("swarmnode")
 

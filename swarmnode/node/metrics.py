@@ -12,7 +12,6 @@ import json
 import logging
 import os
 from pathlib import Path
-
 from typing import Generic
 
 from swarmnode.records import R, RoundRecord

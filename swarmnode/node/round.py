@@ -19,18 +19,18 @@ from typing import Callable
 
 import torch
 
-from swarmnode.node.budget import RoundBudget
-from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.config import NodeConfig
 from swarmnode.events import LevelsNow, PhaseChanged, RoundFinished, RoundStarted, YardstickScored
+from swarmnode.node.budget import RoundBudget
+from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
-from swarmnode.paths import NodeHome
-from swarmnode.train.policy import Generation, Policy
-from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
 from swarmnode.node.state import NodeState
 from swarmnode.node.threads import ThreadPolicy
+from swarmnode.paths import NodeHome
+from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.curriculum import DORMANT_WEIGHT, Levels
+from swarmnode.train.policy import Generation, Policy
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
 from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 

@@ -27,7 +27,6 @@ import platformdirs
 
 from swarmnode.paths import APP
 
-
 LABEL = "org.swarmnode.node"
 UNIT_NAME = "swarmnode.service"
 # Seconds launchd waits before restarting a node that crashed, so a node that fails at

@@ -29,9 +29,8 @@ from typing import Any
 
 import zstandard
 
+from swarmnode.records import Group, Question
 from swarmnode.swarm.identity import Identity, peer_id_from_public_key, verify_signature
-from swarmnode.records import Group
-from swarmnode.records import Question
 
 MAGIC = b"SNB"
 VERSION = 2

@@ -22,7 +22,6 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-
 KEY_TYPE_ED25519 = 1
 # PublicKey protobuf of an Ed25519 key: field 1 varint = 1, field 2 bytes of length 32.
 _PUBKEY_PROTO_PREFIX = bytes([0x08, KEY_TYPE_ED25519, 0x12, 32])

@@ -38,9 +38,9 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from swarmnode.records import Group
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
-from swarmnode.records import Group
 
 SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own")
 # Added to every group's mean reward in reward-weighted sampling, so a group whose responses

@@ -23,7 +23,6 @@ import ctypes.util
 import functools
 from typing import Iterator
 
-
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 HEAP_THRESHOLD_BYTES = 32 * 2**20  # the value glibc's raising ends at on 64-bit systems

@@ -19,12 +19,12 @@ import torch
 
 from swarmnode.compat.transformers import adapter_parameters, checkpointing_with_cache
 from swarmnode.config import NodeConfig
+from swarmnode.records import Group
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.train.model import BaseModel
-from swarmnode.records import Group
 from swarmnode.train.sampler import TokenTexts, sample
 from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 

@@ -22,8 +22,14 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
-from swarmnode.compat.transformers import (CacheLayer, LayeredCache, attention_swapped, group_query_heads,
-                                           layer_index, ungroup_query_heads)
+from swarmnode.compat.transformers import (
+    CacheLayer,
+    LayeredCache,
+    attention_swapped,
+    group_query_heads,
+    layer_index,
+    ungroup_query_heads,
+)
 
 NAME = "swarmnode_shared_prefix"
 _ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")

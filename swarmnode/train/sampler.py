@@ -20,7 +20,6 @@ import torch
 from swarmnode.compat.transformers import keep_rows, repeat_rows
 from swarmnode.train import prefixattn
 
-
 # Prompts in one prefill forward: a batch of 8 x 251-token prompts held about 260 MB more
 # than one prompt at a time, at the same speed (docs/performance.md, change 9).
 PREFILL_PROMPTS = 1

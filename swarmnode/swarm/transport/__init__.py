@@ -31,7 +31,6 @@ import logging
 from typing import Any, Sequence
 
 from swarmnode.config import NodeConfig
-
 from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
 
 TRANSPORTS = {

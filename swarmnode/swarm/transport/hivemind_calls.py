@@ -21,8 +21,14 @@ from hivemind.utils import get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.compat.hivemind import connect, local_storage, ping, replace_storage, routed_peers
-from swarmnode.swarm.transport.hivemind_layout import (announce_expiry, announce_key, announcement_age, bundle_expiry,
-                                                       bundle_key, shard_of)
+from swarmnode.swarm.transport.hivemind_layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
 from swarmnode.swarm.transport.hivemind_records import COUNTS
 from swarmnode.swarm.transport.hivemind_storage import CACHE_BYTES, SIGNER_BYTES, STORAGE_BYTES, BoundedStorage
 

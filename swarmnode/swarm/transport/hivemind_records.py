@@ -27,8 +27,15 @@ from swarmnode.compat.hivemind import record_key_id
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
-from swarmnode.swarm.transport.hivemind_layout import (ANNOUNCE_SHARDS, BUNDLE_TTL, announce_key, announcement_message,
-                                                       bundle_expiry, bundle_key, shard_of)
+from swarmnode.swarm.transport.hivemind_layout import (
+    ANNOUNCE_SHARDS,
+    BUNDLE_TTL,
+    announce_key,
+    announcement_message,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
 from swarmnode.swarm.transport.pull import ANNOUNCE_TTL
 
 SIGNATURE = 64

@@ -50,18 +50,53 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from swarmnode.compat.libp2p import allow_redial, batch_window_updates
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (MAX_ANNOUNCEMENT_BYTES, MAX_SAMPLE_BYTES, Announcement, parse_push,
-                                                parse_sample)
-from swarmnode.swarm.transport.base import (MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError,
-                                            expand_unspecified)
-from swarmnode.swarm.transport.libp2p_holding import (BUNDLE_PROTOCOL, HELD_ACK, HELD_BYTES, HELD_ROUNDS,
-                                                      HOLD_PROTOCOL, MAX_REQUEST_BYTES, OWN_ROUNDS, BundleStore, Pulled,
-                                                      choose_holders, hold_rejection, parse_request)
+from swarmnode.swarm.transport.announce import (
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_SAMPLE_BYTES,
+    Announcement,
+    parse_push,
+    parse_sample,
+)
+from swarmnode.swarm.transport.base import (
+    MAX_MESSAGE_BYTES,
+    NodeIdentity,
+    Transport,
+    TransportError,
+    expand_unspecified,
+)
+from swarmnode.swarm.transport.libp2p_holding import (
+    BUNDLE_PROTOCOL,
+    HELD_ACK,
+    HELD_BYTES,
+    HELD_ROUNDS,
+    HOLD_PROTOCOL,
+    MAX_REQUEST_BYTES,
+    OWN_ROUNDS,
+    BundleStore,
+    Pulled,
+    choose_holders,
+    hold_rejection,
+    parse_request,
+)
 from swarmnode.swarm.transport.libp2p_peers import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
-from swarmnode.swarm.transport.libp2p_spread import (ANNOUNCE_PROTOCOL, SAMPLE_PROTOCOL, FirstHand, Libp2pPull,
-                                                     PushPacer, push_targets)
-from swarmnode.swarm.transport.libp2p_streams import (answer_peers, ask_peers, dialable, exchange, leave_with_holders,
-                                                      pull_bundles, push_announcement, serve)
+from swarmnode.swarm.transport.libp2p_spread import (
+    ANNOUNCE_PROTOCOL,
+    SAMPLE_PROTOCOL,
+    FirstHand,
+    Libp2pPull,
+    PushPacer,
+    push_targets,
+)
+from swarmnode.swarm.transport.libp2p_streams import (
+    answer_peers,
+    ask_peers,
+    dialable,
+    exchange,
+    leave_with_holders,
+    pull_bundles,
+    push_announcement,
+    serve,
+)
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 from swarmnode.swarm.transport.trio_bridge import TrioThread
 

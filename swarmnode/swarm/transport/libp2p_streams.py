@@ -22,10 +22,22 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_holding import (BUNDLE_PROTOCOL, HELD_ACK, HOLD_PROTOCOL, Pulled,
-                                                      bundle_request, pull_sources, pulled_rejection)
-from swarmnode.swarm.transport.libp2p_peers import (EXCHANGE_MAX_BYTES, PEERS_PROTOCOL, answer_order, encode_answer,
-                                                    parse_peer_answer)
+from swarmnode.swarm.transport.libp2p_holding import (
+    BUNDLE_PROTOCOL,
+    HELD_ACK,
+    HOLD_PROTOCOL,
+    Pulled,
+    bundle_request,
+    pull_sources,
+    pulled_rejection,
+)
+from swarmnode.swarm.transport.libp2p_peers import (
+    EXCHANGE_MAX_BYTES,
+    PEERS_PROTOCOL,
+    answer_order,
+    encode_answer,
+    parse_peer_answer,
+)
 from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL
 
 log = logging.getLogger("swarmnode.swarm.transport")
