@@ -112,7 +112,7 @@ def worker(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             rows = sample(policy_model.model, policy_model.tokenizer, prompts, args.completions,
                           max_new_tokens=args.max_new_tokens, temperature=cfg.temperature, stop_string=_NEVER,
-                          eos_id=None, token_texts=policy_model.token_texts, device=policy_model.device,
+                          eos_ids=(), token_texts=policy_model.token_texts, device=policy_model.device,
                           should_stop=lambda: time.perf_counter() > deadline)
             dt = time.perf_counter() - t0
             n = sum(len(r) for r in rows)

@@ -12,7 +12,11 @@ TRL is a benchmark-only dependency: ``pip install 'swarmnode[bench]'`` (trl, psu
 Usage, from the repository root::
 
     PYTHONPATH=. python benchmarks/round_vs_trl.py [--pairs 3] [--questions 8] [--completions 8]
-        [--max-new-tokens 256] [--threads 2]
+        [--max-new-tokens 256] [--threads 2] [--model embedded|DIR] [--memory-limit-gb 16]
+
+``--memory-limit-gb`` caps each run's address space (``RLIMIT_AS``), so a side that would
+take more memory than a shared machine has fails with an allocation error, reported as such,
+instead of waking the kernel's OOM killer on other people's processes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import argparse
 import functools
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -36,7 +41,7 @@ def run_swarmnode(args: argparse.Namespace) -> dict:
                        max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
     node = build_solo_node(cfg, seed=args.seed)
     row = node.run_round(0)
-    return {"seconds": row.seconds, "tokens": row.tokens_generated,
+    return {"seconds": row.seconds, "tokens": row.tokens_generated, "reward_mean": row.reward_mean,
             "seconds_generate": row.seconds_generate, "seconds_train": row.seconds_train}
 
 
@@ -55,8 +60,11 @@ def run_trl(args: argparse.Namespace) -> dict:
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens)
     source = str(ensure_embedded()) if args.model == "embedded" else args.model
     tokenizer = AutoTokenizer.from_pretrained(source)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    # generate() pads a row that stopped at the stop string with the padding token, and TRL ends
+    # a completion at its first EOS only: with Qwen2.5's own padding token (<|endoftext|>, not
+    # its EOS) TRL counted and trained those pads as completion tokens. Padding with EOS makes
+    # them the end.
+    tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     families = load_task_file(cfg.tasks)
     questions = TaskSource(families, args.seed).sample(0, cfg.questions)
@@ -64,9 +72,13 @@ def run_trl(args: argparse.Namespace) -> dict:
     dataset = Dataset.from_list([{"prompt": build_prompt(tokenizer, q.question, cfg.prefill_answer_tag), "index": i}
                                  for i, q in enumerate(questions)])
 
+    seen: list[tuple[str, float]] = []
+
     def reward(completions, index, **_):
-        return [scorer.score(questions[i], full_response(c, cfg.prefill_answer_tag)) or 0.0
-                for c, i in zip(completions, index)]
+        rewards = [scorer.score(questions[i], full_response(c, cfg.prefill_answer_tag)) or 0.0
+                   for c, i in zip(completions, index)]
+        seen.extend(zip(completions, rewards))
+        return rewards
 
     out_dir = tempfile.mkdtemp(prefix="trl-bench-")
     targs = GRPOConfig(
@@ -88,11 +100,21 @@ def run_trl(args: argparse.Namespace) -> dict:
     trainer.train()
     seconds = time.perf_counter() - t0
     logged = next(h for h in trainer.state.log_history if "completions/mean_length" in h)
-    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions}
+    print("TRL's first completions:", [c for c, _ in seen[:3]], file=sys.stderr)
+    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions,
+            "reward_mean": sum(r for _, r in seen) / len(seen),
+            "closed": sum(ANSWER_CLOSE in c for c, _ in seen) / len(seen)}
 
 
 def measure(args: argparse.Namespace) -> None:
-    result = run_swarmnode(args) if args.side == "swarmnode" else run_trl(args)
+    """One run; an allocation refused under ``--memory-limit-gb`` prints the error and the peak it reached."""
+    try:
+        result = run_swarmnode(args) if args.side == "swarmnode" else run_trl(args)
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "alloc" not in str(exc):
+            raise
+        print(json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}", "peak_rss_mb": peak_rss_mb()}))
+        raise SystemExit(3) from None
     result["peak_rss_mb"] = peak_rss_mb()
     result["tokens_per_second"] = result["tokens"] / result["seconds"]
     print(json.dumps(result))
@@ -103,22 +125,30 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="swarmnode/TRL run pairs, alternated")
     add_size_args(ap, threads=2)  # the same torch threads on both sides
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--memory-limit-gb", type=float, default=0, help="address-space cap of each run (0: none)")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # one measured run, in this process
     args = ap.parse_args()
     if args.side:
+        if args.memory_limit_gb:
+            limit = int(args.memory_limit_gb * 1e9)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         measure(args)
         return
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     argv = [f"--questions={args.questions}", f"--completions={args.completions}",
             f"--max-new-tokens={args.max_new_tokens}", f"--threads={args.threads}", f"--model={args.model}",
-            f"--seed={args.seed}"]
+            f"--seed={args.seed}", f"--memory-limit-gb={args.memory_limit_gb}"]
     for i in range(args.pairs):
         for side in SIDES:
             proc = subprocess.run([sys.executable, __file__, *argv, "--side", side], capture_output=True, text=True,
                                   env=dict(os.environ, TOKENIZERS_PARALLELISM="false"))
+            last = (proc.stdout.strip().splitlines() or ["{}"])[-1]
             if proc.returncode != 0:
-                raise SystemExit(f"the {side} run failed:\n{proc.stderr[-3000:]}")
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
+                reached = json.loads(last) if proc.returncode == 3 else {"failed": proc.stderr[-3000:]}
+                print(f"pair {i + 1} {side:9s}: failed: {reached['failed']}; peak RSS "
+                      f"{reached.get('peak_rss_mb', float('nan')):.0f} MB", flush=True)
+                raise SystemExit(1)
+            res = json.loads(last)
             runs[side].append(res)
             print(f"pair {i + 1} {side:9s}: {res['seconds']:7.1f} s, {res['tokens']:6.0f} tokens, "
                   f"{res['tokens_per_second']:6.1f} tok/s, peak RSS {res['peak_rss_mb']:6.0f} MB", flush=True)

@@ -14,7 +14,8 @@ as hivemind lets it, one of:
 
 It uses hivemind's public API only (``DHT``, ``run_coroutine``, ``DHTNode.store_many``, a
 ``RecordValidatorBase`` that signs the announcements) and swarmnode's identity, bundle code
-and key layout only to make keys, valid bundles and the keys they go under. Prints ``{"event": "ready"}`` once joined, then
+and key layout only to make keys, valid bundles and the keys they go under.
+Prints ``{"event": "ready"}`` once joined, then
 ``{"event": "done", "stored": N, "seconds": S}`` and stays up until stdin closes.
 """
 
@@ -79,7 +80,8 @@ async def _store_announcements(_dht, node, *, swarm: str, first: int, n: int) ->
     now = get_dht_time()
     chunk = [_announcer_key(i) for i in range(first, first + n)]
     expirations = [now + 3 * YEAR if i % 2 else now + 100 for i in range(first, first + n)]
-    done = await node.store_many([announce_key(swarm, shard_of(i.peer_id)) for i in chunk], [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
+    done = await node.store_many([announce_key(swarm, shard_of(i.peer_id)) for i in chunk],
+                                 [rng.randrange(10**6, 10**9) for _ in chunk], expirations,
                                  subkeys=[i.peer_id for i in chunk])
     return sum(bool(v) for v in done.values())
 
@@ -98,7 +100,8 @@ async def _store_rounds(_dht, node, *, swarm: str, first: int, n: int, far: bool
         round_no = first + i
         data = make_bundle(identity, swarm, round_no, size, rng)
         expiry = get_dht_time() + (4 * YEAR if far else 250.0)
-        done = await node.store_many([bundle_key(swarm, identity.peer_id, round_no)], [data], [expiry], subkeys=[identity.peer_id])
+        done = await node.store_many([bundle_key(swarm, identity.peer_id, round_no)], [data], [expiry],
+                                     subkeys=[identity.peer_id])
         stored += sum(bool(v) for v in done.values())
     return stored
 

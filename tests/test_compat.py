@@ -246,6 +246,33 @@ def test_adapter_parameters_are_exactly_one_adapters_trainable_weights(tiny_mode
         assert len(trainable) == 4 * model.config.num_hidden_layers  # A and B of two projections
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_attention_functions_get_the_layers_scaling_and_window(arch, tmp_path):
+    """What prefixattn's decoding attention reads from the keyword arguments, on each architecture."""
+    from transformers import AttentionInterface, AutoModelForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from tinymodel import GEMMA3_WINDOW, build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path, arch=arch), dtype=torch.float32)
+    cfg = model.config
+    seen = {}
+
+    def spy(module, query, key, value, *args, **kwargs):
+        seen[tf_compat.layer_index(module)] = (kwargs.get("scaling"), kwargs.get("sliding_window"))
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, *args, **kwargs)
+
+    AttentionInterface.register("swarmnode_compat_kwargs_spy", spy)
+    with torch.no_grad(), tf_compat.attention_swapped(cfg, "swarmnode_compat_kwargs_spy"):
+        model(input_ids=_ids())
+    scale = (cfg.query_pre_attn_scalar if arch == "gemma3" else cfg.hidden_size // cfg.num_attention_heads) ** -0.5
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    windows = [GEMMA3_WINDOW if t == "sliding_attention" else None for t in types]
+    assert seen == {i: (pytest.approx(scale), w) for i, w in enumerate(windows)}
+    assert (arch == "gemma3") == any(w is not None for w in windows)
+    assert tf_compat.checkpointable(model) and not tf_compat.checkpointable(torch.nn.Linear(2, 2))
+
+
 # ---- hivemind and py-libp2p, one process each (tests/programs/compat_*.py) -----------------
 
 

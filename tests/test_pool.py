@@ -9,7 +9,7 @@ import pytest
 
 from swarmnode.records import Group, Question
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, OwnRewards, PeerTable, display_text, level_weight
+from swarmnode.swarm.pool import ExternalPool, PeerTable, level_weight
 
 
 def group(peer: str, tag: str = "", rewards: list[float] | None = None) -> Group:

@@ -1,5 +1,11 @@
-"""The rollout sampler: KV-cache copying, row removal and stopping give the model's own tokens."""
+"""The rollout sampler: KV-cache copying, row removal and stopping give the model's own tokens.
 
+Each test runs on a tiny random model of every catalogue architecture (``tests/tinymodel.py``):
+Llama, Qwen2 (3 query heads per key/value head, a vocabulary padded beyond the tokenizer) and
+Gemma 3 (sliding-window layers whose window is shorter than every prompt).
+"""
+
+import logging
 from dataclasses import replace
 
 import pytest
@@ -10,14 +16,16 @@ from swarmnode.config import NodeConfig
 from swarmnode.train import prefixattn
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-from swarmnode.train.sampler import TokenTexts, sample
+from swarmnode.train.sampler import end_ids, sample
+from tinymodel import ARCHITECTURES, build_tiny_model
 
 STOP = "</answer>"
 
 
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir):
-    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def policy(request, tmp_path_factory):
+    model_dir = build_tiny_model(tmp_path_factory.mktemp(request.param), arch=request.param)
+    base = load_base_model(str(model_dir), torch.device("cpu"))
     torch.manual_seed(0)
     with torch.no_grad():  # larger weights than the init's, so greedy paths differ between prompts
         for p in base.model.parameters():
@@ -49,7 +57,8 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     States kept in the model's dtype, so any difference is a caching bug, not rounding."""
     calls = []
     real_attention = prefixattn._attention
-    monkeypatch.setattr(prefixattn, "supported", lambda config: shared_prefix)
+    if not shared_prefix:
+        monkeypatch.setattr(prefixattn, "unsupported_reason", lambda config: "a test says so")
     monkeypatch.setattr(prefixattn, "storage_dtype", lambda dtype: dtype)
     prefixattn.AttentionInterface.register(prefixattn.NAME,
                                            lambda *a, **kw: calls.append(1) or real_attention(*a, **kw))
@@ -57,6 +66,9 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("Is 2000 a leap year? Answer Yes or No."),
                policy.prompt("x")]
     max_new, stop = 12, "never in this vocabulary"
+    window = getattr(policy.model.config, "sliding_window", None)
+    # Gemma 3's window is crossed by every prompt and, while decoding, by the rows' own tokens.
+    assert window is None or max_new > window
     free = [_greedy_reference(policy, p, max_new, -1, stop) for p in prompts]
     # An 'EOS' that ends some prompts' rows earlier than others', so rows leave the batch early.
     ends = {t: [row.index(t) + 1 if t in row else max_new for row in free] for row in free for t in row}
@@ -64,7 +76,7 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     assert max(ends[eos]) > min(ends[eos]), free
     refs = [_greedy_reference(policy, p, max_new, eos, stop) for p in prompts]
     rows = sample(policy.model, policy.tokenizer, prompts, 2, max_new_tokens=max_new, temperature=1e-4,
-                  stop_string=stop, eos_id=eos, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
+                  stop_string=stop, eos_ids={eos}, token_texts=policy.token_texts, device=torch.device("cpu"))
     assert rows == [r for r in refs for _ in range(2)]
     assert bool(calls) == shared_prefix
     assert attention_implementation(policy.model.config) != prefixattn.NAME
@@ -94,7 +106,7 @@ def test_states_are_held_in_bf16_and_the_logits_stay_close(policy, monkeypatch):
         monkeypatch.setattr(prefixattn, "storage_dtype", storage)
         model = _Recording(policy.model)
         rows = sample(model, policy.tokenizer, prompts, 2, max_new_tokens=8, temperature=1e-4, stop_string=STOP,
-                      eos_id=None, token_texts=TokenTexts(policy.tokenizer), device=torch.device("cpu"))
+                      eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
         runs[name] = (rows, model)
     layer = runs["bf16"][1].caches[-1].layers[0]
     assert layer.prefix_keys.dtype == layer.keys.dtype == layer.values.dtype == torch.bfloat16
@@ -108,25 +120,66 @@ def test_states_are_held_in_bf16_and_the_logits_stay_close(policy, monkeypatch):
     assert 0 < max(diffs) < 0.05, diffs
 
 
+def _forcing(policy, sequence: list[int]):
+    """A forward hook on the output layer that makes ``sequence[i]`` near-certain at decoding step i."""
+    calls = []
+
+    def hook(module, inputs, output):
+        bias = torch.zeros(output.shape[-1])
+        bias[sequence[min(len(calls), len(sequence) - 1)]] = 50.0
+        calls.append(1)
+        return output + bias
+
+    return policy.model.get_output_embeddings().register_forward_hook(hook)
+
+
 def test_completions_end_at_the_stop_string(policy):
-    texts = TokenTexts(policy.tokenizer)
     stop_id = policy.tokenizer.convert_tokens_to_ids(STOP)
-    bias = torch.zeros(len(texts.texts))
-    bias[stop_id] = 30.0  # make the stop token near-certain, via the output bias of a forward hook
-    handle = policy.model.get_output_embeddings().register_forward_hook(lambda m, i, o: o + bias)
+    handle = _forcing(policy, [stop_id])
     try:
         torch.manual_seed(0)
         rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 3, max_new_tokens=10, temperature=1.0,
-                      stop_string=STOP, eos_id=None, token_texts=texts, device=torch.device("cpu"))
+                      stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
     finally:
         handle.remove()
     assert rows == [[stop_id]] * 3
 
 
+def test_a_stop_string_split_across_tokens_ends_the_row_at_its_last_piece(policy):
+    """As ``</answer>`` is for Qwen's and Gemma's tokenizers: the end is seen in the rows' text."""
+    tok = policy.tokenizer
+    pieces = [tok.convert_tokens_to_ids(t) for t in tok.tokenize("123 abc")]
+    assert len(pieces) >= 3
+    texts = policy.token_texts.texts
+    stop = texts[pieces[1]][-1] + texts[pieces[2]][:1]  # from the end of one token into the next
+    handle = _forcing(policy, pieces)
+    try:
+        torch.manual_seed(0)
+        rows = sample(policy.model, tok, [policy.prompt("q")], 2, max_new_tokens=10, temperature=1.0,
+                      stop_string=stop, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+    finally:
+        handle.remove()
+    assert rows == [pieces[:3]] * 2
+
+
+def test_every_end_of_text_id_ends_a_row(policy):
+    ends = end_ids(policy.model, policy.tokenizer)
+    assert {policy.tokenizer.eos_token_id, policy.tokenizer.pad_token_id} <= ends
+    for end in ends:
+        handle = _forcing(policy, [end])
+        try:
+            rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=10,
+                          temperature=1.0, stop_string=STOP, eos_ids=ends, token_texts=policy.token_texts,
+                          device=torch.device("cpu"))
+        finally:
+            handle.remove()
+        assert rows == [[end]] * 2
+
+
 def test_should_stop_ends_every_row(policy):
     torch.manual_seed(0)
     rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=50, temperature=1.0,
-                  stop_string=STOP, eos_id=None, token_texts=TokenTexts(policy.tokenizer),
+                  stop_string=STOP, eos_ids=(), token_texts=policy.token_texts,
                   device=torch.device("cpu"), should_stop=lambda: True)
     assert [len(r) for r in rows] == [1, 1]
 
@@ -138,3 +191,24 @@ def test_policy_generate_counts_and_decodes(policy):
     assert gen.tokens == sum(len(r) for g in gen.token_ids for r in g)
     assert all(1 <= len(r) <= 6 for g in gen.token_ids for r in g)
     assert gen.texts[0][0] == policy.tokenizer.decode(gen.token_ids[0][0], skip_special_tokens=True)
+
+
+def test_a_model_the_shared_prefix_cannot_compute_falls_back_and_says_so_once(policy, caplog, monkeypatch):
+    from transformers import Gemma3TextConfig, Qwen2Config
+
+    from swarmnode.train import fallback
+
+    assert prefixattn.unsupported_reason(policy.model.config) is None
+    assert prefixattn.unsupported_reason(Gemma3TextConfig(sliding_window=4)) is None
+    assert "soft-capped" in prefixattn.unsupported_reason(Gemma3TextConfig(attn_logit_softcapping=50.0))
+    linear = Qwen2Config(num_hidden_layers=2, layer_types=["full_attention", "linear_attention"])
+    assert "linear_attention" in prefixattn.unsupported_reason(linear)
+
+    monkeypatch.setattr(fallback, "_reported", set())
+    monkeypatch.setattr(prefixattn, "unsupported_reason", lambda config: "a test says so")
+    caplog.set_level(logging.INFO, logger="swarmnode.train")
+    for _ in range(2):
+        sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=2, temperature=1.0,
+               stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+    said = [r.getMessage() for r in caplog.records if "a test says so" in r.getMessage()]
+    assert len(said) == 1 and policy.model.config.model_type in said[0], said

@@ -66,3 +66,18 @@ def test_prompt_uses_chat_template_and_prefills_the_tag(tiny_model_dir):
     assert "<|im_start|>user\nCalculate 1 + 1." in text and text.endswith("assistant\n" + ANSWER_OPEN)
     assert not build_prompt(tok, "x", False).endswith(ANSWER_OPEN)
     assert full_response("2</answer>", True) == "<answer>2</answer>"
+
+
+def test_a_base_model_without_chat_template_gets_its_bos_and_a_worked_example(tmp_path):
+    from transformers import AutoTokenizer
+
+    from tinymodel import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path, arch="gemma3"))
+    assert not tok.chat_template and tok("x")["input_ids"][0] == tok.bos_token_id
+    text = build_prompt(tok, "Calculate 1 + 1.", True)
+    assert text.startswith(tok.bos_token) and text.count(tok.bos_token) == 1
+    assert text.endswith("Question: Calculate 1 + 1.\nAnswer: " + ANSWER_OPEN)
+    assert "<answer>5</answer>" in text  # the example closes its tag
+    ids = tok(text, add_special_tokens=False)["input_ids"]  # as the sampler encodes it
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1

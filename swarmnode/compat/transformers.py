@@ -44,7 +44,7 @@ def checkpointing_with_cache(model: torch.nn.Module) -> Iterator[None]:
     if not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
         raise RuntimeError("this transformers drops the KV cache of checkpointed layers, which would train "
                            "on completions without their prompt: pip install -U 'transformers>=5.15'")
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    layers = _checkpoint_layers(model)
     for layer in layers:
         layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
                                                                use_reentrant=False)
@@ -54,6 +54,21 @@ def checkpointing_with_cache(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for layer in layers:
             layer.gradient_checkpointing = False
+
+
+def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def checkpointable(model: torch.nn.Module) -> bool:
+    """True when :func:`checkpointing_with_cache` has layers of ``model`` to recompute.
+
+    Contract (checked on 5.15.1 and 5.23.0 with Llama, on 5.23.0 with Qwen2 and Gemma 3): decoder layers are
+    ``GradientCheckpointingLayer``s; a model whose layers are not keeps its activations.
+    """
+    return bool(_checkpoint_layers(model))
 
 
 # ---- attention -------------------------------------------------------------------------
@@ -72,7 +87,12 @@ def attention_swapped(config, name: str) -> Iterator[None]:
     ``name`` (``AttentionInterface.register``); the previous one is restored afterwards.
 
     Contract (checked on 5.15.1, 5.23.0): every attention layer reads
-    ``config._attn_implementation`` at each forward to pick its function. Setting it directly
+    ``config._attn_implementation`` at each forward to pick its function, and calls it with
+    ``scaling=`` (Gemma 3: ``query_pre_attn_scalar ** -0.5``, not the head size's) and, on
+    Qwen2 and Gemma 3, ``sliding_window=`` (the window on a sliding layer, None on a full one;
+    Llama passes none: all its layers are full); checked on Llama, Qwen2 and Gemma 3 on
+    5.23.0. When the name has no mask function registered, the models build no masks and
+    pass ``attention_mask=None``. Setting it directly
     skips ``set_attn_implementation``'s validation and its walk over submodules, which would
     refuse a custom name for decoding with a model's own mask functions and cost a walk per
     call.
@@ -88,7 +108,7 @@ def attention_swapped(config, name: str) -> Iterator[None]:
 def layer_index(attention_module: torch.nn.Module) -> int:
     """The decoder layer (0-based) that ``attention_module``, as passed to an attention function, belongs to.
 
-    Contract (checked on 5.15.1, 5.23.0, Llama/Qwen2/SmolLM2 attention): ``module.layer_idx``,
+    Contract (checked on 5.15.1, 5.23.0, Llama/Qwen2/SmolLM2 attention; Gemma 3 on 5.23.0): ``module.layer_idx``,
     which is also the index of its layer in ``Cache.layers``.
     """
     return attention_module.layer_idx

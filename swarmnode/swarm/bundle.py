@@ -6,7 +6,8 @@ Wire format, version 2 (the full specification is ``docs/protocol.md``)::
 
 The payload is canonical JSON (sorted keys, no spaces, UTF-8, no NaN/Infinity). The signature
 covers the version's signing domain + payload. Version 2 adds each group's difficulty
-``level``; a node sends version 2 and still accepts version 1 (groups without a level). A receiver trusts nothing before it has checked sizes
+``level``; a node sends version 2 and still accepts version 1 (groups without a level).
+A receiver trusts nothing before it has checked sizes
 (with a hard cap on decompression), canonical form, the signature, that the key belongs to
 the claimed sender PeerID, then every field's type and size, the swarm, the round window and
 replay. No pickle, nothing executed on decode.

@@ -19,7 +19,8 @@ move its levels: a peer's claimed level or rewards never do.
 
 A family that sits at an end of its ladder and whose last ``WINDOW`` groups carried no
 signal (every completion of a group scored the same: all 0, or all the same partial credit,
-at its lowest rung; all 1 at its top) has nothing to teach the node now: it is **dormant**, and the round draws its questions at :data:`DORMANT_WEIGHT`
+at its lowest rung; all 1 at its top) has nothing to teach the node now: it is **dormant**,
+and the round draws its questions at :data:`DORMANT_WEIGHT`
 of its task-file weight (:meth:`Levels.focus`). It is still drawn, so the family wakes as
 soon as one of its groups scores something: the model may learn its format from the others.
 Without this, the embedded model spends 4 of its 9 families' questions on groups that carry

@@ -17,15 +17,16 @@ from typing import Callable, Sequence
 
 import torch
 
-from swarmnode.compat.transformers import adapter_parameters, checkpointing_with_cache
+from swarmnode.compat.transformers import adapter_parameters, checkpointable, checkpointing_with_cache
 from swarmnode.config import NodeConfig
 from swarmnode.records import Group
+from swarmnode.train.fallback import fell_back
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.train.model import BaseModel
-from swarmnode.train.sampler import TokenTexts, sample
+from swarmnode.train.sampler import TokenTexts, end_ids, sample
 from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Policy:
         self.params = adapter_parameters(self.model, adapter)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self._pad = self.tokenizer.pad_token_id
-        self._eos = self.tokenizer.eos_token_id
+        self._ends = end_ids(base.model, self.tokenizer)
         self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
 
     def activate(self) -> None:
@@ -117,7 +118,7 @@ class Policy:
         self.activate()
         self.model.eval()
         rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
-                      temperature=temperature, stop_string=ANSWER_CLOSE, eos_id=self._eos,
+                      temperature=temperature, stop_string=ANSWER_CLOSE, eos_ids=self._ends,
                       token_texts=self.token_texts, device=self.device, should_stop=should_stop)
         release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
@@ -203,12 +204,17 @@ class Policy:
 
     @contextlib.contextmanager
     def _checkpointing(self, on: bool):
-        """Activation checkpointing of the decoder layers inside the block, when ``on``.
+        """Activation checkpointing of the decoder layers inside the block, when ``on`` and the
+        model's layers allow it (else the log says so, once).
 
         The layers may keep their cache under checkpointing because the caches they see
         (:func:`prompt_cache`, :func:`prefix_cache`) give a replayed layer the inputs of its
         first run.
         """
+        if on and not checkpointable(self.model):
+            fell_back(self.model.config, "training keeps every layer's activations (more memory)",
+                      "its decoder layers cannot be recomputed in the backward pass")
+            on = False
         with checkpointing_with_cache(self.model) if on else contextlib.nullcontext():
             yield
 
@@ -222,11 +228,18 @@ class Policy:
         base = self.model.get_base_model()
         head = base.get_output_embeddings()
         cfg = base.config
-        plain = (type(head) is torch.nn.Linear and head.bias is None and not head.weight.requires_grad
-                 and getattr(cfg, "final_logit_softcapping", None) is None
-                 and getattr(cfg, "logit_scale", None) in (None, 1.0)
-                 and getattr(cfg, "logits_scaling", None) in (None, 1.0))
-        return head if plain else None
+        if not (type(head) is torch.nn.Linear and head.bias is None):
+            reason = "its output layer is not a plain linear map"
+        elif head.weight.requires_grad:
+            reason = "its output layer is trained"
+        elif getattr(cfg, "final_logit_softcapping", None) is not None:
+            reason = "its logits are soft-capped"
+        elif any(getattr(cfg, name, None) not in (None, 1.0) for name in ("logit_scale", "logits_scaling")):
+            reason = "its logits are scaled"
+        else:
+            return head
+        fell_back(cfg, "log-probs from full-vocabulary logits (more memory)", reason)
+        return None
 
     def train_step(self, groups: Sequence[Group]) -> float | None:
         """One GRPO update on ``groups`` (each with this node's rewards). Returns the loss.

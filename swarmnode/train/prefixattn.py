@@ -7,9 +7,14 @@ once ([prompts, kv heads, P, d]) plus each row's own generated part, and the att
 a decoding step scores a row's query against its prompt's shared states and its own
 states in one softmax. Prompt padding (left) is masked with a per-prompt bias.
 
+Sliding-window layers (Gemma 3) read only the keys inside their window: every row of a
+decoding step sits at the same index of the (left-padded) sequence, so the window is one
+slice of the prompt's states and one of the row's own. Grouped-query attention (Qwen2,
+SmolLM2) scores each key/value head's query heads together against that head's states.
+
 Used by :func:`swarmnode.train.sampler.sample` for the decoding steps only (one query token per
-row); the prefill runs with the model's own attention. Models whose decoder layers are not
-all full attention keep the ordinary cache (:func:`supported`).
+row); the prefill runs with the model's own attention. Models with other kinds of layers, or
+with soft-capped attention scores, keep the ordinary cache (:func:`unsupported_reason`).
 """
 
 from __future__ import annotations
@@ -35,11 +40,20 @@ NAME = "swarmnode_shared_prefix"
 _ACTIVE: contextvars.ContextVar["SharedPrefixCache"] = contextvars.ContextVar("swarmnode_shared_prefix_cache")
 
 
-def supported(config) -> bool:
-    """True when every decoder layer is full attention (no sliding windows, no linear layers)."""
+# Decoder layer kinds whose decoding attention :func:`_attention` computes exactly.
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def unsupported_reason(config) -> str | None:
+    """None when :func:`_attention` computes every decoder layer of ``config``'s model exactly;
+    otherwise why not, in words for the log."""
     text = config.get_text_config(decoder=True)
-    types = getattr(text, "layer_types", None)
-    return types is None or all(t == "full_attention" for t in types)
+    other = sorted(set(getattr(text, "layer_types", None) or ()) - set(LAYER_TYPES))
+    if other:
+        return f"decoder has {', '.join(other)} layers"
+    if getattr(text, "attn_logit_softcapping", None) is not None:
+        return "attention scores are soft-capped"
+    return None
 
 
 def storage_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -76,21 +90,30 @@ class _RowLayer(CacheLayer):
             self.keys, self.values = self.keys[indices], self.values[indices]
 
 
+def _left_padded(states: torch.Tensor, width: int) -> torch.Tensor:
+    """``states`` [rows, kvh, t, d] with zeros in front up to ``width`` positions."""
+    return torch.nn.functional.pad(states, (0, 0, width - states.shape[-2], 0))
+
+
 class SharedPrefixCache(LayeredCache):
     """Prompt states once per prompt; ``rows[i]`` is the prompt of batch row i (non-decreasing).
 
-    ``prompt_caches`` are the prefill caches of consecutive slices of the prompts (all
-    padded to one length), in order; ``prompt_mask`` [prompts, P] marks their real tokens.
+    ``prompt_caches`` are the prefill caches of the prompts, one each and without padding, in
+    order; ``prompt_mask`` [prompts, P] marks their real tokens, right-aligned (left padding):
+    their states are put at those positions, zeros on the padding, which the bias masks.
     """
 
     def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
         dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
+        width = prompt_mask.shape[1]
         layers = []
         for i in range(len(prompt_caches[0].layers)):
             parts = [cache.layers[i] for cache in prompt_caches]
-            layers.append(_RowLayer(torch.cat([p.keys for p in parts]), torch.cat([p.values for p in parts])))
-            for part in parts:  # the slices' copies go as the joined ones come
+            keys = torch.cat([_left_padded(p.keys, width) for p in parts])
+            values = torch.cat([_left_padded(p.values, width) for p in parts])
+            for part in parts:  # the prefills' copies go as the joined ones come
                 part.keys = part.values = None
+            layers.append(_RowLayer(keys, values))
         super().__init__(layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
         self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
@@ -126,19 +149,32 @@ def _per_prompt(cache: SharedPrefixCache, x: torch.Tensor, prefix: torch.Tensor,
 
 
 def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
-               dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """query [R, H, q, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache)."""
+               dropout: float = 0.0, scaling: float | None = None, sliding_window: int | None = None,
+               **kwargs) -> tuple[torch.Tensor, None]:
+    """query [R, H, 1, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache).
+
+    ``sliding_window`` W (a sliding layer's): the query, at index P + t - 1 of every row, sees the
+    keys at indices above P + t - 1 - W (transformers' ``sliding_window_overlay``).
+    """
     cache = _ACTIVE.get()
     layer = cache.layers[layer_index(module)]
     _, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scaling = dim ** -0.5 if scaling is None else scaling
+    prefix_keys, prefix_values, bias = layer.prefix_keys, layer.prefix_values, cache.row_bias
+    if sliding_window is not None:
+        first = prefix_keys.shape[-2] + key.shape[-2] - sliding_window  # the first index in the window
+        if first > 0:
+            prefix_keys, prefix_values = prefix_keys[..., first:, :], prefix_values[..., first:, :]
+            bias = bias[:, first:]
+            own_first = max(first - layer.prefix_keys.shape[-2], 0)
+            key, value = key[..., own_first:, :], value[..., own_first:, :]
     q = group_query_heads(query, kv_heads)
-    prefix_scores = _per_prompt(cache, q, layer.prefix_keys, True) * scaling + cache.row_bias[:, None, None, :]
+    prefix_scores = _per_prompt(cache, q, prefix_keys, True) * scaling + bias[:, None, None, :]
     own_scores = torch.matmul(q, key.transpose(-1, -2)) * scaling
     probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(query.dtype)
     prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
-    out = _per_prompt(cache, prefix_probs, layer.prefix_values, False) + torch.matmul(own_probs, value)
+    out = _per_prompt(cache, prefix_probs, prefix_values, False) + torch.matmul(own_probs, value)
     return ungroup_query_heads(out, heads).transpose(1, 2).contiguous(), None
 
 

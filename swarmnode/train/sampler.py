@@ -8,21 +8,42 @@ copy of its keys and values for its n rows (:mod:`swarmnode.train.prefixattn`),
 rows cost nothing, and (3) detects the stop string with a per-row text tail and a table of
 token texts instead of re-decoding every row each step. The sampling distribution is the
 plain temperature softmax (no top-k, no top-p), as the policy gradient assumes.
+
+A model whose attention :mod:`~swarmnode.train.prefixattn` cannot compute exactly decodes
+with transformers' own cache instead (L copies of each prompt's states), and the log says so
+once per process and model type.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import torch
 
-from swarmnode.compat.transformers import keep_rows, repeat_rows
+from swarmnode.compat.transformers import CacheLayer, growing_cache, keep_rows, repeat_rows
 from swarmnode.train import prefixattn
+from swarmnode.train.fallback import fell_back
 
-# Prompts in one prefill forward: a batch of 8 x 251-token prompts held about 260 MB more
-# than one prompt at a time, at the same speed (docs/performance.md, change 9).
-PREFILL_PROMPTS = 1
+
+def _shared_prefix(config) -> bool:
+    """Whether ``config``'s model decodes with one copy of each prompt's states (else the log says why, once)."""
+    reason = prefixattn.unsupported_reason(config)
+    if reason is not None:
+        fell_back(config, "sampling with a copy of each prompt's keys and values in every row (more memory)", reason)
+    return reason is None
+
+
+def end_ids(model, tokenizer) -> frozenset[int]:
+    """The token ids that end a completion: the tokenizer's EOS and padding token, and every EOS
+    the model's config and generation config name. Padding is no text: Qwen2.5's is
+    ``<|endoftext|>``, which its own generation config lists beside ``<|im_end|>`` (the GGUF's
+    conversion keeps only the latter)."""
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, tokenizer.pad_token_id, model.config.eos_token_id,
+                   getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        ids.update([source] if isinstance(source, int) else source or ())
+    return frozenset(ids)
 
 
 class TokenTexts:
@@ -40,11 +61,11 @@ class TokenTexts:
 
 @torch.no_grad()
 def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: int, temperature: float,
-           stop_string: str, eos_id: int | None, token_texts: TokenTexts, device: torch.device,
+           stop_string: str, eos_ids: Collection[int], token_texts: TokenTexts, device: torch.device,
            should_stop: Callable[[], bool] = lambda: False) -> list[list[int]]:
     """Token ids of ``n`` sampled completions of each prompt, prompt-major (row i*n+j).
 
-    A row ends at EOS (included) or at the token whose text completes ``stop_string``
+    A row ends at any of ``eos_ids`` (included) or at the token whose text completes ``stop_string``
     (included), or after ``max_new_tokens``. ``should_stop()`` true ends every row at once.
     ``temperature`` 0 decodes greedily (the yardstick). The caller sets the random
     seed and puts the model in eval mode.
@@ -59,29 +80,37 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
         tokenizer.padding_side = saved_side
     ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    shared = prefixattn.supported(model.config)
-    # Only the shared-prefix cache can be assembled from per-prompt prefills.
-    step = PREFILL_PROMPTS if shared else len(prompts)
-    logits, caches = [], []
-    for a in range(0, len(prompts), step):
-        out = model(input_ids=ids[a:a + step], attention_mask=attn[a:a + step],
-                    position_ids=positions[a:a + step], use_cache=True, logits_to_keep=1)
-        logits.append(out.logits[:, -1, :])
-        caches.append(out.past_key_values)
-        del out
+    shared = _shared_prefix(model.config)
     if shared:
+        # One prompt at a time, without its padding: a batch of 8 x 251-token prompts held about
+        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, change 9),
+        # and a padded batch computes every prompt at the longest one's length (1.7x the tokens
+        # in Qwen2.5's first rounds). The cache keeps every prompt state (the model's own would
+        # keep only a sliding layer's window); the shared-prefix cache pads them back.
+        logits, caches = [], []
+        for i in range(len(prompts)):
+            real = ids[i:i + 1, attn[i].bool()]
+            out = model(input_ids=real, position_ids=torch.arange(real.shape[1], device=device)[None],
+                        past_key_values=growing_cache(CacheLayer), use_cache=True, logits_to_keep=1)
+            logits.append(out.logits[:, -1, :])
+            caches.append(out.past_key_values)
+            del out
         cache = prefixattn.SharedPrefixCache(caches, attn, n)
         attending = prefixattn.decoding(model, cache)
+        del caches
+        logits = torch.cat(logits).repeat_interleave(n, dim=0)
     else:
-        cache = caches[0]
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
         repeat_rows(cache, n)
         attending = contextlib.nullcontext()
-    del caches
-    logits = torch.cat(logits).repeat_interleave(n, dim=0)
+        logits = out.logits[:, -1, :].repeat_interleave(n, dim=0)
+        del out
     attn = attn.repeat_interleave(n, dim=0)
     next_pos = positions[:, -1:].repeat_interleave(n, dim=0) + 1
 
     texts = token_texts.texts
+    ends = frozenset(eos_ids)
     keep_chars = len(stop_string) - 1
     rows = list(range(len(prompts) * n))           # batch position -> output row
     generated: list[list[int]] = [[] for _ in rows]
@@ -91,12 +120,14 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
             if temperature == 0:
                 tokens = logits.argmax(dim=-1, keepdim=True)
             else:
-                tokens = torch.multinomial(torch.softmax(logits.float() / temperature, dim=-1), 1)
+                # In place: the step's logits are 64 rows x 151,936 entries (39 MB) for Qwen2.5.
+                tokens = torch.multinomial(logits.float().div_(temperature).softmax(dim=-1), 1)
+            logits = None  # gone before the next step's are made
             keep: list[int] = []
             for pos, (row, tok) in enumerate(zip(rows, tokens[:, 0].tolist())):
                 generated[row].append(tok)
                 text = tails[row] + texts[tok]
-                if tok == eos_id or stop_string in text:
+                if tok in ends or stop_string in text:
                     continue
                 tails[row] = text[-keep_chars:] if keep_chars else ""
                 keep.append(pos)

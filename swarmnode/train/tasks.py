@@ -217,13 +217,28 @@ def extract_answer(response: str) -> str | None:
     return tail.splitlines()[0].strip() if tail else None
 
 
+# A model without a chat template (a base model, such as Gemma 3 270M) continues text: one
+# worked example shows it where the answer goes and that the tag closes. Gemma 3 base, greedy,
+# 24 questions of six families: mean reward 0.00 without it, 0.23 with it and its BOS
+# (docs/performance.md, prompt formats).
+BASE_MODEL_EXAMPLE = "Question: What is 2 + 3?\nAnswer: <answer>5</answer>\n\n"
+
+
 def build_prompt(tokenizer, question: str, prefill_answer_tag: bool) -> str:
-    """The chat-formatted prompt text; ends inside ``<answer>`` when prefilling."""
+    """The prompt text; ends inside ``<answer>`` when prefilling.
+
+    With a chat template: the system prompt and the question as a conversation, the assistant's
+    turn open. Without one: the tokenizer's BOS where its own encoding starts with one (Gemma's
+    does; the sampler encodes without special tokens), the system prompt, one worked example
+    and the question, as plain text.
+    """
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     else:
-        text = f"{SYSTEM_PROMPT}\n\nQuestion: {question}\nAnswer: "
+        starts = tokenizer("x")["input_ids"][:1]
+        bos = tokenizer.bos_token if tokenizer.bos_token and starts == [tokenizer.bos_token_id] else ""
+        text = f"{bos}{SYSTEM_PROMPT}\n\n{BASE_MODEL_EXAMPLE}Question: {question}\nAnswer: "
     return text + ANSWER_OPEN if prefill_answer_tag else text
 
 
