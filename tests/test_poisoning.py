@@ -154,7 +154,8 @@ def test_a_model_name_past_the_limit_is_a_rejected_bundle_not_a_crash():
 
 def test_above_own_measures_the_bar_by_what_this_node_itself_shared():
     """The bar of ``above-own`` is this node's own rewards, from the groups it sends: while its
-    own answers on a family are better than a peer's, the peer's groups of it are not drawn."""
+    own answers on a family are better than a peer's (as this node re-scores them, whatever the
+    peer claims), the peer's groups of it are not drawn; when its own get worse, they are again."""
     cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, external_sampling="above-own")
     ex = Exchange(NODE, cfg, Scorer(), "m")
     ex.receive(bundle(HONEST, 1, honest_groups(4, first=100)))  # one right in four: 0.25 each
@@ -162,3 +163,8 @@ def test_above_own_measures_the_bar_by_what_this_node_itself_shared():
     mine = [Group(question(i), ["<answer>x</answer>", f"<answer>{i + 2}</answer>"], [0.0, 1.0]) for i in range(2)]
     ex.outgoing(1, mine)  # this node's own chain_sum: 0.5
     assert ex.draw(2, 1, random.Random(0)) == []
+    ex.receive(bundle(LIAR, 1, near_misses()))  # claimed 1.0 each, re-scored 0.25
+    assert ex.draw(3, 4, random.Random(0)) == []  # the sender's claim never lifts a group over the bar
+    ex.outgoing(2, [Group(question(i), ["<answer>x</answer>", "y"], [0.0, 0.0]) for i in range(30)])
+    # Its own window (the last 64 completions) is now 2 right in 64: both peers' groups pass again.
+    assert {g.source for g in ex.draw(4, 4, random.Random(0))} == {HONEST.peer_id, LIAR.peer_id}
