@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import read_rows, summarize
+from swarmnode.experiment.report import read_rows, summarize, summarize_external
 from swarmnode.experiment.runner import Experiment
 from swarmnode.experiment.settings import PROFILES, Arm, Cohort, ExperimentError, Settings, parse_arms, parse_cohorts
 from swarmnode.train.tasks import Scorer
@@ -229,3 +229,15 @@ def test_a_mixed_run_loads_each_model_once_and_reports_each_models_nodes_apart(t
     for r in read_rows(out / "rounds.csv"):
         assert int(r["n_external"]) == sum((e["config"], e["node"], e["round"]) == (r["config"], r["node"], r["round"])
                                            for e in external)
+
+
+def test_what_nodes_trained_on_counts_only_rounds_the_run_finished():
+    """A stopped run may have written some external rows of the round it was in (each node's
+    after its update) and no round row: those rows are not in the report."""
+    rows = [{"config": "4/4", "seed": "0", "node": str(k), "round": "0", "model": "small"} for k in range(2)]
+    external = [{"config": "4/4", "seed": "0", "node": "0", "round": rd, "model": "small", "sender_model": "big",
+                 "family": "gcd", "reward_mean": mean, "right": right, "responses": "4"}
+                for rd, mean, right in (("0", "0.5", "2"), ("0", "0.25", "1"), ("1", "0.0", "0"))]
+    got = summarize_external(external, rows)[("4/4", "small")]
+    assert got["node_rounds"] == 2 and got["per_round"] == 1.0
+    assert got["from"]["big"] == {"per_round": 1.0, "reward": 0.375, "with_right": 1.0, "families": {"gcd": 2}}

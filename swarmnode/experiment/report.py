@@ -131,8 +131,10 @@ def summarize_external(external: list[dict], rows: list[dict]) -> dict:
     for r in rows:
         node_rounds[(r["config"], _model(r))].add((r["seed"], r["node"], r["round"]))
     by = defaultdict(lambda: defaultdict(list))  # (config, model) -> sender model -> rows
-    for e in external:
-        by[(e["config"], e["model"])][e["sender_model"]].append(e)
+    for e in external:  # only rounds that ``rows`` has: a round cut short wrote some of its external rows
+        key = (e["config"], e["model"])
+        if (e["seed"], e["node"], e["round"]) in node_rounds[key]:
+            by[key][e["sender_model"]].append(e)
     out = {}
     for key, senders in by.items():
         n = len(node_rounds[key]) or 1
