@@ -17,8 +17,11 @@ each model's nodes apart. The nodes of a config reach each other through
 Node k draws the same questions and sampling seeds in every config, so configs whose adapters
 are still equal (round 0) sample the very same completions and differ only through sharing.
 Checkpoints (one per node) make a killed run resume where it stopped; rounds after the last
-checkpoint are redone, deterministically up to floating point noise, and their CSV rows
-replaced. Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
+checkpoint are redone and their CSV rows replaced. A checkpoint holds a node's adapter,
+optimizer and levels, not its exchange: a resumed node starts with an empty pool and its
+peers as newcomers again, so in a config with J > 0 it draws at most ``newcomer_share`` of J
+for ``probation_rounds`` rounds, as on its first rounds, where an uninterrupted run would
+draw them all. Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
 (a row per external group a node trained on: whose, its rewards as the receiver scored them),
 ``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
 untrained model's once), ``summary.md`` and ``rewards.png``.
