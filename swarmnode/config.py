@@ -150,9 +150,11 @@ class NodeConfig:
                                    "so its cost per round stays flat however large the swarm grows.",
                                 minimum=1, section="swarm")
     external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool: 'uniform' "
-                                             "over peers, 'reward-weighted', or 'level-aware' (groups near this "
-                                             "node's own level of their family, with more signal for it).",
-                                  choices=("uniform", "reward-weighted", "level-aware"), section="swarm")
+                                             "over peers, 'reward-weighted', 'level-aware' (groups near this "
+                                             "node's own level of their family, with more signal for it), or "
+                                             "'above-own' (only groups whose reward, as this node scores them, is "
+                                             "above its own recent reward on their family).",
+                                  choices=("uniform", "reward-weighted", "level-aware", "above-own"), section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
                                  minimum=0.0, maximum=1.0, section="swarm")
     newcomer_share: float = _key(0.25, "Largest share of the external pool, and of the J external groups, "

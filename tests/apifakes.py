@@ -50,11 +50,12 @@ class FakeControl:
                 "cached_bytes": 0}
 
 
-def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0) -> dict:
+def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0,
+             model: str | None = "SmolLM2-135M-Instruct") -> dict:
     return {"peer_id": peer_id, "name": name, "first_seen": time.time() - 600, "last_seen": time.time() - seen_ago,
             "accepted": accepted, "rejected": rejected,
             "rejected_by_reason": {"bad_signature": rejected} if rejected else {}, "last_round": 7,
-            "reported_mean_reward": reward}
+            "reported_mean_reward": reward, "model": model}
 
 
 def make_state() -> NodeState:

@@ -9,16 +9,11 @@ from pathlib import Path
 import pytest
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import read_rows, summarize
+from swarmnode.experiment.report import read_rows, summarize, summarize_external
 from swarmnode.experiment.runner import Experiment
-from swarmnode.experiment.settings import (
-    PROFILES,
-    Arm,
-    ExperimentError,
-    Settings,
-    parse_arms,
-)
+from swarmnode.experiment.settings import PROFILES, Arm, Cohort, ExperimentError, Settings, parse_arms, parse_cohorts
 from swarmnode.train.tasks import Scorer
+from tinymodel import build_tiny_model
 
 
 class _LengthScorer(Scorer):
@@ -29,13 +24,14 @@ class _LengthScorer(Scorer):
         return float(len(response) % 2)
 
 
-def _settings(out: Path, model: Path, rounds: int, configs: str = "2/0,1/1") -> Settings:
+def _settings(out: Path, model: Path, rounds: int, configs: str = "2/0,1/1", nodes: int | str = 2,
+              eval_every: int = 0) -> Settings:
     # newcomer_share 1: a node's peers are all newcomers for its first probation_rounds, and
     # J = 1 leaves them no slot at the default share; these runs are shorter than that.
-    return Settings(profile="laptop", nodes=2, configs=configs, rounds=rounds, seeds=1, checkpoint_every=1,
+    return Settings(profile="laptop", nodes=nodes, configs=configs, rounds=rounds, seeds=1, checkpoint_every=1,
                     out=str(out), node=NodeConfig(questions=2, completions=3, max_new_tokens=4, model=str(model),
                                                   device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8,
-                                                  newcomer_share=1.0))
+                                                  newcomer_share=1.0, eval_every=eval_every))
 
 
 def _run(settings: Settings) -> Experiment:
@@ -83,7 +79,7 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
     text = (out / "summary.md").read_text()
     for config in ("2/0", "1/1"):
         total = sum(float(r["reward_mean"]) for r in rows if r["config"] == config)
-        m = re.search(rf"^\| {re.escape(config)} \| ([0-9.]+) \|", text, re.MULTILINE)
+        m = re.search(rf"^\| {re.escape(config)} \| {tiny_model_dir.name} \| ([0-9.]+) \|", text, re.M)
         assert m and float(m.group(1)) == pytest.approx(total, abs=0.006)
     assert summarize(rows, ["2/0", "1/1"])["rounds_by_seed"] == {0: 2}
 
@@ -141,7 +137,7 @@ def test_levels_move_in_the_experiment_and_survive_a_resume(tmp_path, tiny_model
     assert all(climbed.values()), f"every node climbed in 4 rounds of right answers: {climbed}"
     last = {r["node"]: int(r["levels_up"]) for r in rows if r["round"] == "3"}
     assert last == {str(m.index): len(climbed[m.index]) for m in exp.members}
-    assert re.search(r"^\| 2/0 \|.*\| [0-9.]+ \| \d+ \|$", (out / "summary.md").read_text(), re.MULTILINE)
+    assert re.search(r"^\| 2/0 \|.*\| [0-9.]+ \| n/a \| \d+ \|$", (out / "summary.md").read_text(), re.M)
     levels = {m.index: dict(m.node.levels.levels) for m in exp.members}
     resumed = Experiment(_settings(out, tiny_model_dir, rounds=5, configs="2/0"), scorer_factory=_RightScorer,
                          progress=False)
@@ -161,3 +157,87 @@ def test_more_rounds_on_the_command_line_extend_a_run_and_leave_the_node_setting
     short, longer = settings("--rounds", "10"), settings("--rounds", "20")
     assert (short.rounds, longer.rounds) == (10, 20)
     assert short.node.rounds is None and short.fingerprint() == longer.fingerprint(), "a resume with more rounds"
+
+
+def test_nodes_parse_as_a_count_or_models_with_counts(tmp_path):
+    assert parse_cohorts(4, "embedded") == parse_cohorts("4", "embedded") == [Cohort("embedded", 4)]
+    assert parse_cohorts("smollm2-135m:3, qwen2.5-coder-0.5b:1", "embedded") == \
+        [Cohort("smollm2-135m", 3), Cohort("qwen2.5-coder-0.5b", 1)]
+    local = tmp_path / "my-model"
+    local.mkdir()
+    assert parse_cohorts(f"{local}:2,embedded:1", "x")[0].label == "my-model"
+    for bad in ("smollm2-135m", "a:0", "a:x", ":3", "a:1,,b:1", "a:1,a:2"):
+        with pytest.raises(ExperimentError, match="--nodes"):
+            parse_cohorts(bad, "embedded")
+    s = _settings(tmp_path, tmp_path, rounds=1, nodes="a:2,b:1")
+    assert s.node_count == 3 and [s.cohort_of(k).model for k in range(3)] == ["a", "a", "b"]
+    assert _settings(tmp_path, tmp_path, rounds=1, nodes="4").nodes == 4  # resumes runs that stored a count
+    with pytest.raises(ExperimentError, match="2 or more"):
+        _settings(tmp_path, tmp_path, rounds=1, nodes="a:1")
+
+
+def test_a_mixed_run_loads_each_model_once_and_reports_each_models_nodes_apart(tmp_path, tiny_model_dir):
+    """Two tiny models of different sizes: node k is on the same model in every config, the
+    nodes of one model share one copy of it, bundles cross models (re-scored by the receiver),
+    and every output keeps each model's nodes apart."""
+    other = build_tiny_model(tmp_path / "tiny-wide", seed=1, hidden=48)
+    out = tmp_path / "exp"
+    exp = _run(_settings(out, tiny_model_dir, rounds=2, nodes=f"{tiny_model_dir}:2,{other}:1", eval_every=1))
+    a, b = tiny_model_dir.name, other.name
+    assert len(exp.bases) == 2
+    for label in (a, b):
+        assert len({id(m.node.policy.model) for m in exp.members if m.model == label}) == 1
+    rows = read_rows(out / "rounds.csv")
+    assert len(rows) == 2 * 3 * 2  # configs x nodes x rounds
+    assert {(r["node"], r["model"]) for r in rows} == {("0", a), ("1", a), ("2", b)}
+
+    external = read_rows(out / "external.csv")
+    assert external and all(e["config"] == "1/1" for e in external)
+    assert {(e["model"], e["sender_model"]) for e in external} >= {(b, a)}, "the odd model learns from the others"
+    assert all(e["sender"] != e["node"] for e in external)
+    per_node_round = {(r["config"], r["node"], r["round"]): int(r["n_external"]) for r in rows}
+    for key, n in per_node_round.items():
+        assert n == sum((e["config"], e["node"], e["round"]) == key for e in external)
+
+    ys = read_rows(out / "yardstick.csv")
+    assert sorted((y["config"], y["model"]) for y in ys if y["config"] == "base") == [("base", a), ("base", b)]
+    assert {(y["config"], y["node"], y["round"]) for y in ys if y["config"] != "base"} == \
+        {(c, str(n), str(r)) for c in ("2/0", "1/1") for n in range(3) for r in (1, 2)}
+
+    summary = summarize(rows, ["2/0", "1/1"])
+    assert set(summary["cells"]) == {(c, m) for c in ("2/0", "1/1") for m in (a, b)}
+    for (config, model), cell in summary["cells"].items():
+        assert cell["cumulative"][0] == pytest.approx(
+            sum(float(r["reward_mean"]) for r in rows if (r["config"], r["model"]) == (config, model)))
+        base = summary["cells"][("2/0", model)]["cumulative"][0]
+        assert cell["ratio"][0] == pytest.approx(cell["cumulative"][0] / base)
+    text = (out / "summary.md").read_text()
+    assert f"3 nodes (2 {a}, 1 {b}) per config" in text
+    for config in ("2/0", "1/1"):
+        for model in (a, b):
+            assert re.search(rf"^\| {re.escape(config)} \| {model} \| [0-9.]+ \|", text, re.M)
+    assert re.search(rf"^\| 1/1 \| {b} \| [0-9.]+ \| {a} \|", text, re.M), "what the odd model drew, by sender"
+
+    # A resume redoes the rounds after the last checkpoint in every table, without duplicates.
+    (out / "nodes" / "seed-0" / "2-0" / "node-0" / "checkpoints" / "round-000001").rename(out / "moved")
+    _run(_settings(out, tiny_model_dir, rounds=2, nodes=f"{tiny_model_dir}:2,{other}:1", eval_every=1))
+    for name, key in (("rounds.csv", ("config", "node", "round")), ("yardstick.csv", ("config", "node", "round"))):
+        again = [tuple(r[k] for k in key) for r in read_rows(out / name)]
+        assert len(again) == len(set(again)), name
+    assert len(read_rows(out / "rounds.csv")) == 12 and len(read_rows(out / "yardstick.csv")) == 2 + 12
+    external = read_rows(out / "external.csv")
+    for r in read_rows(out / "rounds.csv"):
+        assert int(r["n_external"]) == sum((e["config"], e["node"], e["round"]) == (r["config"], r["node"], r["round"])
+                                           for e in external)
+
+
+def test_what_nodes_trained_on_counts_only_rounds_the_run_finished():
+    """A stopped run may have written some external rows of the round it was in (each node's
+    after its update) and no round row: those rows are not in the report."""
+    rows = [{"config": "4/4", "seed": "0", "node": str(k), "round": "0", "model": "small"} for k in range(2)]
+    external = [{"config": "4/4", "seed": "0", "node": "0", "round": rd, "model": "small", "sender_model": "big",
+                 "family": "gcd", "reward_mean": mean, "right": right, "responses": "4"}
+                for rd, mean, right in (("0", "0.5", "2"), ("0", "0.25", "1"), ("1", "0.0", "0"))]
+    got = summarize_external(external, rows)[("4/4", "small")]
+    assert got["node_rounds"] == 2 and got["per_round"] == 1.0
+    assert got["from"]["big"] == {"per_round": 1.0, "reward": 0.375, "with_right": 1.0, "families": {"gcd": 2}}

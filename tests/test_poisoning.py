@@ -114,3 +114,57 @@ def test_a_peer_alone_with_wrong_answers_fills_at_most_its_share():
     ex.receive(bundle(LIAR, 1, spam))
     for seed in range(10):
         assert len(ex.draw(2, 8, random.Random(seed))) <= 4  # the free slots go to local groups
+
+
+class _CountingScorer(Scorer):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def score(self, question, response):
+        self.calls += 1
+        return super().score(question, response)
+
+
+@pytest.mark.parametrize("model", ["", "no-such-model-7T", "[bold red]x[/", "\x1b[2J\x1b]0;owned\x07\u202e" * 12,
+                                   "q" * 256, "🦙" * 64])
+def test_a_bundle_naming_an_unknown_or_absurd_model_is_rescored_like_any_other(model):
+    """The model a bundle names is information only: the same groups under any name are
+    accepted, re-scored response by response with this node's own verifier (the same work),
+    pooled with the same rewards and drawn alike; the peer table shows the name made safe."""
+    plain, absurd = (Exchange(NODE, NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0), _CountingScorer(), "m")
+                     for _ in range(2))
+    groups = honest_groups(4)
+    assert plain.receive(bundle(HONEST, 1, groups)).accepted
+    data = encode_bundle(HONEST, swarm=SWARM, round_no=1, model=model, groups=groups)
+    assert absurd.receive(data).accepted
+    assert absurd.scorer.calls == plain.scorer.calls == 16
+    assert [g.rewards for g in absurd.pool.groups()] == [g.rewards for g in plain.pool.groups()]
+    assert absurd.draw(2, 2, random.Random(0)) == plain.draw(2, 2, random.Random(0))
+    shown = next(r for r in absurd.peer_rows() if r["peer_id"] == HONEST.peer_id)["model"]
+    assert len(shown) <= 40 and shown.isprintable()
+
+
+def test_a_model_name_past_the_limit_is_a_rejected_bundle_not_a_crash():
+    ex = exchange()
+    verdict = ex.receive(encode_bundle(HONEST, swarm=SWARM, round_no=1, model="q" * 257, groups=honest_groups(1)))
+    assert (verdict.accepted, verdict.reason) == (False, "field_too_long")
+    assert len(ex.pool) == 0
+
+
+def test_above_own_measures_the_bar_by_what_this_node_itself_shared():
+    """The bar of ``above-own`` is this node's own rewards, from the groups it sends: while its
+    own answers on a family are better than a peer's (as this node re-scores them, whatever the
+    peer claims), the peer's groups of it are not drawn; when its own get worse, they are again."""
+    cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, external_sampling="above-own")
+    ex = Exchange(NODE, cfg, Scorer(), "m")
+    ex.receive(bundle(HONEST, 1, honest_groups(4, first=100)))  # one right in four: 0.25 each
+    assert len(ex.draw(1, 1, random.Random(0))) == 1  # no own rewards yet: any group with signal
+    mine = [Group(question(i), ["<answer>x</answer>", f"<answer>{i + 2}</answer>"], [0.0, 1.0]) for i in range(2)]
+    ex.outgoing(1, mine)  # this node's own chain_sum: 0.5
+    assert ex.draw(2, 1, random.Random(0)) == []
+    ex.receive(bundle(LIAR, 1, near_misses()))  # claimed 1.0 each, re-scored 0.25
+    assert ex.draw(3, 4, random.Random(0)) == []  # the sender's claim never lifts a group over the bar
+    ex.outgoing(2, [Group(question(i), ["<answer>x</answer>", "y"], [0.0, 0.0]) for i in range(30)])
+    # Its own window (the last 64 completions) is now 2 right in 64: both peers' groups pass again.
+    assert {g.source for g in ex.draw(4, 4, random.Random(0))} == {HONEST.peer_id, LIAR.peer_id}

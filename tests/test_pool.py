@@ -9,7 +9,7 @@ import pytest
 
 from swarmnode.records import Group, Question
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import ExternalPool, PeerTable, level_weight
+from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, OwnRewards, PeerTable, display_text, level_weight
 
 
 def group(peer: str, tag: str = "", rewards: list[float] | None = None) -> Group:
@@ -97,9 +97,9 @@ def test_sampling_is_deterministic_given_the_rng():
     pool = ExternalPool()
     for peer in "ABCDE":
         pool.add(1, groups(peer, 5))
-    for mode in ("uniform", "reward-weighted", "level-aware"):
-        a = pool.sample(6, random.Random(42), mode=mode)
-        b = pool.sample(6, random.Random(42), mode=mode)
+    for mode in ("uniform", "reward-weighted", "level-aware", "above-own"):
+        a = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
+        b = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
         assert [g.question for g in a] == [g.question for g in b]
 
 
@@ -149,6 +149,67 @@ def test_level_aware_draws_groups_near_this_nodes_level():
     assert counts["level-aware"]["far"] > 0
 
 
+def test_above_own_draws_only_groups_better_than_this_nodes_own_and_prefers_the_most_better():
+    pool = ExternalPool()
+    pool.add(1, [leveled(f"S{i}", "strong", None, [0.0, 1.0, 1.0, 1.0]) for i in range(10)])  # mean 0.75
+    pool.add(1, [leveled(f"W{i}", "weak", None, [0.0, 0.0, 0.0, 1.0]) for i in range(10)])  # mean 0.25
+    pool.add(1, [leveled(f"O{i}", "other", None, [0.0, 1.0, 0.0, 0.0], family="gcd") for i in range(5)])
+
+    def tags(own, n=2, draws=300):
+        rng = random.Random(5)
+        return Counter(g.question.question.rsplit("-", 1)[1] for _ in range(draws)
+                       for g in pool.sample(n, rng, mode="above-own", own=own))
+
+    weak_node = tags({"chain_sum": 0.05, "gcd": 0.6})
+    assert weak_node["other"] == 0  # gcd at 0.25 is below this node's own 0.6
+    # Weights 0.75 vs 0.25 (difference plus the floor): about 75 % "strong" for the first draw.
+    assert weak_node["strong"] / 600 > 0.6 and weak_node["weak"] > 0
+    strong_node = tags({"chain_sum": 0.5}, n=4)
+    assert set(strong_node) == {"strong", "other"}, "groups below its own are left to its own groups"
+    assert tags({"chain_sum": 0.9, "gcd": 0.9}) == Counter()  # nothing better: every slot goes to local groups
+    assert tags({})["weak"] > 0  # a family the node has no reward of yet: anything with signal is above 0
+
+
+def test_above_own_is_strictly_above_and_never_takes_a_group_without_signal():
+    pool = ExternalPool()
+    pool.add(1, [leveled(f"E{i}", "equal", None, [0.0, 1.0, 0.0, 1.0]) for i in range(5)])  # mean 0.5
+    pool.add(1, [leveled(f"A{i}", "all", None, [1.0, 1.0, 1.0, 1.0]) for i in range(5)])  # solved: no advantage
+    pool.add(1, [leveled(f"B{i}", "better", None, [0.0, 1.0, 1.0, 1.0]) for i in range(5)])  # mean 0.75
+    rng = random.Random(11)
+    drawn = Counter(g.question.question.rsplit("-", 1)[1] for _ in range(200)
+                    for g in pool.sample(4, rng, mode="above-own", own={"chain_sum": 0.5}, max_peer_share=1.0))
+    assert set(drawn) == {"better"} and drawn["better"] == 800  # every slot it could fill, nothing else
+
+
+def test_above_own_weighs_a_peer_by_its_groups_mean_weight_not_their_number():
+    pool = ExternalPool()
+    pool.add(1, [leveled("MANY", str(i), None, [0.0, 1.0, 1.0, 1.0]) for i in range(20)])  # 0.75 each
+    pool.add(1, [leveled("ONE", "0", None, [0.0, 1.0, 1.0, 1.0])])
+    pool.add(1, [leveled("LOW", str(i), None, [0.0, 0.0, 0.0, 1.0]) for i in range(20)])  # 0.25 each
+    rng = random.Random(2)
+    first = Counter(pool.sample(1, rng, mode="above-own", own={"chain_sum": 0.2})[0].source for _ in range(3000))
+    # Peer weights 0.60, 0.60 and 0.10 (difference plus the floor): 46 %, 46 %, 8 %.
+    assert abs(first["MANY"] - first["ONE"]) < 250
+    assert 0.04 < first["LOW"] / 3000 < 0.12
+
+
+def test_above_own_keeps_the_per_peer_cap():
+    pool = ExternalPool()
+    pool.add(1, [leveled("STRONG", str(i), None, [0.0, 1.0, 1.0, 1.0]) for i in range(20)])
+    pool.add(1, [leveled("PEER", "0", None, [0.0, 1.0, 1.0, 1.0])])
+    for seed in range(20):
+        got = Counter(g.source for g in pool.sample(6, random.Random(seed), mode="above-own", own={},
+                                                    max_peer_share=0.5))
+        assert got == Counter({"STRONG": 3, "PEER": 1})  # the other two slots go to the node's own groups
+
+
+def test_own_rewards_keep_the_last_window_per_family():
+    own = OwnRewards(window=4)
+    own.note([leveled("me", "a", None, [1.0, 1.0, 1.0, 1.0])])
+    own.note([leveled("me", "b", None, [0.0, 0.0, 0.0, 1.0]), leveled("me", "c", None, [0.5] * 4, family="gcd")])
+    assert own.means() == {"chain_sum": 0.25, "gcd": 0.5}
+
+
 def test_bad_mode_and_caps():
     with pytest.raises(ValueError, match="uniform"):
         ExternalPool().sample(1, random.Random(0), mode="best")
@@ -182,6 +243,25 @@ def test_peer_table_counts_and_rows():
     assert a["first_seen"] == 101.0 and a["last_seen"] == 106.0
     assert rows["unknown"]["rejected_by_reason"] == {"malformed": 1} and rows["unknown"]["name"] == "unknown"
     assert [r["peer_id"] for r in table.rows()] == ["unknown", "A"]  # most recently seen first
+
+
+def test_peer_table_keeps_the_latest_bundles_model_made_safe_to_print():
+    table = PeerTable(clock=Clock())
+    table.touch("A")
+    assert table.rows()[0]["model"] is None
+    table.record_bundle("A", round_no=1, reported_mean=None, model="SmolLM2-135M-Instruct")
+    assert table.rows()[0]["model"] == "SmolLM2-135M-Instruct"
+    table.record_bundle("A", round_no=2, reported_mean=None, model="qwen\x1b[2J\u202eevil\u200b\n  x")
+    assert table.rows()[0]["model"] == "qwen?[2J?evil? x"
+    table.record_bundle("A", round_no=3, reported_mean=None, model="m" * 256)
+    assert table.rows()[0]["model"] == "m" * (MAX_MODEL_CHARS - 1) + "…"
+
+
+def test_display_text():
+    assert display_text("[bold]Qwen[/]") == "[bold]Qwen[/]"  # markup is text: the dashboard shows it as such
+    assert display_text("a\tb\u00a0 c\u2028d") == "a b c d"
+    assert display_text("\x00\x07\ud800") == "???"
+    assert display_text("abcdef", limit=4) == "abc…" and display_text("") == ""
 
 
 def test_peer_table_is_bounded_least_recently_seen_out():

@@ -121,12 +121,17 @@ async def test_peers_table_lists_a_peer(served):
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
         table = app.query_one("#peers", DataTable)
-        assert table.get_row("12D3KooWPeerBob") == ["bob", "3s ago", "5", "1", "0.250"]
-        # a new peer shows up after its event
-        control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5))
+        assert [str(cell) for cell in table.get_row("12D3KooWPeerBob")] == \
+            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250"]
+        # a new peer shows up after its event; its model name is text, never markup
+        control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5,
+                                      model="[/oops] [bold]x"))
         state.emit(PeerJoined("12D3KooWPeerCarol"))
         await until(pilot, lambda: table.row_count == 2, timeout=5)
         await until(pilot, lambda: any("peer 12D3KooW…rCarol joined" in line for line in event_lines(app)))
+        assert str(table.get_row("12D3KooWPeerCarol")[1]) == "[/oops] [bold]x"
+        await pilot.pause()
+        assert "[/oops]&#160;[bold]x" in app.export_screenshot()  # drawn as it reads
         # a change without an event shows up on 'r'
         control.peers = control.peers[1:]
         await pilot.press("r")

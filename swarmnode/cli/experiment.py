@@ -31,9 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "with the same --out.")
     p.add_argument("--profile", choices=sorted(PROFILES), default="laptop",
                    help="defaults for the flags below: laptop (2 CPU cores, about 45 minutes) or paper (GPU)")
-    p.add_argument("--nodes", type=int, help="nodes per config")
+    p.add_argument("--nodes", help="nodes per config: a count (all on --model), or MODEL:N,... to mix models "
+                                   "(catalogue names, embedded, Hugging Face ids or local directories), e.g. "
+                                   "smollm2-135m:3,qwen2.5-coder-0.5b:1; each model is loaded once")
     p.add_argument("--configs", help="comma-separated I/J configs, e.g. 8/0,6/2,4/4,2/6; "
-                                     "a ':rw' suffix draws external groups reward-weighted (4/4:rw)")
+                                     "a suffix sets how external groups are drawn: ':rw' reward-weighted, ':lv' "
+                                     "level-aware, ':ao' above-own (4/4:ao)")
     p.add_argument("--rounds", type=int, help="rounds per seed (raise it to extend a finished run)")
     p.add_argument("--seeds", type=int, help="number of seeds (0..S-1)")
     p.add_argument("--families", help="comma-separated subset of the task file's families")

@@ -1,5 +1,7 @@
-"""The experiment's outputs: ``rounds.csv`` rows, ``summary.md`` (the paper's cumulative reward
-per config, its ratio to the baseline with a 95 % interval across seeds) and ``rewards.png``."""
+"""The experiment's outputs: the CSV tables, ``summary.md`` (the paper's cumulative reward per
+config and model, its ratio to the same model's nodes in the baseline config with a 95 %
+interval across seeds, the yardstick, and what each model's nodes trained on from peers) and
+``rewards.png``."""
 
 from __future__ import annotations
 
@@ -9,14 +11,19 @@ import math
 import resource
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from swarmnode.experiment.settings import Settings
 
 CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "seconds", "n_local",
-              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected", "levels_up"]
+              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected", "levels_up", "model", "n_solved"]
+EXTERNAL_FIELDS = ["config", "seed", "node", "model", "round", "sender", "sender_model", "family", "level",
+                   "reward_mean", "right", "responses"]
+YARDSTICK_FIELDS = ["config", "seed", "node", "model", "round", "score", "seconds", "by_family"]
+# Every table of a run, by file name.
+TABLES = {"rounds.csv": CSV_FIELDS, "external.csv": EXTERNAL_FIELDS, "yardstick.csv": YARDSTICK_FIELDS}
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -48,43 +55,94 @@ def _interval(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, _t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
+def _model(row: dict) -> str:
+    return row.get("model") or ""  # rows written before the column existed: one model
+
+
 def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
-    """Per config: cumulative reward per seed (over the rounds every config finished in that
-    seed), its ratio to the baseline config, the final-window mean reward, the mean signal
-    rate, the families above their start level at the last round (mean over nodes and seeds;
-    None for rows from before it was recorded) and the seconds."""
-    by = defaultdict(list)  # (config, seed) -> rows
+    """Per config and model (``cells``, keyed ``(config, model)``): cumulative reward of that
+    model's nodes per seed (over the rounds every config finished in that seed), its ratio to
+    the same model's nodes in the baseline config with a 95 % interval across seeds, the
+    final-window mean reward, the mean signal rate, the families above their start level at
+    the last round (mean over nodes and seeds; None for rows from before it was recorded),
+    own groups a round that were all right (None before it was recorded) and the seconds."""
+    by = defaultdict(list)  # (config, model, seed) -> rows
     for row in rows:
-        by[(row["config"], int(row["seed"]))].append(row)
+        by[(row["config"], _model(row), int(row["seed"]))].append(row)
     seeds = sorted({int(r["seed"]) for r in rows})
-    labels = [lb for lb in labels if any((lb, sd) in by for sd in seeds)]
+    models = list(dict.fromkeys(_model(r) for r in rows))
+    labels = [lb for lb in labels if any((lb, md, sd) in by for md in models for sd in seeds)]
     baseline = next((lb for lb in labels if lb.endswith("/0")), labels[0] if labels else None)
     rounds_by_seed = {}
     for sd in seeds:
-        per_config = [len({int(r["round"]) for r in by[(lb, sd)]}) for lb in labels]
+        per_config = [len({int(r["round"]) for md in models for r in by[(lb, md, sd)]}) for lb in labels]
         rounds_by_seed[sd] = min(per_config) if per_config else 0
-    out = {"baseline": baseline, "rounds_by_seed": rounds_by_seed, "configs": {}}
+    out = {"baseline": baseline, "models": models, "rounds_by_seed": rounds_by_seed, "cells": {}}
     for lb in labels:
-        cum, final, secs, signal, up = {}, [], 0.0, [], []
-        for sd in seeds:
-            n = rounds_by_seed[sd]
-            use = [r for r in by[(lb, sd)] if int(r["round"]) < n]
-            if not use:
-                continue
-            cum[sd] = sum(float(r["reward_mean"]) for r in use)
-            window = max(1, n // 10)
-            final += [float(r["reward_mean"]) for r in use if int(r["round"]) >= n - window]
-            secs += sum(float(r["seconds"]) for r in use)
-            signal += [float(r["signal_rate"]) for r in use if r.get("signal_rate")]
-            up += [int(r["levels_up"]) for r in use if int(r["round"]) == n - 1 and r.get("levels_up")]
-        out["configs"][lb] = {"cumulative": cum, "final_window": statistics.fmean(final) if final else None,
-                              "signal_rate": statistics.fmean(signal) if signal else None,
-                              "levels_up": statistics.fmean(up) if up else None, "seconds": secs}
-    base = out["configs"].get(baseline, {}).get("cumulative", {})
-    for lb, c in out["configs"].items():
+        for md in models:
+            cum, final, secs, signal, up, solved = {}, [], 0.0, [], [], []
+            for sd in seeds:
+                n = rounds_by_seed[sd]
+                use = [r for r in by[(lb, md, sd)] if int(r["round"]) < n]
+                if not use:
+                    continue
+                cum[sd] = sum(float(r["reward_mean"]) for r in use)
+                window = max(1, n // 10)
+                final += [float(r["reward_mean"]) for r in use if int(r["round"]) >= n - window]
+                secs += sum(float(r["seconds"]) for r in use)
+                signal += [float(r["signal_rate"]) for r in use if r.get("signal_rate")]
+                up += [int(r["levels_up"]) for r in use if int(r["round"]) == n - 1 and r.get("levels_up")]
+                solved += [int(r["n_solved"]) for r in use if r.get("n_solved")]
+            if cum:
+                out["cells"][(lb, md)] = {
+                    "cumulative": cum, "final_window": statistics.fmean(final) if final else None,
+                    "signal_rate": statistics.fmean(signal) if signal else None,
+                    "levels_up": statistics.fmean(up) if up else None,
+                    "solved": statistics.fmean(solved) if solved else None, "seconds": secs}
+    for (lb, md), c in out["cells"].items():
+        base = out["cells"].get((baseline, md), {}).get("cumulative", {})
         ratios = [c["cumulative"][sd] / base[sd] for sd in c["cumulative"] if base.get(sd)]
         c["ratio"] = _interval(ratios) if ratios else None
-        c["cumulative_mean"] = statistics.fmean(c["cumulative"].values()) if c["cumulative"] else None
+        c["cumulative_mean"] = statistics.fmean(c["cumulative"].values())
+    return out
+
+
+def summarize_yardstick(rows: list[dict], rounds_by_seed: dict[int, int]) -> dict:
+    """``(config, model)`` -> mean and 95 % interval across seeds of the nodes' mean yardstick
+    after the seed's last summarised round (None where a seed has no score then), and
+    ``("base", model)`` -> the untrained model's score."""
+    out: dict = {}
+    cells = defaultdict(lambda: defaultdict(list))  # (config, model) -> seed -> scores
+    for r in rows:
+        if r["config"] == "base":
+            out[("base", _model(r))] = (float(r["score"]), None)
+        elif rounds_by_seed.get(int(r["seed"])) == int(r["round"]):
+            cells[(r["config"], _model(r))][int(r["seed"])].append(float(r["score"]))
+    for key, by_seed in cells.items():
+        out[key] = _interval([statistics.fmean(v) for v in by_seed.values()])
+    return out
+
+
+def summarize_external(external: list[dict], rows: list[dict]) -> dict:
+    """What each config's nodes of each model trained on from peers: ``(config, model)`` ->
+    node-rounds, external groups a round, and per sender model: groups a round, their mean
+    reward and share with a right answer, as the receiver scored them."""
+    node_rounds = defaultdict(set)
+    for r in rows:
+        node_rounds[(r["config"], _model(r))].add((r["seed"], r["node"], r["round"]))
+    by = defaultdict(lambda: defaultdict(list))  # (config, model) -> sender model -> rows
+    for e in external:  # only rounds that ``rows`` has: a round cut short wrote some of its external rows
+        key = (e["config"], e["model"])
+        if (e["seed"], e["node"], e["round"]) in node_rounds[key]:
+            by[key][e["sender_model"]].append(e)
+    out = {}
+    for key, senders in by.items():
+        n = len(node_rounds[key]) or 1
+        out[key] = {"node_rounds": n, "per_round": sum(len(v) for v in senders.values()) / n, "from": {
+            md: {"per_round": len(v) / n, "reward": statistics.fmean(float(e["reward_mean"]) for e in v),
+                 "with_right": statistics.fmean(int(e["right"]) > 0 for e in v),
+                 "families": dict(sorted(Counter(e["family"] for e in v).items()))}
+            for md, v in sorted(senders.items())}}
     return out
 
 
@@ -92,48 +150,81 @@ def _fmt(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+def _fmt_interval(value: tuple[float, float | None] | None, suffix: str = "", digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    mean, half = value
+    return f"{mean:.{digits}f}{suffix}" + (f" ({mean - half:.{digits}f} to {mean + half:.{digits}f})"
+                                          if half is not None else " (one seed: no interval)")
+
+
+def _describe_nodes(s: Settings) -> str:
+    cohorts = s.cohorts
+    if len(cohorts) == 1:
+        return f"{cohorts[0].count} nodes"
+    return f"{s.node_count} nodes (" + ", ".join(f"{c.count} {c.label}" for c in cohorts) + ")"
+
+
 def write_reports(out: Path, s: Settings) -> Path:
     rows = read_rows(out / "rounds.csv")
     labels = [a.label for a in s.arms]
     n = s.node
     summary = summarize(rows, labels)
+    yardstick = summarize_yardstick(read_rows(out / "yardstick.csv"), summary["rounds_by_seed"])
+    external = summarize_external(read_rows(out / "external.csv"), rows)
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()] \
         if (out / "runs.jsonl").exists() else []
+    models = ", ".join(f"`{c.label}`" for c in s.cohorts)
     lines = [
         "# SAPO controlled experiment",
         "",
-        f"{s.nodes} nodes, configs {s.configs}, {n.questions} questions x {n.completions} completions a round, "
-        f"{n.max_new_tokens} new tokens, model `{runs[-1]['model'] if runs and runs[-1].get('model') else n.model}`, "
+        f"{_describe_nodes(s)} per config, configs {s.configs}, {n.questions} questions x {n.completions} "
+        f"completions a round, {n.max_new_tokens} new tokens, model{'s' if len(s.cohorts) > 1 else ''} {models}"
+        f"{' (' + runs[-1]['model'] + ')' if runs and runs[-1].get('model') else ''}, "
         f"tasks `{n.tasks or 'packaged tasks.toml'}`{' (' + s.families + ')' if s.families else ''}, "
-        f"learning rate {n.learning_rate}, profile `{s.profile}`.",
+        f"learning rate {n.learning_rate}, adaptive difficulty {'on' if n.adaptive_difficulty else 'off'}, "
+        f"profile `{s.profile}`.",
         "",
         "Rounds finished per seed (every config): " + ", ".join(
             f"seed {sd}: {n}" for sd, n in summary["rounds_by_seed"].items()) + ".",
         "",
-        "Cumulative reward = sum over rounds and nodes of a node's mean reward in the round (the paper's "
-        "measure), averaged over seeds; the ratio is taken per seed against the baseline "
-        f"`{summary['baseline']}`, with a 95 % t interval across seeds. Final window = mean reward over the "
-        "last tenth of the rounds. Signal rate = share of a round's training groups with non-zero advantage, "
-        "mean over rounds and nodes. Levels up = task families above their start level after the last round, "
-        "mean over nodes and seeds (a node that learns climbs, and its rewards come back down into the band). "
-        "Seconds = the config's generation, scoring, sharing and training.",
+        "Cumulative reward = sum over rounds and a model's nodes of a node's mean reward in the round (the "
+        "paper's measure), averaged over seeds; the ratio is taken per seed against the same model's nodes in "
+        f"the baseline `{summary['baseline']}`, with a 95 % t interval across seeds. Final window = mean reward "
+        "over the last tenth of the rounds. Signal rate = share of a round's training groups with non-zero "
+        "advantage, mean over rounds and nodes. All right = own groups a round whose every completion was right "
+        "(no advantage for their maker). Levels up = task families above their start level after the last "
+        "round, mean over nodes and seeds. Yardstick = the nodes' greedy score on the fixed held-out questions "
+        "after the last round (mean over nodes, then over seeds, 95 % interval across seeds). Seconds = the "
+        "model's nodes' generation, scoring, sharing and training.",
         "",
-        "| config | cumulative reward | vs baseline (95 % CI) | final-window mean reward | signal rate | levels up "
-        "| seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| config | model | cumulative reward | vs baseline (95 % CI) | final-window mean reward | signal rate "
+        "| all right | levels up | yardstick | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for lb, c in summary["configs"].items():
-        ratio = "n/a"
-        if c["ratio"] is not None:
-            mean, half = c["ratio"]
-            ratio = f"{mean:.2f}x" + (f" ({mean - half:.2f} to {mean + half:.2f})" if half is not None
-                                      else " (one seed: no interval)")
-        lines.append(f"| {lb} | {_fmt(c['cumulative_mean'], 2)} | {ratio} | {_fmt(c['final_window'])} | "
-                     f"{_fmt(c['signal_rate'])} | {_fmt(c['levels_up'], 2)} | {c['seconds']:.0f} |")
+    for (lb, md), c in summary["cells"].items():
+        lines.append(f"| {lb} | {md or '-'} | {_fmt(c['cumulative_mean'], 2)} | {_fmt_interval(c['ratio'], 'x')} | "
+                     f"{_fmt(c['final_window'])} | {_fmt(c['signal_rate'])} | {_fmt(c['solved'], 2)} | "
+                     f"{_fmt(c['levels_up'], 2)} | {_fmt_interval(yardstick.get((lb, md)), digits=3)} | "
+                     f"{c['seconds']:.0f} |")
+    base_scores = [(md, v[0]) for (cfg, md), v in yardstick.items() if cfg == "base"]
+    if base_scores:
+        lines += ["", "Untrained yardstick: " + ", ".join(f"{md or '-'} {x:.3f}" for md, x in base_scores) + "."]
+    if external:
+        lines += ["", "## What the nodes trained on from peers", "",
+                  "External groups a round (mean over node-rounds) by the sender's model, with their mean reward "
+                  "and the share with at least one right completion, as the receiving node scored them.", "",
+                  "| config | receiver | external groups a round | from | groups a round | mean reward "
+                  "| with a right answer | families |", "|---|---|---|---|---|---|---|---|"]
+        for (lb, md), e in sorted(external.items()):
+            for sender, f in e["from"].items():
+                fams = ", ".join(f"{k} {v}" for k, v in f["families"].items())
+                lines.append(f"| {lb} | {md or '-'} | {e['per_round']:.2f} | {sender or '-'} | {f['per_round']:.2f} | "
+                             f"{f['reward']:.3f} | {f['with_right']:.2f} | {fams} |")
     if runs:
         last = runs[-1]
         lines += ["", f"Last invocation: {last['rounds_run']} lockstep rounds in {last['wall_seconds']} s, "
-                      f"{last['adapters']} adapters on one base model, peak RSS {last['peak_rss_mb']} MB"
+                      f"{last['adapters']} adapters, each model loaded once, peak RSS {last['peak_rss_mb']} MB"
                   + (f", peak GPU memory {last['peak_gpu_mb']} MB" if "peak_gpu_mb" in last else "") + "."]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
@@ -142,7 +233,8 @@ def write_reports(out: Path, s: Settings) -> Path:
 
 
 def plot_rewards(rows: list[dict], labels: Sequence[str], path: Path) -> None:
-    """Mean reward per round (over nodes and seeds) per config, trailing moving average."""
+    """Mean reward per round (over nodes and seeds) per config and model, trailing moving
+    average; one colour per config, one line style per model."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,22 +243,26 @@ def plot_rewards(rows: list[dict], labels: Sequence[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     n_rounds = max((int(r["round"]) for r in rows), default=0) + 1
     window = max(1, n_rounds // 15)
-    for lb in labels:
-        per_round = defaultdict(list)
-        for r in rows:
-            if r["config"] == lb:
-                per_round[int(r["round"])].append(float(r["reward_mean"]))
-        if not per_round:
-            continue
-        xs = sorted(per_round)
-        ys = [statistics.fmean(per_round[x]) for x in xs]
-        smooth = [statistics.fmean(ys[max(0, i - window + 1):i + 1]) for i in range(len(ys))]
-        ax.plot(xs, smooth, label=lb)
+    models = list(dict.fromkeys(_model(r) for r in rows))
+    styles = ["-", "--", ":", "-."]
+    for i, lb in enumerate(labels):
+        for j, md in enumerate(models):
+            per_round = defaultdict(list)
+            for r in rows:
+                if r["config"] == lb and _model(r) == md:
+                    per_round[int(r["round"])].append(float(r["reward_mean"]))
+            if not per_round:
+                continue
+            xs = sorted(per_round)
+            ys = [statistics.fmean(per_round[x]) for x in xs]
+            smooth = [statistics.fmean(ys[max(0, k - window + 1):k + 1]) for k in range(len(ys))]
+            ax.plot(xs, smooth, color=f"C{i}", linestyle=styles[j % len(styles)],
+                    label=lb if len(models) == 1 else f"{lb} {md}")
     ax.set_xlabel("round")
     ax.set_ylabel(f"mean reward (moving average of {window})")
     ax.set_title("SAPO controlled experiment: local / external groups per round")
     ax.grid(alpha=0.3)
-    ax.legend(title="I / J")
+    ax.legend(title="I / J" if len(models) == 1 else "I / J, model")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -4,9 +4,11 @@ N nodes train side by side in one process, for each local/external config (I/J) 
 node is the daemon's own :class:`~swarmnode.node.round.Node`: the same round, the same receive
 path (:class:`~swarmnode.swarm.exchange.Exchange`: verify, re-score with its own verifier, pool)
 and the same draw (per-peer share included), with its own LoRA adapter and optimizer on ONE
-shared copy of the base model, so an extra node costs about one adapter of memory. The nodes
-of a config reach each other through :class:`InProcessLink` instead of a transport. A round,
-in lockstep per config:
+shared copy of its base model, so an extra node costs about one adapter of memory. The nodes
+of a config may run different base models (``--nodes smollm2-135m:3,qwen2.5-coder-0.5b:1``):
+each model is loaded once, node k is on the same model in every config, and the outputs keep
+each model's nodes apart. The nodes of a config reach each other through
+:class:`InProcessLink` instead of a transport. A round, in lockstep per config:
 
 1. every node runs its rollout (questions, completions, its own rewards) and shares its
    groups: each other node of the config takes the bundle in; configs with J = 0 share nothing;
@@ -15,13 +17,20 @@ in lockstep per config:
 Node k draws the same questions and sampling seeds in every config, so configs whose adapters
 are still equal (round 0) sample the very same completions and differ only through sharing.
 Checkpoints (one per node) make a killed run resume where it stopped; rounds after the last
-checkpoint are redone, deterministically up to floating point noise, and their CSV rows
-replaced. Outputs: ``rounds.csv``, ``summary.md`` and ``rewards.png`` (:mod:`.report`).
+checkpoint are redone and their CSV rows replaced. A checkpoint holds a node's adapter,
+optimizer and levels, not its exchange: a resumed node starts with an empty pool and its
+peers as newcomers again, so in a config with J > 0 it draws at most ``newcomer_share`` of J
+for ``probation_rounds`` rounds, as on its first rounds, where an uninterrupted run would
+draw them all. Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
+(a row per external group a node trained on: whose, its rewards as the receiver scored them),
+``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
+untrained model's once), ``summary.md`` and ``rewards.png``.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,31 +42,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import (
-    CSV_FIELDS,
-    peak_rss_mb,
-    read_rows,
-    write_reports,
-)
-from swarmnode.experiment.settings import Arm, ExperimentError, Settings
-from swarmnode.node.checkpoint import (
-    Checkpoint,
-    list_checkpoints,
-    restore,
-    save_checkpoint,
-)
+from swarmnode.experiment.report import TABLES, peak_rss_mb, read_rows, write_reports
+from swarmnode.experiment.settings import Arm, Cohort, ExperimentError, Settings
+from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
-from swarmnode.records import Group
+from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.train.curriculum import LevelError, Levels
-from swarmnode.train.model import ModelError, load_base_model, pick_device
+from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, TaskConfigError, TaskSource, load_task_file
+from swarmnode.train.yardstick import SEED as YARDSTICK_SEED
+from swarmnode.train.yardstick import score_yardstick, yardstick_questions
 
 log = logging.getLogger(__name__)
+# Held-out questions per family when levels are pinned (see held_out_questions).
+PINNED_PER_FAMILY = 6
 
 
 def load_families(settings: Settings) -> dict:
@@ -75,17 +78,31 @@ def load_families(settings: Settings) -> dict:
     return families
 
 
+def held_out_questions(families: dict, adaptive: bool) -> list[Question]:
+    """The yardstick the experiment scores nodes on: the node's own (the lowest levels of each
+    family's ladder) when levels move, else :data:`PINNED_PER_FAMILY` questions per family at
+    the task file's config as written, the difficulty the nodes train at, from generators
+    seeded like the yardstick's, which no node's training stream uses."""
+    if adaptive:
+        return yardstick_questions(families)
+    source = TaskSource(families, YARDSTICK_SEED)
+    return [Question(family, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
+            for family in families for e in (source.dataset(family, None)[i] for i in range(PINNED_PER_FAMILY))]
+
+
 class InProcessLink:
     """The :class:`~swarmnode.swarm.link.SwarmLink` of one node to the other nodes of its config.
 
     ``share`` hands the signed bundle to every other node's exchange at once (a config with
-    J = 0 shares nothing); ``draw_external`` is the node's own :meth:`Exchange.draw`.
+    J = 0 shares nothing); ``draw_external`` is the node's own :meth:`Exchange.draw`, and
+    ``drawn`` keeps its latest result for the harness to record.
     """
 
     def __init__(self, exchange: Exchange, config_exchanges: list[Exchange], sharing: bool):
         self.exchange = exchange
         self.others = config_exchanges  # filled by the caller once every node of the config exists
         self.sharing = sharing
+        self.drawn: list[Group] = []
 
     def share(self, round_no: int, groups: list[Group]) -> None:
         if self.sharing:
@@ -96,7 +113,8 @@ class InProcessLink:
 
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
-        return self.exchange.draw(round_no, n, rng, levels)
+        self.drawn = self.exchange.draw(round_no, n, rng, levels)
+        return self.drawn
 
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
@@ -111,13 +129,22 @@ class Member:
 
     arm: Arm
     index: int
+    cohort: Cohort
     node: Node
-    exchange: Exchange
+    link: InProcessLink
     start_levels: dict[str, int]
+
+    @property
+    def exchange(self) -> Exchange:
+        return self.link.exchange
 
     @property
     def identity(self) -> Identity:
         return self.exchange.identity
+
+    @property
+    def model(self) -> str:
+        return self.cohort.label
 
 
 class Experiment:
@@ -131,8 +158,8 @@ class Experiment:
         self.scorer_factory = scorer_factory
         self.progress = progress
         self.members: list[Member] = []
-        self.base = None
-        self._anchor: Policy | None = None  # any live policy: new adapters join its model
+        self.bases: dict[str, BaseModel] = {}  # by the cohort's model spec: each loaded once
+        self._anchors: dict[str, Policy] = {}  # a live policy per base model: new adapters join its model
 
     # ---- set-up ------------------------------------------------------------------------
     def _check_out_dir(self) -> None:
@@ -152,12 +179,13 @@ class Experiment:
 
         self.families = load_families(self.s)
         device = pick_device(self.s.node.device)
-        try:
-            self.base = load_base_model(self.s.node.model, device)
-        except ModelError as exc:
-            raise ExperimentError(str(exc)) from None
-        log.info("model %s on %s; %d nodes x %d configs share it", self.base.name, device, self.s.nodes,
-                 len(self.arms))
+        for cohort in self.s.cohorts:
+            try:
+                self.bases[cohort.model] = base = load_base_model(cohort.model, device)
+            except ModelError as exc:
+                raise ExperimentError(str(exc)) from None
+            log.info("model %s on %s; %d nodes x %d configs share it", base.name, device, cohort.count,
+                     len(self.arms))
         torch.manual_seed(0)
 
     def _levels(self, cfg: NodeConfig) -> Levels:
@@ -167,32 +195,35 @@ class Experiment:
             raise ExperimentError(f"levels: {exc}") from None
 
     def _build_members(self, seed: int) -> None:
-        """Fresh nodes for ``seed``; node k starts from the same weights in every config."""
+        """Fresh nodes for ``seed``; node k starts from the same weights, on the same model, in every config."""
         import torch
 
-        old = [m.node.policy.adapter for m in self.members]
+        old = [(m.node.policy.model, m.node.policy.adapter) for m in self.members]
         members = []
         for arm in self.arms:
-            cfg = arm.node_config(self.s.node)
             exchanges: list[Exchange] = []
-            for k in range(self.s.nodes):
+            for k in range(self.s.node_count):
+                cohort = self.s.cohort_of(k)
+                cfg = dataclasses.replace(arm.node_config(self.s.node), model=cohort.model)
+                base = self.bases[cohort.model]
                 torch.manual_seed(derive_seed(f"init:{seed}:{k}"))
-                policy = Policy(self.base, cfg, adapter=f"s{seed}-{arm.slug}-n{k}", shared=self._anchor)
-                self._anchor = self._anchor or policy
+                policy = Policy(base, cfg, adapter=f"s{seed}-{arm.slug}-n{k}", shared=self._anchors.get(cohort.model))
+                self._anchors.setdefault(cohort.model, policy)
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
                 scorer = self.scorer_factory(self.families)
-                exchange = Exchange(identity, cfg, scorer, self.base.name)
+                exchange = Exchange(identity, cfg, scorer, base.name)
                 exchanges.append(exchange)
+                link = InProcessLink(exchange, exchanges, sharing=arm.external > 0)
                 node = Node(cfg, self._node_home(seed, arm, k), policy,
-                            TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer,
-                            InProcessLink(exchange, exchanges, sharing=arm.external > 0), NodeState(),
+                            TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer, link, NodeState(),
                             seed=derive_seed(f"node:{seed}:{k}"), levels=self._levels(cfg))
-                members.append(Member(arm, k, node, exchange, dict(node.levels.levels)))
+                members.append(Member(arm, k, cohort, node, link, dict(node.levels.levels)))
         self.members = members
-        self._anchor = members[0].node.policy
-        self._anchor.activate()  # so deleting the previous seed's adapters never deletes the active one
-        for name in old:
-            self._anchor.model.delete_adapter(name)
+        for model in self.bases:  # each base's active adapter a new one, so deleting the old ones is safe
+            self._anchors[model] = next(m.node.policy for m in members if m.cohort.model == model)
+            self._anchors[model].activate()
+        for model, name in old:
+            model.delete_adapter(name)
 
     # ---- checkpoints and the CSV -----------------------------------------------------------
     def _node_home(self, seed: int, arm: Arm, k: int) -> NodeHome:
@@ -203,7 +234,7 @@ class Experiment:
         """The last round whose checkpoint every node of every config has, or -1."""
         common: set[int] | None = None
         for arm in self.arms:
-            for k in range(self.s.nodes):
+            for k in range(self.s.node_count):
                 rounds = {r for r, _ in list_checkpoints(self._node_home(seed, arm, k).checkpoints)}
                 common = rounds if common is None else common & rounds
         return max(common) if common else -1
@@ -232,21 +263,46 @@ class Experiment:
         return self.out / "rounds.csv"
 
     def _truncate_csv(self, seed: int, first_round: int) -> None:
-        """Drop rows of ``seed`` from ``first_round`` on (they are about to be redone)."""
-        rows = read_rows(self.csv_path)
-        keep = [r for r in rows if not (int(r["seed"]) == seed and int(r["round"]) >= first_round)]
-        tmp = self.csv_path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, CSV_FIELDS)
-            writer.writeheader()
-            writer.writerows(keep)
-        os.replace(tmp, self.csv_path)
+        """Drop every table's rows of ``seed`` from ``first_round`` on (they are about to be redone):
+        a yardstick row's round counts the rounds trained, so it goes from ``first_round + 1``."""
+        for name, fields in TABLES.items():
+            path = self.out / name
+            after = first_round + (name == "yardstick.csv")
+            keep = [r for r in read_rows(path)
+                    if r["config"] == "base" or not (int(r["seed"]) == seed and int(r["round"]) >= after)]
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fields)
+                writer.writeheader()
+                writer.writerows(keep)
+            os.replace(tmp, path)
 
-    def _append_rows(self, rows: list[dict]) -> None:
-        with open(self.csv_path, "a", newline="") as fh:
-            csv.DictWriter(fh, CSV_FIELDS).writerows(rows)
+    def _append_rows(self, rows: list[dict], name: str = "rounds.csv") -> None:
+        with open(self.out / name, "a", newline="") as fh:
+            csv.DictWriter(fh, TABLES[name]).writerows(rows)
             fh.flush()
             os.fsync(fh.fileno())
+
+    # ---- the yardstick ---------------------------------------------------------------------
+    def _yardstick_rows(self, members: list[Member], config: str, seed: int | str, trained: int) -> list[dict]:
+        """Every member's greedy yardstick score now, after ``trained`` rounds."""
+        questions = held_out_questions(self.families, self.s.node.adaptive_difficulty)
+        rows = []
+        for m in members:
+            score = score_yardstick(m.node.policy, m.node.scorer, questions)
+            rows.append({"config": config, "seed": seed, "node": m.index, "model": m.model, "round": trained,
+                         "score": round(score["score"], 6), "seconds": score["seconds"],
+                         "by_family": json.dumps({k: round(v, 4) for k, v in score["by_family"].items()})})
+        return rows
+
+    def _score_untrained(self) -> None:
+        """Each model's untrained yardstick, once per run: a fresh adapter changes nothing (LoRA's B
+        starts at zero), so the first fresh node of each model stands for all of them."""
+        done = {r["model"] for r in read_rows(self.out / "yardstick.csv") if r["config"] == "base"}
+        fresh = {m.model: m for m in reversed(self.members)}
+        todo = [m for model, m in fresh.items() if model not in done]
+        if self.s.node.eval_every and todo:
+            self._append_rows(self._yardstick_rows(todo, "base", "", 0), "yardstick.csv")
 
     # ---- one round -------------------------------------------------------------------------
     def run_round(self, seed: int, r: int, on_config: Callable[[Arm], None] = lambda arm: None) -> list[dict]:
@@ -258,11 +314,13 @@ class Experiment:
             for m, rollout in zip(members, rollouts):
                 record = m.node.update(rollout)
                 m.node.commit_levels(r)
+                self._append_rows(self._external_rows(m, seed, r), "external.csv")
                 rows.append({
-                    "config": arm.label, "seed": seed, "node": m.index, "round": r,
+                    "config": arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
                     "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
                     "seconds": record.seconds, "n_local": record.n_local,
                     "n_dropped_zero_adv": record.n_dropped_zero_adv,
+                    "n_solved": sum(min(g.rewards) >= 1.0 for g in rollout.groups),
                     "signal_rate": "" if record.signal_rate is None else round(record.signal_rate, 4),
                     "loss": "" if record.loss is None else round(record.loss, 6),
                     "bundles_rejected": sum(peer["rejected"] for peer in m.exchange.peers.rows()),
@@ -271,13 +329,28 @@ class Experiment:
             on_config(arm)
         return rows
 
+    def _external_rows(self, m: Member, seed: int, r: int) -> list[dict]:
+        """What ``m`` drew from its peers in round ``r``: one row per group, with its sender and the
+        rewards ``m`` gave it (the sender's own are never used)."""
+        senders = {x.identity.peer_id: x for x in self.members if x.arm == m.arm}
+        rows = []
+        for g in m.link.drawn:
+            sender = senders.get(g.source)
+            rows.append({"config": m.arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
+                         "sender": "" if sender is None else sender.index,
+                         "sender_model": "" if sender is None else sender.model, "family": g.question.family,
+                         "level": "" if g.question.level is None else g.question.level,
+                         "reward_mean": round(sum(g.rewards) / len(g.rewards), 6),
+                         "right": sum(x >= 1.0 for x in g.rewards), "responses": len(g.rewards)})
+        return rows
+
     # ---- the whole run -----------------------------------------------------------------------
     def run(self) -> Path:
         """Run or resume every seed, then write summary.md and rewards.png; returns the summary path."""
         from tqdm import tqdm
 
         self._check_out_dir()
-        if not self.csv_path.exists():
+        if not all((self.out / name).exists() for name in TABLES):
             self._truncate_csv(-1, 0)
         s = self.s
         done_rows = {(int(r["seed"]), int(r["round"])) for r in read_rows(self.csv_path)}
@@ -294,9 +367,10 @@ class Experiment:
                 completed = self._completed_round(seed)
                 if completed + 1 >= s.rounds:
                     continue
-                if self.base is None:
+                if not self.bases:
                     self._load()
                 self._build_members(seed)
+                self._score_untrained()
                 if completed >= 0 and not self._restore(seed, completed):
                     self._build_members(seed)
                     completed = -1
@@ -310,6 +384,11 @@ class Experiment:
                         bar.update(1)
                     self._append_rows(self.run_round(seed, r, step))
                     rounds_run += 1
+                    every = s.node.eval_every
+                    if every and (r + 1) % every == 0:
+                        for arm in self.arms:
+                            self._append_rows(self._yardstick_rows([m for m in self.members if m.arm == arm],
+                                                                   arm.label, seed, r + 1), "yardstick.csv")
                     out_of_time = deadline is not None and time.time() >= deadline
                     if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1 or out_of_time:
                         self._save(seed, r)
@@ -318,8 +397,8 @@ class Experiment:
                         break
         info = {"peak_rss_mb": peak_rss_mb(), "wall_seconds": round(time.time() - t_start, 1),
                 "rounds_run": rounds_run, "adapters": len(self.members),
-                "model": self.base.name if self.base else None, "device": s.node.device}
-        if self.base is not None and str(self.base.device).startswith("cuda"):
+                "model": ", ".join(b.name for b in self.bases.values()) or None, "device": s.node.device}
+        if any(str(b.device).startswith("cuda") for b in self.bases.values()):
             import torch
 
             info["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)

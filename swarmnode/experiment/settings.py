@@ -1,21 +1,24 @@
-"""What defines an experiment run: its I/J configs, its size, and the node settings every node runs with.
+"""What defines an experiment run: its I/J configs, its nodes and their models, its size, and
+the node settings every node runs with.
 
 The node settings are a :class:`~swarmnode.config.NodeConfig` (the same keys, checks and flags
 as ``swarmnode start``); a profile only changes their defaults. Each config's nodes take that
-config with their own ``local`` / ``external`` / ``external_sampling``.
+config with their own ``local`` / ``external`` / ``external_sampling`` and their cohort's model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from swarmnode.config import NodeConfig
 
-SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware"}
+SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware", "ao": "above-own"}
 # Settings that may change when a run is resumed: they do not change what a round computes.
-RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads")
+RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads",
+             "node.eval_every")
 
 
 class ExperimentError(Exception):
@@ -41,7 +44,8 @@ class Arm:
 
     @classmethod
     def parse(cls, text: str) -> Arm:
-        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted) or ``"4/4:lv"`` (level-aware)."""
+        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted), ``"4/4:lv"`` (level-aware)
+        or ``"4/4:ao"`` (above-own)."""
         body, _, suffix = text.strip().partition(":")
         try:
             local, external = (int(x) for x in body.split("/"))
@@ -49,7 +53,7 @@ class Arm:
             raise ExperimentError(f"config '{text}' is not I/J (e.g. 4/4 or 4/4:rw)") from None
         if suffix not in SAMPLING_SUFFIX:
             raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (':rw' reward-weighted, "
-                                  f"':lv' level-aware)")
+                                  f"':lv' level-aware, ':ao' above-own)")
         if local < 0 or external < 0 or local + external == 0:
             raise ExperimentError(f"config '{text}': I and J must be >= 0 and not both 0")
         return cls(local, external, SAMPLING_SUFFIX[suffix])
@@ -58,6 +62,40 @@ class Arm:
         """What a node of this config runs: the experiment's node settings with this I/J."""
         return dataclasses.replace(node, local=self.local, external=self.external, external_sampling=self.sampling,
                                    swarm=f"experiment-{self.slug}")
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """``count`` nodes of every config on the base model ``model`` (as ``--model`` takes it: a
+    catalogue name, ``embedded``, a Hugging Face id or a local directory)."""
+
+    model: str
+    count: int
+
+    @property
+    def label(self) -> str:
+        """The model's name in the outputs: a local directory's own name, else ``model`` as given."""
+        path = Path(self.model).expanduser()
+        return path.name if ("/" in self.model or "\\" in self.model) and path.exists() else self.model
+
+
+def parse_cohorts(nodes: int | str, default_model: str) -> list[Cohort]:
+    """``4`` (four nodes on ``default_model``) or ``MODEL:N,MODEL:N`` (for example
+    ``smollm2-135m:3,qwen2.5-coder-0.5b:1``): the nodes of each config, by model."""
+    if isinstance(nodes, int) or str(nodes).strip().isdigit():
+        return [Cohort(default_model, int(nodes))]
+    cohorts = []
+    for item in (t.strip() for t in str(nodes).split(",")):
+        model, sep, count = item.rpartition(":")
+        if not item or not sep or not model.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise ExperimentError(f"--nodes: '{item}' is not MODEL:COUNT with COUNT >= 1 "
+                                  "(e.g. smollm2-135m:3,qwen2.5-coder-0.5b:1, or a plain count)")
+        cohorts.append(Cohort(model.strip(), int(count)))
+    if len({c.model for c in cohorts}) != len(cohorts):
+        raise ExperimentError(f"--nodes names a model twice: {nodes}")
+    if len({c.label for c in cohorts}) != len(cohorts):
+        raise ExperimentError(f"--nodes: two models of the same name: {nodes}")
+    return cohorts
 
 
 def parse_arms(text: str) -> list[Arm]:
@@ -74,7 +112,8 @@ class Settings:
     """Everything that defines a run; fields in :data:`RESUMABLE` may differ on resume."""
 
     profile: str
-    nodes: int
+    # Nodes per config: a count (all on ``node.model``) or ``MODEL:N,...`` (see :func:`parse_cohorts`).
+    nodes: int | str
     configs: str
     rounds: int
     seeds: int
@@ -86,15 +125,35 @@ class Settings:
     time_limit_minutes: float | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.nodes, str) and self.nodes.strip().isdigit():
+            self.nodes = int(self.nodes)  # a plain count is stored as one (and resumes runs that stored it so)
         for key in ("nodes", "rounds", "seeds", "checkpoint_every"):
-            if getattr(self, key) < 1:
+            value = getattr(self, key)
+            if isinstance(value, int) and value < 1:
                 raise ExperimentError(f"--{key.replace('_', '-')} must be >= 1")
-        if self.nodes < 2 and any(a.external for a in self.arms):
+        if self.node_count < 2 and any(a.external for a in self.arms):
             raise ExperimentError("configs with J > 0 need --nodes 2 or more")
 
     @property
     def arms(self) -> list[Arm]:
         return parse_arms(self.configs)
+
+    @property
+    def cohorts(self) -> list[Cohort]:
+        return parse_cohorts(self.nodes, self.node.model)
+
+    @property
+    def node_count(self) -> int:
+        """Nodes per config, every model's together."""
+        return sum(c.count for c in self.cohorts)
+
+    def cohort_of(self, k: int) -> Cohort:
+        """The cohort of node ``k`` (0-based) of a config: the cohorts in order, ``count`` nodes each."""
+        for cohort in self.cohorts:
+            if k < cohort.count:
+                return cohort
+            k -= cohort.count
+        raise IndexError(k)
 
     def fingerprint(self) -> dict[str, Any]:
         flat = {k: v for k, v in dataclasses.asdict(self).items() if k != "node"}

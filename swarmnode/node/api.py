@@ -48,7 +48,8 @@ class NodeControl(Protocol):
 
     def peer_rows(self) -> list[dict]:
         """One dict per known peer: peer_id, name, first_seen, last_seen, accepted, rejected,
-        rejected_by_reason, last_round, reported_mean_reward."""
+        rejected_by_reason, last_round, reported_mean_reward, model (the name its latest accepted
+        bundle gave, made safe to print; None before one)."""
 
     def peer_count(self) -> int:
         """Peers connected now."""

@@ -22,7 +22,7 @@ from swarmnode.records import Group, Question
 from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.pool import ExternalPool, PeerTable
+from swarmnode.swarm.pool import ExternalPool, OwnRewards, PeerTable
 from swarmnode.swarm.standing import Standing
 
 
@@ -58,10 +58,12 @@ class Exchange:
             pool = ExternalPool(standing=self.standing, newcomer_share=cfg.newcomer_share)
         self.pool = pool
         self.peers = PeerTable()
+        self.own = OwnRewards()  # this node's own recent rewards: the bar of above-own sampling
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
-        """This node's signed bundle of ``round_no``."""
+        """This node's signed bundle of ``round_no`` (its rewards also go into :attr:`own`)."""
+        self.own.note(groups)
         return encode_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
                              groups=groups)
 
@@ -97,7 +99,7 @@ class Exchange:
         self.pool.add(bundle.round, rescored)
         claimed = [x for g in bundle.groups for x in g.rewards]
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
-                                 reported_mean=statistics.fmean(claimed) if claimed else None)
+                                 reported_mean=statistics.fmean(claimed) if claimed else None, model=bundle.model)
         self._emit(BundleAccepted(bundle.sender, bundle.round, len(rescored)))
         return verdict
 
@@ -107,7 +109,7 @@ class Exchange:
         this node's family levels, for ``level-aware`` sampling."""
         self.standing.advance(round_no)
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
-                                max_peer_share=self.cfg.max_peer_share, levels=levels)
+                                max_peer_share=self.cfg.max_peer_share, levels=levels, own=self.own.means())
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and

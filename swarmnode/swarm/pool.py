@@ -13,11 +13,16 @@ Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerSha
 ``newcomer_share`` of the pool and get at most that share of a round's draws, together. The
 J external groups of a round are drawn peer first (each eligible peer equally likely, or
 weighted by the mean weight of its eligible groups: by reward in ``reward-weighted`` mode, by
-nearness to this node's own level and by signal in ``level-aware`` mode), then one group of
-that peer (uniform, or by the same weights), with a cap on any one peer's share.
+nearness to this node's own level and by signal in ``level-aware`` mode, by how far its reward
+is above this node's own in ``above-own`` mode), then one group of that peer (uniform, or by the
+same weights), with a cap on any one peer's share. ``above-own`` draws only groups whose mean
+reward, as this node scored them, is above this node's own recent mean reward on their family
+(:class:`OwnRewards`): a weak node learns from peers that do better than it does, and a strong
+one leaves the slots of groups worse than its own to its own groups.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
-reason, last round and the sender-reported mean reward (never used for training).
+reason, last round, the sender-reported mean reward (never used for training) and the model
+its latest accepted bundle named (information only, made safe to print by :func:`display_text`).
 
 Both are thread-safe: transports deliver from their own threads.
 """
@@ -28,6 +33,7 @@ import random
 import statistics
 import threading
 import time
+import unicodedata
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,11 +42,21 @@ from swarmnode.records import Group
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 
-SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware")
+SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own")
 # Added to every group's mean reward in reward-weighted sampling, so a group whose responses
 # all scored low (yet differ) can still be drawn.
 REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
+# Longest model name the peer table keeps: a stranger's string, shown in a narrow column.
+MAX_MODEL_CHARS = 40
+
+
+def display_text(text: str, limit: int = MAX_MODEL_CHARS) -> str:
+    """A stranger's string made safe to print in a terminal: runs of whitespace become one
+    space, then control, format (bidi overrides, zero-width), other separator and unassigned
+    characters each one '?', and past ``limit`` characters it ends in '…'."""
+    safe = "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else "?" for c in " ".join(text.split()))
+    return safe if len(safe) <= limit else safe[:limit - 1] + "…"
 
 
 @dataclass
@@ -59,6 +75,27 @@ def level_weight(group: Group, levels: Mapping[str, int]) -> float:
     own = levels.get(group.question.family)
     near = 0.5 if own is None or group.level is None else 1.0 / (1.0 + abs(group.level - own))
     return near * (statistics.pstdev(group.rewards) + REWARD_FLOOR)
+
+
+class OwnRewards:
+    """This node's own recent rewards per family (the last ``window`` completions of each): the
+    bar a peer's group must pass in ``above-own`` sampling. Fed the node's own scored groups
+    each round; used from the round's thread only."""
+
+    def __init__(self, window: int = 64):
+        self._by_family: dict[str, deque[float]] = {}
+        self.window = window
+
+    def note(self, groups: list[Group]) -> None:
+        for g in groups:
+            self._by_family.setdefault(g.question.family, deque(maxlen=self.window)).extend(g.rewards)
+
+    def means(self) -> dict[str, float]:
+        return {family: statistics.fmean(rewards) for family, rewards in self._by_family.items() if rewards}
+
+
+def _mean(group: Group) -> float:
+    return sum(group.rewards) / len(group.rewards)
 
 
 class ExternalPool:
@@ -132,7 +169,7 @@ class ExternalPool:
 
     def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: str = "uniform",
                max_peer_share: float = 0.5, min_round: int | None = None,
-               levels: Mapping[str, int] | None = None) -> list[Group]:
+               levels: Mapping[str, int] | None = None, own: Mapping[str, float] | None = None) -> list[Group]:
         """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
         :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
         newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
@@ -141,23 +178,33 @@ class ExternalPool:
         with equal chance; ``reward-weighted`` weights a group by its mean (receiver) reward
         plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
         sending more groups never raises a peer's chance); ``level-aware`` likewise, a group
-        weighing :func:`level_weight` against this node's ``levels`` (family -> level).
+        weighing :func:`level_weight` against this node's ``levels`` (family -> level);
+        ``above-own`` takes only groups whose mean reward is above ``own`` (family -> this node's
+        own recent mean reward, 0 for a family it lacks) and weights them by the difference
+        plus :data:`REWARD_FLOOR`.
         """
         if mode not in SAMPLING_MODES:
             raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
+        own = own or {}
+
+        def above(g: Group) -> float:
+            return _mean(g) - own.get(g.question.family, 0.0)
+
         with self._lock:
             candidates: dict[str, list[Group]] = {}
             for peer, queue in self._by_peer.items():
                 if peer == exclude:
                     continue
                 eligible = [e.group for e in queue
-                            if (min_round is None or e.round_no >= min_round) and e.group.has_signal()]
+                            if (min_round is None or e.round_no >= min_round) and e.group.has_signal()
+                            and (mode != "above-own" or above(e.group) > 0)]
                 if eligible:
                     candidates[peer] = eligible
             established = {p: self._established(p) for p in candidates}
         weigh = {"uniform": lambda g: 1.0,
-                 "reward-weighted": lambda g: max(sum(g.rewards) / len(g.rewards), 0.0) + REWARD_FLOOR,
-                 "level-aware": lambda g: level_weight(g, levels or {})}[mode]
+                 "reward-weighted": lambda g: max(_mean(g), 0.0) + REWARD_FLOOR,
+                 "level-aware": lambda g: level_weight(g, levels or {}),
+                 "above-own": lambda g: above(g) + REWARD_FLOOR}[mode]
         weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
@@ -193,6 +240,7 @@ class _PeerRow:
     rejected_by_reason: Counter[str] = field(default_factory=Counter)
     last_round: int | None = None
     reported_mean_reward: float | None = None
+    model: str | None = None
 
 
 class PeerTable:
@@ -225,14 +273,17 @@ class PeerTable:
         with self._lock:
             self._row(peer_id)
 
-    def record_bundle(self, peer_id: str, *, round_no: int, reported_mean: float | None) -> None:
-        """The peer's bundle of ``round_no`` was accepted; ``reported_mean`` is its own claim."""
+    def record_bundle(self, peer_id: str, *, round_no: int, reported_mean: float | None,
+                      model: str | None = None) -> None:
+        """The peer's bundle of ``round_no`` was accepted; ``reported_mean`` and ``model`` are its own claims."""
         with self._lock:
             row = self._row(peer_id)
             row.accepted += 1
             row.last_round = round_no if row.last_round is None else max(row.last_round, round_no)
             if reported_mean is not None:
                 row.reported_mean_reward = reported_mean
+            if model is not None:
+                row.model = display_text(model)
 
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
@@ -247,5 +298,6 @@ class PeerTable:
             return [{"peer_id": r.peer_id, "name": UNKNOWN_PEER if r.peer_id == UNKNOWN_PEER else r.name,
                      "first_seen": r.first_seen, "last_seen": r.last_seen, "accepted": r.accepted,
                      "rejected": r.rejected, "rejected_by_reason": dict(r.rejected_by_reason),
-                     "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward}
+                     "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward,
+                     "model": r.model}
                     for r in reversed(self._rows.values())]

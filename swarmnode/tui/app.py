@@ -40,7 +40,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
-PEER_COLUMNS = (("name", "Name"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
+PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
                 ("rejected", "Rejected"), ("reward", "Reward"))
 
 
@@ -275,7 +275,9 @@ class Dashboard(App):
         for p in self.peers:
             key = p["peer_id"]
             seen.add(key)
-            cells = {"name": p.get("name") or short_peer_id(key), "last_seen": format_ago(p.get("last_seen"), now),
+            # the model is a stranger's string: a Text, so the table never reads it as markup
+            cells = {"name": p.get("name") or short_peer_id(key), "model": Text(p.get("model") or "-"),
+                     "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
                      "reward": format_reward(p.get("reported_mean_reward"))}
             if key in table.rows:
