@@ -1,7 +1,8 @@
 """The libp2p transport's protocol version 3: announcements pushed and sampled, bundles pulled.
 
 Signed announcements and the protocol's rules (what spreads, what is held and pulled, whom the
-peer exchange dials) are checked in this process: they import no py-libp2p. The rest runs in a fresh interpreter each (py-libp2p cannot share a process with
+peer exchange dials) are checked in this process: they import no py-libp2p. The rest runs in
+a fresh interpreter each (py-libp2p cannot share a process with
 hivemind, which other tests import): the per-round bound with the network side stubbed (as
 ``tests/test_hivemind_fetch.py`` does for hivemind), and on real hosts on 127.0.0.1 a pull
 whose bytes do not match the digest or run past the announced size, a private node's hold at
@@ -125,6 +126,25 @@ def test_first_hand_keeps_each_peers_newest_passes_on_a_bounded_uniform_sample_a
     seen = {e["n"] for _ in range(50) for e in table.sample(now=41.0)}
     assert len(seen) == 29, "drawn over every author held, not the same few"
     assert table.sample(now=100.0) == [] and len(table) == 0
+
+
+def test_a_crowd_of_new_authors_cannot_push_the_long_heard_ones_out_of_samples():
+    table = FirstHand(memory=1000, ttl=20.0, rng=random.Random(2))
+    table.put(_announcement(3, round=0), {"n": 3}, now=0.0)
+    for t in range(0, 32, 4):  # two authors push every 4 s from the start
+        for i in (1, 2):
+            table.put(_announcement(i, round=t), {"n": i}, now=float(t))
+    for t in (10.0, 20.0):  # then a crowd pushes every 10 s, and another crowd later
+        for i in range(100, 200):
+            table.put(_announcement(i, round=int(t)), {"n": i}, now=t)
+    for i in range(200, 300):
+        table.put(_announcement(i, round=25), {"n": i}, now=25.0)
+    table.put(_announcement(3, round=25), {"n": 3}, now=25.0)  # silent past the ttl: heard anew
+    samples = [table.sample(now=29.0) for _ in range(30)]
+    assert all(len(s) == SAMPLE_SIZE and {"n": 1} in s and {"n": 2} in s for s in samples)
+    assert not all({"n": 3} in s for s in samples), "an author back after a gap is a newcomer again"
+    assert len({e["n"] for s in samples for e in s}) > 100, "the rest drawn over everyone else"
+    assert {"n": 1} not in table.sample(now=29.0, exclude=[identity_for(1).peer_id])
 
 
 def test_pushes_are_read_one_a_second_from_each_peer():
@@ -325,7 +345,8 @@ async def main():
     await until(lambda: [liar.identity.peer_id, "digest_mismatch"] in rejected)
     await asyncio.sleep(1.5)
     out["mismatch delivered"] = announced in got or served in got
-    out["home pulled the liar"] = sorted({r for a, r in received[home.identity.peer_id][1] if a == liar.identity.peer_id})
+    liar_rounds = {r for a, r in received[home.identity.peer_id][1] if a == liar.identity.peer_id}
+    out["home pulled the liar"] = sorted(liar_rounds)
 
     # A node that serves more bytes than it announced: read one byte past the size, too_large.
     longer = make_bundle(liar.identity, SW, 4, 3000, rng)
