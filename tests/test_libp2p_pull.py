@@ -122,6 +122,25 @@ def test_first_hand_keeps_each_peers_newest_passes_on_a_bounded_uniform_sample_a
     assert table.sample(now=100.0) == [] and len(table) == 0
 
 
+def test_a_crowd_of_new_authors_cannot_push_the_long_heard_ones_out_of_samples():
+    table = FirstHand(memory=1000, ttl=20.0, rng=random.Random(2))
+    table.put(_announcement(3, round=0), {"n": 3}, now=0.0)
+    for t in range(0, 32, 4):  # two authors push every 4 s from the start
+        for i in (1, 2):
+            table.put(_announcement(i, round=t), {"n": i}, now=float(t))
+    for t in (10.0, 20.0):  # then a crowd pushes every 10 s, and another crowd later
+        for i in range(100, 200):
+            table.put(_announcement(i, round=int(t)), {"n": i}, now=t)
+    for i in range(200, 300):
+        table.put(_announcement(i, round=25), {"n": i}, now=25.0)
+    table.put(_announcement(3, round=25), {"n": 3}, now=25.0)  # silent past the ttl: heard anew
+    samples = [table.sample(now=29.0) for _ in range(30)]
+    assert all(len(s) == SAMPLE_SIZE and {"n": 1} in s and {"n": 2} in s for s in samples)
+    assert not all({"n": 3} in s for s in samples), "an author back after a gap is a newcomer again"
+    assert len({e["n"] for s in samples for e in s}) > 100, "the rest drawn over everyone else"
+    assert {"n": 1} not in table.sample(now=29.0, exclude=[identity_for(1).peer_id])
+
+
 def test_pushes_are_read_one_a_second_from_each_peer():
     pacer = PushPacer(memory=100, every=1.0)
     assert pacer.admit("a", 0.0) and pacer.admit("b", 0.1)

@@ -24,6 +24,7 @@ simulation of many nodes in virtual time run the same code:
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -79,27 +80,36 @@ class FirstHand:
         self.memory = memory
         self.ttl = ttl
         self.rng = rng or random.Random()
-        # author -> (when pushed, round, wire object), oldest push first
-        self._items: OrderedDict[str, tuple[float, int, dict[str, Any]]] = OrderedDict()
+        # author -> (when pushed, round, wire object, when first heard), oldest push first
+        self._items: OrderedDict[str, tuple[float, int, dict[str, Any], float]] = OrderedDict()
 
     def put(self, announcement: Announcement, wire: dict[str, Any], now: float) -> bool:
-        """Keep ``announcement`` unless one of a later round is held; True if kept."""
+        """Keep ``announcement`` unless one of a later round is held; True if kept. An author
+        still fresh keeps when it was first heard; one gone stale starts again."""
         held = self._items.get(announcement.author)
         if held is not None and held[1] > announcement.round:
             return False
+        first = held[3] if held is not None and held[0] >= now - self.ttl else now
         self._items.pop(announcement.author, None)
-        self._items[announcement.author] = (now, announcement.round, wire)
+        self._items[announcement.author] = (now, announcement.round, wire, first)
         while len(self._items) > self.memory:
             self._items.popitem(last=False)
         return True
 
     def sample(self, now: float, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """Up to :data:`SAMPLE_SIZE` wire objects pushed within ``ttl``, drawn uniformly over their authors."""
+        """Up to :data:`SAMPLE_SIZE` wire objects pushed within ``ttl``: half of them those of
+        the authors heard from longest without a gap (earliest first heard), the rest drawn
+        uniformly over the other authors, so a crowd of new keys cannot push the authors this
+        node has long heard from out of its samples."""
         while self._items and next(iter(self._items.values()))[0] < now - self.ttl:
             self._items.popitem(last=False)
         skip = set(exclude)
-        fresh = [wire for author, (_, _, wire) in self._items.items() if author not in skip]
-        return self.rng.sample(fresh, min(SAMPLE_SIZE, len(fresh)))
+        fresh = [(first, author, wire) for author, (_, _, wire, first) in self._items.items() if author not in skip]
+        settled = heapq.nsmallest(SAMPLE_SIZE // 2, fresh, key=lambda entry: entry[:2])
+        chosen = {author for _, author, _ in settled}
+        others = [wire for _, author, wire in fresh if author not in chosen]
+        drawn = self.rng.sample(others, min(SAMPLE_SIZE - len(settled), len(others)))
+        return [wire for _, _, wire in settled] + drawn
 
     def __len__(self) -> int:
         return len(self._items)
