@@ -13,8 +13,8 @@ import pytest
 from swarmnode.catalogue import SMOLLM2
 from swarmnode.cli import doctor as doctor_cli
 from swarmnode.config import NodeConfig
-from swarmnode.node import doctor, modelchoice
-from swarmnode.node.doctor import OK, PROBLEM, WARNING
+from swarmnode.node import doctor, doctor_network, modelchoice
+from swarmnode.node.checks import OK, PROBLEM, WARNING
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ PEER = "12D3KooWN1wh32fSgrQ9CkVzU6LAmGJEScWvrWXTqhZ5kr6Gv37G"
 
 def test_bootstrap_all_dead_is_a_problem_with_a_fix(dead_port):
     cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}/p2p/{PEER}"])
-    [check] = doctor.check_bootstrap(cfg, timeout=1.0)
+    [check] = doctor_network.check_bootstrap(cfg, timeout=1.0)
     assert check.status == PROBLEM and "--bootstrap" in check.fix
 
 
@@ -62,14 +62,14 @@ def test_bootstrap_some_alive_makes_dead_ones_warnings(listener, dead_port):
     cfg = NodeConfig(bootstrap=[f"/ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}",
                                 f"/ip4/127.0.0.1/tcp/{dead_port}/p2p/{PEER}",
                                 f"/ip4/127.0.0.1/udp/4001/quic-v1/p2p/{PEER}"])
-    checks = doctor.check_bootstrap(cfg, timeout=1.0)
+    checks = doctor_network.check_bootstrap(cfg, timeout=1.0)
     assert [c.status for c in checks] == [OK, WARNING, WARNING]
     assert checks[0].check == f"bootstrap /ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}"
     assert "TCP" in checks[2].detail
 
 
 def test_bootstrap_entry_the_node_would_refuse_is_a_problem():
-    [check] = doctor.check_bootstrap(NodeConfig(bootstrap=["not-a-multiaddr"]))
+    [check] = doctor_network.check_bootstrap(NodeConfig(bootstrap=["not-a-multiaddr"]))
     assert check.status == PROBLEM and "bootstrap" in check.detail and check.fix
 
 
@@ -77,33 +77,33 @@ def test_bootstrap_file_with_comments(tmp_path, listener):
     path = tmp_path / "peers.txt"
     path.write_text(f"# demo peers\n\n/ip4/127.0.0.1/tcp/{listener}/p2p/{PEER}  # local\n", encoding="utf-8")
     cfg = NodeConfig(bootstrap_file=str(path))
-    assert [c.status for c in doctor.check_bootstrap(cfg, timeout=1.0)] == [OK]
+    assert [c.status for c in doctor_network.check_bootstrap(cfg, timeout=1.0)] == [OK]
 
 
 def test_missing_bootstrap_file_is_a_problem(tmp_path):
-    [check] = doctor.check_bootstrap(NodeConfig(bootstrap_file=str(tmp_path / "nope.txt")))
+    [check] = doctor_network.check_bootstrap(NodeConfig(bootstrap_file=str(tmp_path / "nope.txt")))
     assert check.status == PROBLEM and "bootstrap_file" in check.fix
 
 
 def test_solo_skips_the_network(dead_port):
     cfg = NodeConfig(solo=True, bootstrap=[f"/ip4/127.0.0.1/tcp/{dead_port}"], listen="/ip4/0.0.0.0/tcp/1")
-    assert [c.status for c in doctor.check_bootstrap(cfg)] == [OK]
-    assert doctor.check_listen(cfg).status == OK
+    assert [c.status for c in doctor_network.check_bootstrap(cfg)] == [OK]
+    assert doctor_network.check_listen(cfg).status == OK
 
 
 def test_busy_ports_are_problems(listener):
-    api = doctor.check_api_port(NodeConfig(api_port=listener))
+    api = doctor_network.check_api_port(NodeConfig(api_port=listener))
     assert api.status == PROBLEM and "api_port = 0" in api.fix
-    listen = doctor.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{listener}"))
+    listen = doctor_network.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{listener}"))
     assert listen.status == PROBLEM
-    assert doctor.check_api_port(NodeConfig(api_port=0)).status == OK
+    assert doctor_network.check_api_port(NodeConfig(api_port=0)).status == OK
 
 
 def test_free_ports_are_ok(dead_port):
-    assert doctor.check_api_port(NodeConfig(api_port=dead_port)).status == OK
-    assert doctor.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{dead_port}")).status == OK
-    assert doctor.check_listen(NodeConfig(listen="/ip4/127.0.0.1/tcp")).status == PROBLEM
-    no_host = doctor.check_listen(NodeConfig(listen=f"/tcp/{dead_port}"))
+    assert doctor_network.check_api_port(NodeConfig(api_port=dead_port)).status == OK
+    assert doctor_network.check_listen(NodeConfig(listen=f"/ip4/127.0.0.1/tcp/{dead_port}")).status == OK
+    assert doctor_network.check_listen(NodeConfig(listen="/ip4/127.0.0.1/tcp")).status == PROBLEM
+    no_host = doctor_network.check_listen(NodeConfig(listen=f"/tcp/{dead_port}"))
     assert no_host.status == PROBLEM and "names no host" in no_host.detail
 
 

@@ -8,7 +8,8 @@ from dataclasses import asdict
 
 from swarmnode.cli.flags import add_config_flags, given_flags
 from swarmnode.config import load_config
-from swarmnode.node.doctor import PROBLEM, render, run_checks
+from swarmnode.node.checks import PROBLEM
+from swarmnode.node.doctor import render, run_checks
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

