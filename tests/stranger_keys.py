@@ -11,6 +11,7 @@ a change to the protocol that the spec does not say fails these strangers first.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -105,3 +106,15 @@ def announcement(key: Key, swarm: str, round_no: int, wire: bytes, holders: list
     fields = {"author": key.peer_id, "digest": hashlib.sha256(wire).hexdigest(),
               "holders": holders or [key.peer_id], "round": round_no, "size": len(wire), "swarm": swarm}
     return canonical({"announcement": fields, "signature": key.sign(ANNOUNCE_V3_DOMAIN + canonical(fields)).hex()})
+
+
+def add_stranger_options(parser: argparse.ArgumentParser) -> None:
+    """The options every stranger program takes: whom it attacks, with how many keys and rounds, and
+    the size of each bundle (groups x responses x characters)."""
+    parser.add_argument("--target", required=True, help="multiaddr of the peer attacked, ending in /p2p/<PeerID>")
+    parser.add_argument("--swarm", required=True)
+    parser.add_argument("--keys", type=int, default=120)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--groups", type=int, default=16)
+    parser.add_argument("--responses", type=int, default=4)
+    parser.add_argument("--chars", type=int, default=2400)

@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 
 import programs
+from eventproc import EventProcess
 from nodeproc import free_port, start_argv, write_signal_tasks
 from transport_node import ProcNode
 from waiting import wait_until
@@ -204,40 +205,13 @@ class Memory:
         self.sample()
 
 
-class Stranger:
+class Stranger(EventProcess):
     """``tests/programs/stranger_<transport>.py`` against ``target`` (a multiaddr), its own session; its
     JSON events in :attr:`events`."""
 
     def __init__(self, transport: str, target: str, keys: int, rounds: int, *extra: str, stderr: Path | None = None):
-        argv = programs.argv(f"stranger_{transport}", "--target", target, "--swarm", SWARM, "--keys", keys,
-                             "--rounds", rounds, *extra)
-        self._stderr = open(stderr, "w") if stderr else subprocess.DEVNULL
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, start_new_session=True)
-        self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def last(self, name: str) -> dict | None:
-        return next((e for e in reversed(self.events) if e["event"] == name), None)
-
-    def wait(self, name: str, timeout: float) -> dict:
-        def seen() -> dict | None:
-            if self.proc.poll() is not None and self.last(name) is None:
-                raise AssertionError(f"the stranger exited with {self.proc.returncode} before {name!r}")
-            return self.last(name)
-        return wait_until(seen, timeout, f"the stranger's {name!r}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        if self._stderr is not subprocess.DEVNULL:
-            self._stderr.close()
+        super().__init__(programs.argv(f"stranger_{transport}", "--target", target, "--swarm", SWARM, "--keys", keys,
+                                       "--rounds", rounds, *extra), stderr)
 
 
 class HonestPair:

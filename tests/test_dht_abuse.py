@@ -11,15 +11,13 @@ its own process, its own keys) against real honest nodes (tests/transport_node.p
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from eventproc import EventProcess
 from transport_node import SWARM, ProcNode, descendants, process_name
 from waiting import wait_until
 
@@ -54,32 +52,10 @@ def dht_process(node: ProcNode) -> int:
     return found[0]
 
 
-class Attacker:
+class Attacker(EventProcess):
     def __init__(self, peer: str, mode: str, count: int, stderr: Path):
-        self._stderr = open(stderr, "w")
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "dht_attacker.py"), "--peer", peer, "--swarm", SWARM,
-                                      "--mode", mode, "--count", str(count)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-                                     start_new_session=True)
-        self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def wait(self, name: str, timeout: float) -> dict:
-        return wait_until(lambda: next((e for e in self.events if e["event"] == name), None), timeout,
-                        f"attacker event {name!r}")
-
-    def kill(self) -> None:
-        import os
-        import signal
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self._stderr.close()
+        super().__init__([sys.executable, str(HERE / "dht_attacker.py"), "--peer", peer, "--swarm", SWARM,
+                          "--mode", mode, "--count", str(count)], stderr)
 
 
 @pytest.fixture

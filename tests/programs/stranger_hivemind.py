@@ -38,7 +38,7 @@ from hivemind.utils import MSGPackSerializer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its shared modules
 
-from stranger_keys import Key, bundle  # noqa: E402
+from stranger_keys import Key, add_stranger_options, bundle  # noqa: E402
 
 BUNDLE_TTL = 300.0
 
@@ -73,13 +73,7 @@ async def _store_round(_dht: Any, node: Any, *, target: str, swarm: str, label: 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--target", required=True, help="multiaddr of the peer attacked, ending in /p2p/<PeerID>")
-    parser.add_argument("--swarm", required=True)
-    parser.add_argument("--keys", type=int, default=120)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--groups", type=int, default=16)
-    parser.add_argument("--responses", type=int, default=4)
-    parser.add_argument("--chars", type=int, default=2400)
+    add_stranger_options(parser)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--as-nodes", action="store_true", help="each key first joins the target as a DHT node")
     parser.add_argument("--report", type=int, default=240, help="records between progress lines")

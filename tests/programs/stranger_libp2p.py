@@ -37,7 +37,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for its shared modules
 
-from stranger_keys import Key, announcement, bundle  # noqa: E402
+from stranger_keys import Key, add_stranger_options, announcement, bundle  # noqa: E402
 
 ANNOUNCE = TProtocol("/swarmnode/announce/3.0.0")
 HOLD = TProtocol("/swarmnode/hold/2.0.0")
@@ -157,13 +157,7 @@ class Stranger:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--target", required=True, help="multiaddr of the peer attacked, ending in /p2p/<PeerID>")
-    parser.add_argument("--swarm", required=True)
-    parser.add_argument("--keys", type=int, default=120)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--groups", type=int, default=16)
-    parser.add_argument("--responses", type=int, default=4)
-    parser.add_argument("--chars", type=int, default=2400)
+    add_stranger_options(parser)
     parser.add_argument("--concurrency", type=int, default=60, help="keys (hosts) running at once")
     parser.add_argument("--interval", type=float, default=1.1, help="seconds between one key's rounds")
     parser.add_argument("--linger", type=float, default=5.0, help="seconds a key stays after its last round")
