@@ -20,7 +20,7 @@ import pytest
 from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.transport import base
+from swarmnode.swarm.transport import joining
 from swarmnode.swarm.transport.base import Transport
 from waiting import wait_until
 
@@ -119,8 +119,8 @@ class _FakeTransport(Transport):
 
 
 async def test_a_node_with_other_peers_still_redials_its_returning_bootstrap_peer(monkeypatch):
-    fast = base.Backoff
-    monkeypatch.setattr(base, "Backoff", lambda: fast(first=0.01, cap=0.05))
+    fast = joining.Backoff
+    monkeypatch.setattr(joining, "Backoff", lambda rng=None: fast(first=0.01, cap=0.05, rng=rng))
     boot = Identity.generate().peer_id
     t = _FakeTransport([f"/ip4/127.0.0.1/tcp/1/p2p/{boot}"])
     t.connected = ["12D3KooWsomeOtherPeer"]  # N1 still sees N2, but the bootstrap peer is down

@@ -27,9 +27,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from swarmnode.node.evaluate import evaluate
     from swarmnode.node.modelchoice import prepare
     from swarmnode.train.model import ModelError
-    from swarmnode.train.tasks import TaskConfigError
+    from swarmnode.train.tasks import TaskConfigError, load_task_file
 
     try:
+        load_task_file(cfg.tasks)  # a bad task file is said before a model is fetched
         record = evaluate(prepare(cfg), NodeHome.resolve(cfg.home), untrained=args.untrained)
     except (TaskConfigError, ModelError) as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)

@@ -76,6 +76,15 @@ def prepare_model(spec: str, model_file: str | None = None) -> ModelSource:
     (``model_file``: a local copy of its GGUF file instead of the download); any other model
     is checked to be a causal language model with a chat template. Raises ModelError with one
     line naming the problem."""
+    source = model_source(spec, model_file)
+    if source.entry is None:
+        _check_chat_model(source.path, spec, Path(source.path).is_dir())
+    return source
+
+
+def model_source(spec: str, model_file: str | None = None) -> ModelSource:
+    """Where ``spec`` loads from: a catalogue model's cached directory (fetched and converted
+    first when it is not there), else the directory or hub id itself, unchecked."""
     if spec == AUTO:
         raise ValueError("'auto' must be resolved before loading (swarmnode.node.modelchoice)")
     entry = catalogue_entry(spec)
@@ -84,9 +93,7 @@ def prepare_model(spec: str, model_file: str | None = None) -> ModelSource:
     if model_file:
         raise ModelError(f"model_file is for catalogue models ({', '.join(CATALOGUE)}), not '{spec}': unset it")
     local = Path(spec).expanduser()
-    source = ModelSource(local.name, str(local), None) if local.is_dir() else ModelSource(spec, spec, None)
-    _check_chat_model(source.path, spec, local.is_dir())
-    return source
+    return ModelSource(local.name, str(local), None) if local.is_dir() else ModelSource(spec, spec, None)
 
 
 def _check_chat_model(source: str, spec: str, is_dir: bool) -> None:
@@ -117,11 +124,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_base_model(spec: str, device: torch.device, dtype: torch.dtype | None = None) -> BaseModel:
-    """Load ``spec`` (see :func:`prepare_model`) onto ``device``, frozen; ``name`` is its catalogue name."""
+    """Load ``spec`` (see :func:`model_source`) onto ``device``, frozen; ``name`` is its catalogue
+    name. What a node is started with was checked by :func:`prepare_model` before; a model that
+    does not load here is a ModelError."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or pick_dtype(device)
-    source = prepare_model(spec)
+    source = model_source(spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype)
