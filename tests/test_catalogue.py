@@ -91,6 +91,23 @@ def test_resolve_model(monkeypatch, tmp_path):
     assert modelchoice.resolve_model(str(tmp_path), "auto") == (str(tmp_path), None)
 
 
+def test_dtype_auto_is_bf16_only_where_the_hardware_has_it(monkeypatch):
+    import torch
+
+    from swarmnode.train import model
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(model, "cpu_has_bf16", lambda: True)
+    assert model.pick_dtype(cpu) == torch.bfloat16 and model.pick_dtype(cpu, "float32") == torch.float32
+    assert model.pick_dtype(torch.device("mps")) == torch.float32
+    monkeypatch.setattr(model, "cpu_has_bf16", lambda: False)
+    assert model.pick_dtype(cpu) == torch.float32 and model.pick_dtype(cpu, "bfloat16") == torch.bfloat16
+    with open("/proc/cpuinfo") as f:
+        flags = next((line for line in f if line.startswith("flags")), "")
+    monkeypatch.undo()
+    assert model.cpu_has_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
+
+
 def test_this_machine_reads_cores_and_memory():
     from swarmnode.node.modelchoice import this_machine
     from swarmnode.node.threads import physical_cores
@@ -99,19 +116,24 @@ def test_this_machine_reads_cores_and_memory():
     assert machine.accelerator == "cpu" and machine.cores == physical_cores() and machine.memory_bytes > GIB
 
 
-def test_models_command_json_and_text(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("bf16_cpu", [False, True])
+def test_models_command_json_and_text(tmp_path, monkeypatch, capsys, bf16_cpu):
     from swarmnode.cli import main
+    from swarmnode.train import model
 
+    monkeypatch.setattr(model, "cpu_has_bf16", lambda: bf16_cpu)
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     for name in [n for n in os.environ if n.startswith("SWARMNODE_") and n != "SWARMNODE_CACHE"]:
         monkeypatch.delenv(name)
-    ready = tmp_path / "models" / SMOLLM2.cache_name
+    ready = tmp_path / "models" / (SMOLLM2.cache_name + ("-bf16" if bf16_cpu else ""))
     ready.mkdir(parents=True)
     (ready / ".swarmnode-complete").write_text(SMOLLM2.sha256 + "\n")
     assert main(["models", "--json", "--device", "cpu"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in out["models"]}
     assert rows["smollm2-135m"]["cached"] and not rows["qwen2.5-coder-0.5b"]["cached"]
+    assert rows["smollm2-135m"]["precision"] == ("bfloat16" if bf16_cpu else "float32")
+    assert rows["smollm2-135m"]["path"] == str(ready)
     assert rows["smollm2-135m"]["aliases"] == ["embedded"]
     assert rows["qwen2.5-coder-0.5b"]["download_bytes"] == QWEN25_CODER.download_bytes
     assert out["auto"]["accelerator"] == "cpu" and out["auto"]["name"] in CATALOGUE and out["auto"]["reason"]
