@@ -91,21 +91,19 @@ def test_resolve_model(monkeypatch, tmp_path):
     assert modelchoice.resolve_model(str(tmp_path), "auto") == (str(tmp_path), None)
 
 
-def test_dtype_auto_is_bf16_only_where_the_hardware_has_it(monkeypatch):
+def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
     import torch
 
-    from swarmnode.train import model
+    from swarmnode.train.model import pick_dtype
 
     cpu = torch.device("cpu")
-    monkeypatch.setattr(model, "cpu_has_bf16", lambda: True)
-    assert model.pick_dtype(cpu) == torch.bfloat16 and model.pick_dtype(cpu, "float32") == torch.float32
-    assert model.pick_dtype(torch.device("mps")) == torch.float32
-    monkeypatch.setattr(model, "cpu_has_bf16", lambda: False)
-    assert model.pick_dtype(cpu) == torch.float32 and model.pick_dtype(cpu, "bfloat16") == torch.bfloat16
-    with open("/proc/cpuinfo") as f:
-        flags = next((line for line in f if line.startswith("flags")), "")
-    monkeypatch.undo()
-    assert model.cpu_has_bf16() == (" avx512_bf16" in flags or " amx_bf16" in flags)
+    assert pick_dtype(cpu) == torch.float32 and pick_dtype(cpu, "bfloat16") == torch.bfloat16
+    assert pick_dtype(torch.device("mps")) == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert pick_dtype(torch.device("cuda")) == torch.bfloat16
+    assert pick_dtype(torch.device("cuda"), "float32") == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert pick_dtype(torch.device("cuda")) == torch.float32
 
 
 def test_this_machine_reads_cores_and_memory():
@@ -119,12 +117,12 @@ def test_this_machine_reads_cores_and_memory():
 @pytest.mark.parametrize("bf16_cpu", [False, True])
 def test_models_command_json_and_text(tmp_path, monkeypatch, capsys, bf16_cpu):
     from swarmnode.cli import main
-    from swarmnode.train import model
 
-    monkeypatch.setattr(model, "cpu_has_bf16", lambda: bf16_cpu)
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     for name in [n for n in os.environ if n.startswith("SWARMNODE_") and n != "SWARMNODE_CACHE"]:
         monkeypatch.delenv(name)
+    if bf16_cpu:
+        monkeypatch.setenv("SWARMNODE_DTYPE", "bfloat16")
     ready = tmp_path / "models" / (SMOLLM2.cache_name + ("-bf16" if bf16_cpu else ""))
     ready.mkdir(parents=True)
     (ready / ".swarmnode-complete").write_text(SMOLLM2.sha256 + "\n")

@@ -152,7 +152,7 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     Mem = namedtuple("Mem", "available total")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(0.5e9), total=int(8e9)))
-    device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="float32"))
+    device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert device.status == OK and device.detail.startswith("cpu")
     assert memory.status == PROBLEM and "1.5 GB" in memory.detail
     _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="bfloat16"))
@@ -165,7 +165,7 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
     (model / "config.json").write_text(json.dumps(dict(
         hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, vocab_size=128256,
         num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False)), encoding="utf-8")
-    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="float32", model=str(model)))
+    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", model=str(model)))
     assert memory.status == PROBLEM and "8030M" in memory.detail
     _, unknown = doctor.check_device_and_memory(NodeConfig(device="cpu", model="nobody-here/not-cached"))
     assert unknown.status == WARNING

@@ -95,7 +95,7 @@ def test_grpo_step_raises_the_higher_advantage_completion(policy):
 
 
 def test_a_bf16_base_trains_an_fp32_adapter_and_agrees_with_fp32(policy, bf16_policy):
-    """Frozen weights in bf16 (what ``dtype = auto`` picks on CPUs with bf16 hardware): the
+    """Frozen weights in bf16 (the dtype setting's bfloat16, and auto on CUDA): the
     adapter still trains in fp32, and the log-probs stay within bf16's rounding of fp32's."""
     assert all(p.dtype == torch.float32 for p in bf16_policy.params)
     assert {p.dtype for p in bf16_policy.model.parameters() if not p.requires_grad} == {torch.bfloat16}

@@ -19,8 +19,8 @@ import torch
 from swarmnode.catalogue import AUTO, CATALOGUE, CatalogueModel, catalogue_entry
 from swarmnode.train.fetch import ModelError, ensure_model
 
-__all__ = ["BaseModel", "ModelError", "ModelSource", "cpu_has_bf16", "load_base_model", "pick_device",
-           "pick_dtype", "prepare_model"]
+__all__ = ["BaseModel", "ModelError", "ModelSource", "load_base_model", "pick_device", "pick_dtype",
+           "prepare_model"]
 
 
 def pick_device(spec: str) -> torch.device:
@@ -43,34 +43,18 @@ def pick_device(spec: str) -> torch.device:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# x86 CPU features with bf16 matrix arithmetic in hardware (Linux's names in /proc/cpuinfo).
-_BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
-
-
-def cpu_has_bf16() -> bool:
-    """True when this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX), read from
-    Linux's /proc/cpuinfo; False where that cannot be read (other systems run fp32 on CPU)."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return bool(_BF16_CPU_FLAGS & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return False
 
 
 def pick_dtype(device: torch.device, choice: str = "auto") -> torch.dtype:
     """The dtype of the frozen weights and activations (the adapter trains in fp32 either way).
-    ``auto``: bf16 on CUDA GPUs that support it and on CPUs with bf16 hardware (half the
-    weights' memory, as fast or faster); fp32 elsewhere (MPS training is unreliable in half,
-    and a CPU without bf16 hardware emulates it slowly). ``float32`` and ``bfloat16`` are used
-    as given."""
+    ``auto``: bf16 on CUDA GPUs that support it; fp32 elsewhere. On a CPU, bf16 halves the
+    weights but oneDNN keeps a compiled kernel for every matrix shape it meets, and decoding
+    meets a new one each step: the embedded model's default round peaked higher in bf16
+    than in fp32 (docs/performance.md, change 12); MPS training is unreliable in half.
+    ``float32`` and ``bfloat16`` are used as given."""
     if choice != "auto":
         return DTYPES[choice]
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu" and cpu_has_bf16():
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
 
