@@ -111,3 +111,13 @@ def test_a_half_downloaded_package_through_the_real_command(env, tmp_path):
     assert "Looking in links" not in proc.stderr  # pip's own lines go to the log file only
     assert _cache_clean(env)
     assert "pip: " in (tmp_path / "node" / "logs" / "swarmnode.log").read_text()
+
+
+@pytest.mark.slow  # a node's command in a process of its own, its model step in a spawned child
+def test_start_with_the_dashboard_refuses_a_bad_model_before_the_dashboard(env, tmp_path):
+    (env / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "swarmnode", "start", "--tui", "--solo", "--home",
+                           str(tmp_path / "node"), "--model", str(env / "empty")], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and "is not a model directory" in _one_line(proc.stderr)
+    assert "\x1b[" not in proc.stdout  # the dashboard never drew

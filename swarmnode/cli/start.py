@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import signal
 import subprocess
 import sys
 
 from swarmnode.cli.flags import add_config_flags, created_home, given_flags
-from swarmnode.config import field_type, load_config
+from swarmnode.config import NodeConfig, field_type, load_config
 from swarmnode.node.logs import setup_logging
 from swarmnode.paths import NodeHome
 
@@ -40,6 +41,35 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def _prepare(cfg: NodeConfig, home: NodeHome) -> None:
+    """The model made ready in this (child) process: exit 2 with one line when it cannot be had."""
+    setup_logging(home, cfg.log_level)
+    from swarmnode.node.modelchoice import prepare
+    from swarmnode.train.model import ModelError
+
+    try:
+        prepare(cfg)
+    except ModelError as exc:
+        print(f"swarmnode: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _prepare_in_foreground(cfg: NodeConfig, home: NodeHome) -> int:
+    """Fetch and convert the node's model before the dashboard takes the screen, in a child
+    process on this terminal: its progress bar and log lines show, a model that cannot be had
+    ends here (exit 2), and torch never loads into the dashboard's process. Returns the exit code."""
+    child = multiprocessing.get_context("spawn").Process(target=_prepare, args=(cfg, home))
+    child.start()
+    try:
+        child.join()
+    except KeyboardInterrupt:  # the child got the same Ctrl-C and stops by itself
+        child.join()
+        return 130
+    return child.exitcode or 0
+
+
 def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
     """The node as a child process (logging to its home), the dashboard in the foreground."""
     from swarmnode.tui.app import run_dashboard
@@ -64,7 +94,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if home is None:
         return 1
     if args.tui:
-        return _start_with_dashboard(args, home)
+        return _prepare_in_foreground(cfg, home) or _start_with_dashboard(args, home)
     setup_logging(home, cfg.log_level)
     # torch comes with these: imported only when a node starts, so other commands (the relay,
     # --help) never load it.
