@@ -61,7 +61,8 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
         growth = memory.growth()
         during, after = pair.latencies(t0, t1), pair.latencies(t1, time.time() - 2 * PERIOD - 2)
         print(f"\n{kind} over {transport}: {done}; RSS growth MB {growth}; honest latencies during {during}, "
-              f"after {after}; counters {counters}")
+              f"after {after}; counters {counters}; the reader's drops of the sender "
+              f"{[e['reason'] for e in pair.reader.rejected() if e['author'] == pair.sender.peer_id]}")
         assert done["sent"] >= keys * rounds * 0.9
         for name, bound in BOUNDS[(kind, transport)].items():
             assert growth[name] < bound, (name, growth[name])
