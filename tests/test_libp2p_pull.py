@@ -28,7 +28,6 @@ from swarmnode.swarm.transport.libp2p_named import (
     MAX_NAMED_REQUEST_BYTES,
     MAX_NAMES,
     NAMED_ROUNDS,
-    NAMED_SLACK,
     named_answer,
     named_request,
     parse_named_request,
@@ -192,30 +191,35 @@ def test_what_a_node_hears_feeds_its_plan_and_a_sample_is_asked_for_only_when_ne
     assert pull.sample_peer(9.0, ["x"], everyone) is None, "candidates enough for the budget"
 
 
-def test_a_request_by_name_names_a_few_peer_ids_and_its_answer_only_those():
+def test_a_request_by_name_names_a_few_peer_ids_and_its_answer_only_newer_rounds_of_those():
     names = [identity_for(i).peer_id for i in range(1, 4)]
-    assert parse_named_request(named_request(names)) == names
-    assert len(named_request([identity_for(i).peer_id for i in range(MAX_NAMES)])) <= MAX_NAMED_REQUEST_BYTES
+    wanted = [(name, 2) for name in names]
+    assert parse_named_request(named_request(wanted)) == wanted
+    longest = [(identity_for(i).peer_id, 10**19) for i in range(MAX_NAMES)]
+    assert parse_named_request(named_request(longest)) == longest, "sixteen names with 20-digit rounds fit"
     bad = {"garbage": b"\xff{", "not a list": canonical_json({"a": names[0]}), "empty": b"[]",
-           "too many": named_request([identity_for(i).peer_id for i in range(MAX_NAMES + 1)]),
-           "twice the same": named_request(names[:1] * 2), "not a PeerID": named_request(["x"]),
-           "not canonical": json.dumps(names).encode(), "nested": b"[" * 100_000,
-           "oversized": named_request(names) + b" " * MAX_NAMED_REQUEST_BYTES}
+           "too many": named_request([(identity_for(i).peer_id, 0) for i in range(MAX_NAMES + 1)]),
+           "twice the same": named_request(wanted[:1] * 2), "not a PeerID": named_request([("x", 1)]),
+           "no round": canonical_json([names[0]]), "negative round": named_request([(names[0], -1)]),
+           "round as a string": canonical_json([[names[0], "1"]]), "a triple": canonical_json([[names[0], 1, 2]]),
+           "not canonical": json.dumps([list(p) for p in wanted]).encode(), "nested": b"[" * 100_000,
+           "oversized": named_request(wanted) + b" " * MAX_NAMED_REQUEST_BYTES}
     assert {name for name, raw in bad.items() if parse_named_request(raw) is not None} == set()
     first_hand = FirstHand(ttl=20.0)
-    pushed = _announcement(2)
-    first_hand.put(pushed, {"n": 2}, now=0.0)
-    own = {"n": 1}
-    answer = named_answer(names, names[0], own, lambda author: first_hand.latest(author, 5.0))
-    assert answer == [own, {"n": 2}], "its own, and what the author pushed lately; nothing of the third"
-    assert named_answer(names[1:2], names[0], own, lambda author: first_hand.latest(author, 25.0)) == [], \
+    first_hand.put(_announcement(2), {"announcement": {"round": 3}, "n": 2}, now=0.0)
+    own = {"announcement": {"round": 3}, "n": 1}
+    answer = named_answer(wanted, names[0], own, lambda author: first_hand.latest(author, 5.0))
+    assert [e["n"] for e in answer] == [1, 2], "its own, and what the author pushed lately; nothing of the third"
+    assert named_answer([(names[1], 3)], names[0], own, lambda author: first_hand.latest(author, 5.0)) == [], \
+        "nothing the asker knows of already"
+    assert named_answer(wanted[1:2], names[0], own, lambda author: first_hand.latest(author, 25.0)) == [], \
         "only what was pushed within the ttl"
     goods = [_announcement(i).signed(identity_for(i)) for i in (1, 2, 5)]
     got, bad_entries = parse_sample(canonical_json(goods), SW, set(names))
     assert [a.author for a in got] == names[:2] and bad_entries == 1, "an author not named is a bad entry"
 
 
-def test_a_reader_asks_by_name_for_an_established_author_whose_next_round_is_overdue():
+def test_a_reader_asks_by_name_for_an_established_author_from_half_its_period_on():
     pull = Libp2pPull("me", 8, rng=random.Random(0))
 
     def heard_of(author: str, round_no: int, holders: tuple[str, ...] = ("relay",)) -> Announcement:
@@ -228,19 +232,19 @@ def test_a_reader_asks_by_name_for_an_established_author_whose_next_round_is_ove
     pull.plan.note_delivered("p")
     pull.heard([heard_of("p", 2), heard_of("q", 2)], 4.0)  # p's bundle arrived before: watched, q's did not
     assert pull.named_asks(8.0, ["relay"], everyone) == {}, "no period measured, and this node's round unknown"
-    pull.heard([heard_of("p", 3)], 8.0)  # p's period is 4 s
-    assert pull.named_asks(8.0 + 4.0 + NAMED_SLACK - 0.1, ["relay"], everyone) == {}, "not overdue yet"
-    assert pull.named_asks(8.0 + 4.0 + NAMED_SLACK, ["relay", "p"], everyone) == {"p": ["p"]}, "the author first"
-    assert pull.named_asks(13.5, ["relay"], everyone) == {}, "asked too lately"
-    assert pull.named_asks(15.1, ["relay"], everyone) == {"relay": ["p"]}, "then a holder"
-    assert pull.named_asks(17.2, [], everyone) == {}, "no source connected"
-    assert pull.named_asks(17.2, ["relay"], lambda peer: peer != "p") == {}, "only established authors"
+    pull.heard([heard_of("p", 3)], 12.0)  # p's period is 8 s
+    assert pull.named_asks(15.9, ["relay"], everyone) == {}, "not half a period yet"
+    assert pull.named_asks(16.0, ["relay", "p"], everyone) == {"p": [("p", 3)]}, "the author first"
+    assert pull.named_asks(17.0, ["relay"], everyone) == {}, "asked too lately"
+    assert pull.named_asks(18.0, ["relay"], everyone) == {"relay": [("p", 3)]}, "then a holder"
+    assert pull.named_asks(20.0, [], everyone) == {}, "no source connected"
+    assert pull.named_asks(20.0, ["relay"], lambda peer: peer != "p") == {}, "only established authors"
     pull.plan.budget = 0
-    assert pull.named_asks(17.2, ["relay"], everyone) == {}, "nothing left to pull this round"
+    assert pull.named_asks(20.0, ["relay"], everyone) == {}, "nothing left to pull this round"
     pull.plan.budget = 8
-    pull.heard([heard_of("p", 4)], 17.2)  # heard at last, by name or otherwise: due a period later
-    assert pull.named_asks(18.0, ["relay"], everyone) == {}
-    assert pull.named_asks(17.2 + NAMED_ROUNDS * 9.2 + NAMED_SLACK + 0.1, ["relay"], everyone) == {}
+    pull.heard([heard_of("p", 4)], 20.0)  # heard of at last, by name or otherwise
+    assert pull.named_asks(23.9, ["relay"], everyone) == {}
+    assert pull.named_asks(20.0 + NAMED_ROUNDS * 8.0 + 0.1, ["relay"], everyone) == {}
     assert len(pull.named) == 0, "silent for its rounds: no longer watched until heard of again"
 
 
@@ -253,7 +257,7 @@ def test_a_request_by_name_names_at_most_a_request_full_and_the_steady_authors_f
         pull.heard([Announcement(a, SW, r, 10, "00" * 32, (a, "relay")) for a in authors], t)
     pull.heard([Announcement("a0", SW, 3, 10, "00" * 32, ("a0", "relay"))], 5.0)
     asks = pull.named_asks(10.0, ["relay"], lambda _peer: True)
-    assert len(asks["relay"]) == MAX_NAMES and asks["relay"][0] == "a0"
+    assert len(asks["relay"]) == MAX_NAMES and asks["relay"][0] == ("a0", 3)
 
 
 def test_holders_sources_and_the_checks_of_a_pulled_bundle():
@@ -324,6 +328,7 @@ def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     assert got["liar's truth noted"] and got["sampler's reports"] == ["bad_announcement"]
     assert got["named answer"] == [[True, False, False], [False, True, False]], \
         "by name: what the pusher pushed, and the answerer's own; nothing of a peer it did not hear from"
+    assert got["nothing newer"] == [], "nothing of a round the asker knows of"
     assert got["garbage request"] == ["", 1], "a request that is not a list of PeerIDs: unanswered, counted"
     assert got["liar's named truth noted"] == 10, "a true entry of an answer is kept"
     assert got["sampler's reports by name"] == ["bad_announcement"] and got["bad named answers"] == 1, \

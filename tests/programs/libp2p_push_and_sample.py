@@ -103,13 +103,18 @@ async def main() -> None:
     public._own_announcement = Announcement(public.identity.peer_id, SW, 5, 1000, "ab" * 32,
                                             (public.identity.peer_id,)).signed(public.identity)
     names = [pusher.identity.peer_id, public.identity.peer_id, liar.identity.peer_id]
-    answer = json.loads(await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL,
-                                                  named_request(names), 20000))
+
+    async def by_name(wanted):
+        return await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL,
+                                         named_request(wanted), 20000)
+
+    answer = json.loads(await by_name([(name, 0) for name in names]))
     out["named answer"] = [[a["announcement"]["author"] == p for p in names] for a in answer]
+    out["nothing newer"] = json.loads(await by_name([(pusher.identity.peer_id, 2)]))
     garbage = await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL, b"[1,2]", 100)
     out["garbage request"] = [garbage.decode(), public.refusals().get("refused_named_request")]
 
-    await sampler._ask_named(liar.identity.peer_id, [liar.identity.peer_id])
+    await sampler._ask_named(liar.identity.peer_id, [(liar.identity.peer_id, 9)])
     out["liar's named truth noted"] = sampler._pull.plan.announced[liar.identity.peer_id].round
     out["sampler's reports by name"] = sampler_reports[len(out["sampler's reports"]):]
     out["bad named answers"] = sampler.refusals().get("refused_named_answer")

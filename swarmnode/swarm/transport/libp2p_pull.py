@@ -9,8 +9,8 @@ What goes where (``docs/protocol.md`` section 4), all request/response streams
   each peer pushed itself. ``/swarmnode/sample/3.0.0``: while a node has fewer candidates
   than it could pull, it asks its connected peers in turn for a sample of what was pushed to
   them. The rules: :mod:`~swarmnode.swarm.transport.libp2p_spread`. ``/swarmnode/latest/3.0.0``:
-  a node asks a peer for the latest announcement of authors it pulls from whose next round
-  is overdue, by name (:mod:`~swarmnode.swarm.transport.libp2p_named`).
+  a node asks a peer for anything newer of the authors it pulls from, by name, once their
+  next round is near (:mod:`~swarmnode.swarm.transport.libp2p_named`).
 * ``/swarmnode/bundle/2.0.0`` serves bundles, ``/swarmnode/hold/2.0.0`` lets a private node
   (behind NAT) leave each bundle with public peers that serve it for it. The rules, and the
   checks of a pulled bundle: :mod:`~swarmnode.swarm.transport.libp2p_holding`.
@@ -266,7 +266,7 @@ class Libp2pTransport(Transport):
             await self._sample(sample_from)
         asks = self._pull.named_asks(time.monotonic(), self._peers, established)
         if asks:
-            await asyncio.gather(*(self._ask_named(peer, names) for peer, names in asks.items()))
+            await asyncio.gather(*(self._ask_named(peer, wanted) for peer, wanted in asks.items()))
         chosen = plan.choose(established)
         if not chosen:
             return
@@ -289,14 +289,14 @@ class Libp2pTransport(Transport):
         now = time.monotonic()
         self._pull.sampled(announcements, now, lambda p: self._is_blocked(p, now))
 
-    async def _ask_named(self, peer: str, names: list[str]) -> None:
-        """Ask ``peer`` for the latest announcements of ``names``; an answer with anything else
-        (junk, a forgery, another author's) is counted against it."""
-        raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), NAMED_PROTOCOL, named_request(names),
-                                     MAX_SAMPLE_BYTES)
-        if not raw:  # no answer, or none held: nothing to judge
+    async def _ask_named(self, peer: str, wanted: list[tuple[str, int]]) -> None:
+        """Ask ``peer`` for anything newer of the (author, round) pairs ``wanted``; an answer
+        with anything else (junk, a forgery, another author's) is counted against it."""
+        raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), NAMED_PROTOCOL,
+                                     named_request(wanted), MAX_SAMPLE_BYTES)
+        if not raw:  # no answer: nothing to judge
             return
-        announcements, bad = parse_sample(raw, self.swarm, set(names))
+        announcements, bad = parse_sample(raw, self.swarm, {author for author, _ in wanted})
         if bad:
             self._loop_counts["refused_named_answer"] += 1
             if self._reject_handler is not None:
@@ -379,16 +379,16 @@ class Libp2pTransport(Transport):
 
     async def _answer_named(self, asker: str, request: bytes) -> bytes:
         """NAMED_PROTOCOL: the latest announcement of each author named that this node holds
-        (its own, or one pushed to it lately); a request that is not a list of PeerIDs is
-        refused unanswered."""
+        (its own, or one pushed to it lately), if newer than the round named; a request that
+        is not a list of (PeerID, round) pairs is refused unanswered."""
         now = time.monotonic()
         if self._is_blocked(asker, now):
             return b""
-        names = parse_named_request(request)
-        if names is None:
+        wanted = parse_named_request(request)
+        if wanted is None:
             self._counts["refused_named_request"] += 1
             return b""
-        return canonical_json(named_answer(names, self.identity.peer_id, self._own_announcement,
+        return canonical_json(named_answer(wanted, self.identity.peer_id, self._own_announcement,
                                            lambda author: self._first_hand.latest(author, now)))
 
     async def _refresh_peers(self, host: Any) -> None:

@@ -202,7 +202,7 @@ class Libp2pPull:
         return self.sampling.next_peer(connected)
 
     def named_asks(self, now: float, connected: Sequence[str],
-                   established: Callable[[str], bool]) -> dict[str, list[str]]:
+                   established: Callable[[str], bool]) -> dict[str, list[tuple[str, int]]]:
         """Time is ``now``: the established authors whose next round is overdue to ask for by
         name, by the connected peer to ask; none while this round has no pull left to spend."""
         self.plan.tick(now)
