@@ -41,6 +41,8 @@ def add_size_args(ap: argparse.ArgumentParser, *, questions: int = 8, completion
     ap.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     ap.add_argument("--threads", type=int, default=threads, help="torch threads; 0 lets torch decide")
     ap.add_argument("--model", default="embedded")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                    help="the model's precision (the node's dtype setting)")
 
 
 def bench_config(**overrides) -> NodeConfig:
@@ -58,7 +60,7 @@ def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None, cu
     from swarmnode.paths import NodeHome
     from swarmnode.swarm.link import SoloLink
     from swarmnode.train.curriculum import Levels
-    from swarmnode.train.model import load_base_model, pick_device
+    from swarmnode.train.model import load_base_model, pick_device, pick_dtype
     from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
@@ -66,7 +68,8 @@ def build_solo_node(cfg: NodeConfig, seed: int = 0, home: Path | None = None, cu
         torch.set_num_threads(cfg.threads)
     home = NodeHome(home or Path(tempfile.mkdtemp(prefix="swarmnode-bench-")))
     families = load_task_file(cfg.tasks)
-    base = load_base_model(cfg.model, pick_device(cfg.device))
+    device = pick_device(cfg.device)
+    base = load_base_model(cfg.model, device, pick_dtype(device, cfg.dtype))
     policy = Policy(base, cfg)
     levels = Levels.configured(families, cfg.levels, adaptive=cfg.adaptive_difficulty) if curriculum else None
     return Node(cfg, home, policy, TaskSource(families, seed), Scorer(families), SoloLink(), NodeState(), seed,

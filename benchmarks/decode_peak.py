@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
 
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens,
-                       threads=args.threads, model=args.model)
+                       threads=args.threads, model=args.model, dtype=args.dtype)
     node = build_solo_node(cfg)
     policy = node.policy
     prompts = [policy.prompt(q.question) for q in node.tasks.sample(0, args.questions)]

@@ -61,7 +61,8 @@ def main() -> None:
     args = ap.parse_args()
 
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens,
-                       threads=args.threads, model=args.model, tasks=args.tasks)
+                       threads=args.threads, model=args.model, dtype=args.dtype,
+                       tasks=args.tasks)
     with PhasePeaks() as phases:
         t0 = time.perf_counter()
         node = build_solo_node(cfg, seed=args.seed, curriculum=args.curriculum)

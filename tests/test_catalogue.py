@@ -91,6 +91,21 @@ def test_resolve_model(monkeypatch, tmp_path):
     assert modelchoice.resolve_model(str(tmp_path), "auto") == (str(tmp_path), None)
 
 
+def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
+    import torch
+
+    from swarmnode.train.model import pick_dtype
+
+    cpu = torch.device("cpu")
+    assert pick_dtype(cpu) == torch.float32 and pick_dtype(cpu, "bfloat16") == torch.bfloat16
+    assert pick_dtype(torch.device("mps")) == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert pick_dtype(torch.device("cuda")) == torch.bfloat16
+    assert pick_dtype(torch.device("cuda"), "float32") == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert pick_dtype(torch.device("cuda")) == torch.float32
+
+
 def test_this_machine_reads_cores_and_memory():
     from swarmnode.node.modelchoice import this_machine
     from swarmnode.node.threads import physical_cores
@@ -99,19 +114,24 @@ def test_this_machine_reads_cores_and_memory():
     assert machine.accelerator == "cpu" and machine.cores == physical_cores() and machine.memory_bytes > GIB
 
 
-def test_models_command_json_and_text(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("bf16_cpu", [False, True])
+def test_models_command_json_and_text(tmp_path, monkeypatch, capsys, bf16_cpu):
     from swarmnode.cli import main
 
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     for name in [n for n in os.environ if n.startswith("SWARMNODE_") and n != "SWARMNODE_CACHE"]:
         monkeypatch.delenv(name)
-    ready = tmp_path / "models" / SMOLLM2.cache_name
+    if bf16_cpu:
+        monkeypatch.setenv("SWARMNODE_DTYPE", "bfloat16")
+    ready = tmp_path / "models" / (SMOLLM2.cache_name + ("-bf16" if bf16_cpu else ""))
     ready.mkdir(parents=True)
     (ready / ".swarmnode-complete").write_text(SMOLLM2.sha256 + "\n")
     assert main(["models", "--json", "--device", "cpu"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in out["models"]}
     assert rows["smollm2-135m"]["cached"] and not rows["qwen2.5-coder-0.5b"]["cached"]
+    assert rows["smollm2-135m"]["precision"] == ("bfloat16" if bf16_cpu else "float32")
+    assert rows["smollm2-135m"]["path"] == str(ready)
     assert rows["smollm2-135m"]["aliases"] == ["embedded"]
     assert rows["qwen2.5-coder-0.5b"]["download_bytes"] == QWEN25_CODER.download_bytes
     assert out["auto"]["accelerator"] == "cpu" and out["auto"]["name"] in CATALOGUE and out["auto"]["reason"]

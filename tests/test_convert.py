@@ -57,6 +57,20 @@ def test_tiny_llama_converts_exactly_in_blocks_of_any_size(tmp_path, monkeypatch
     _same_as_transformers(gguf, tmp_path / "out")
 
 
+def test_a_bf16_copy_holds_the_fp32_copy_rounded_to_bf16(tmp_path):
+    from safetensors.torch import load_file
+
+    gguf = build_tiny_gguf(tmp_path / "llama.gguf")
+    convert_gguf(gguf, tmp_path / "fp32")
+    convert_gguf(gguf, tmp_path / "bf16", precision="bfloat16")
+    exact, rounded = (load_file(tmp_path / d / convert.WEIGHTS_FILE) for d in ("fp32", "bf16"))
+    assert exact.keys() == rounded.keys()
+    assert all(rounded[k].dtype == torch.bfloat16 and torch.equal(rounded[k], exact[k].to(torch.bfloat16))
+               for k in exact)
+    assert (tmp_path / "bf16" / convert.WEIGHTS_FILE).stat().st_size < 0.6 * (
+        tmp_path / "fp32" / convert.WEIGHTS_FILE).stat().st_size
+
+
 def test_tied_output_uses_the_output_matrix_for_both(tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -155,6 +155,8 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
     device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert device.status == OK and device.detail.startswith("cpu")
     assert memory.status == PROBLEM and "1.5 GB" in memory.detail
+    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="bfloat16"))
+    assert "0.8 GB" in memory.detail  # the weights in half the bytes
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(64e9), total=int(64e9)))
     _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert memory.status == OK

@@ -57,6 +57,13 @@ def policy(tiny_model_dir):
     return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu")), cfg)
 
 
+@pytest.fixture()
+def bf16_policy(tiny_model_dir):
+    torch.manual_seed(0)
+    cfg = NodeConfig(lora_r=4, lora_alpha=8, learning_rate=0.01, micro_batch=2, max_grad_norm=0.0)
+    return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu"), torch.bfloat16), cfg)
+
+
 def first_token_logprobs(policy: Policy, question: str, responses: list[str]) -> list[float]:
     """The log-prob of each response's first token under the policy, by a plain forward pass."""
     policy.activate()
@@ -85,6 +92,21 @@ def test_grpo_step_raises_the_higher_advantage_completion(policy):
     assert after[0] > before[0] and after[1] < before[1]
     # Only the adapter trains: every frozen base weight is bit-identical.
     assert all(torch.equal(p, frozen[n]) for n, p in policy.model.named_parameters() if n in frozen)
+
+
+def test_a_bf16_base_trains_an_fp32_adapter_and_agrees_with_fp32(policy, bf16_policy):
+    """Frozen weights in bf16 (the dtype setting's bfloat16, and auto on CUDA): the
+    adapter still trains in fp32, and the log-probs stay within bf16's rounding of fp32's."""
+    assert all(p.dtype == torch.float32 for p in bf16_policy.params)
+    assert {p.dtype for p in bf16_policy.model.parameters() if not p.requires_grad} == {torch.bfloat16}
+    q = Question("basic_arithmetic", "Calculate 1 + 1.", "2")
+    good, bad = "<answer>2</answer>", "<answer>7</answer>"
+    before, exact = first_token_logprobs(bf16_policy, q.question, [good, bad]), first_token_logprobs(
+        policy, q.question, [good, bad])
+    assert before == pytest.approx(exact, abs=0.1)
+    assert bf16_policy.train_step([Group(q, [good, bad, good, bad], [1.0, 0.0, 1.0, 0.0])]) is not None
+    after = first_token_logprobs(bf16_policy, q.question, [good, bad])
+    assert after[0] > before[0] and after[1] < before[1]
 
 
 def test_the_loss_is_the_token_mean_over_every_completion_of_the_batch(policy):

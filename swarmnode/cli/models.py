@@ -25,16 +25,19 @@ def _mb(n: int) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     cfg = load_config({"device": args.device} if args.device else {}, config_path=args.config).config
     # torch comes with these (the device decides what auto picks)
-    from swarmnode.node.modelchoice import auto_choice
+    from swarmnode.node.modelchoice import auto_choice, node_dtype
     from swarmnode.train.fetch import ModelError, is_ready, model_dir
+    from swarmnode.train.model import precision_name
 
     try:
         machine, choice = auto_choice(cfg.device)
+        precision = precision_name(node_dtype(cfg))
     except ModelError as exc:
         raise SystemExit(f"swarmnode: {exc}") from None
     rows = [dict(name=m.name, title=m.title, parameters=m.parameters, download_bytes=m.download_bytes,
-                 license=m.license, license_url=m.license_url, attribution=m.attribution, cached=is_ready(m),
-                 path=str(model_dir(m)), sha256=m.sha256, packages=[p.spec for p in m.packages],
+                 license=m.license, license_url=m.license_url, attribution=m.attribution,
+                 cached=is_ready(m, precision), path=str(model_dir(m, precision)), precision=precision,
+                 sha256=m.sha256, packages=[p.spec for p in m.packages],
                  aliases=[a for a, n in ALIASES.items() if n == m.name])
             for m in CATALOGUE.values()]
     if args.json:

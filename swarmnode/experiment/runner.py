@@ -52,7 +52,7 @@ from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.train.curriculum import LevelError, Levels
-from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device
+from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, TaskConfigError, TaskSource, load_task_file
 from swarmnode.train.yardstick import SEED as YARDSTICK_SEED
@@ -181,7 +181,8 @@ class Experiment:
         device = pick_device(self.s.node.device)
         for cohort in self.s.cohorts:
             try:
-                self.bases[cohort.model] = base = load_base_model(cohort.model, device)
+                self.bases[cohort.model] = base = load_base_model(cohort.model, device,
+                                                                  pick_dtype(device, self.s.node.dtype))
             except ModelError as exc:
                 raise ExperimentError(str(exc)) from None
             log.info("model %s on %s; %d nodes x %d configs share it", base.name, device, cohort.count,

@@ -33,7 +33,7 @@ from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.swarm.transport import TransportError, transport_for
 from swarmnode.train.curriculum import LevelError, Levels
-from swarmnode.train.model import ModelError, load_base_model, pick_device
+from swarmnode.train.model import ModelError, load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
@@ -114,7 +114,7 @@ class Daemon:
         except LevelError as exc:
             raise ConfigError("levels", str(exc)) from None
         log.info("loading model %s on %s", cfg.model, device)
-        policy = Policy(load_base_model(cfg.model, device), cfg)
+        policy = Policy(load_base_model(cfg.model, device, pick_dtype(device, cfg.dtype)), cfg)
         choice = self.threads.start()
         log.info("threads: %d (%s)", choice.count, choice.reason)
         return identity, policy, families, seed, levels

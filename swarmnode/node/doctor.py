@@ -96,10 +96,10 @@ def _model_config_file(spec: str) -> Path | None:
     """The model's config.json when it is on this machine; None when it is not (yet)."""
     entry = catalogue_entry(spec)
     if entry is not None:
-        from swarmnode.train.fetch import model_dir
+        from swarmnode.train.fetch import PRECISION_SUFFIX, model_dir
 
-        path = model_dir(entry) / "config.json"
-        return path if path.is_file() else None
+        found = [model_dir(entry, p) / "config.json" for p in PRECISION_SUFFIX]
+        return next((path for path in found if path.is_file()), None)
     local = Path(spec).expanduser()
     if local.is_dir():
         return local / "config.json" if (local / "config.json").is_file() else None
@@ -180,7 +180,7 @@ def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
                                                "(its config.json is not on this machine)",
                             "start once with internet so the model is cached, then run doctor again"))
         return checks
-    need = estimate_memory(params, torch.finfo(pick_dtype(device)).bits // 8)
+    need = estimate_memory(params, torch.finfo(pick_dtype(device, cfg.dtype)).bits // 8)
     detail = f"{_gb(free)} {where}; {spec} ({params / 1e6:.0f}M parameters) needs about {_gb(need)}"
     if free < need:
         checks.append(Check("memory", PROBLEM, detail,
@@ -300,10 +300,16 @@ def check_model_cache(cfg: NodeConfig) -> Check:
     spec = _model_spec(cfg)
     entry = catalogue_entry(spec)
     if entry is not None:
+        from swarmnode.node.modelchoice import node_dtype
         from swarmnode.train.fetch import is_ready, model_dir
+        from swarmnode.train.model import ModelError, precision_name
 
-        target = model_dir(entry)
-        if is_ready(entry):
+        try:
+            precision = precision_name(node_dtype(cfg))
+        except ModelError:
+            precision = "float32"  # the device check says what is wrong with the device
+        target = model_dir(entry, precision)
+        if is_ready(entry, precision):
             return Check("model cache", OK, f"{entry.name} converted at {target}")
         why = _writable(cache_dir())
         if why:

@@ -15,7 +15,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.node.checkpoint import latest_checkpoint
 from swarmnode.node.threads import ThreadPolicy, confine_library_threads
 from swarmnode.paths import NodeHome
-from swarmnode.train.model import load_base_model, pick_device
+from swarmnode.train.model import load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
 from swarmnode.train.tasks import Scorer, load_task_file
 from swarmnode.train.yardstick import (
@@ -33,7 +33,8 @@ def evaluate(cfg: NodeConfig, home: NodeHome, *, untrained: bool = False) -> dic
     confine_library_threads()
     threads = ThreadPolicy(cfg.threads)  # made before the load, which is its probe window
     families = load_task_file(cfg.tasks)
-    policy = Policy(load_base_model(cfg.model, pick_device(cfg.device)), cfg)
+    device = pick_device(cfg.device)
+    policy = Policy(load_base_model(cfg.model, device, pick_dtype(device, cfg.dtype)), cfg)
     threads.start()
     threads.apply()
     questions = yardstick_questions(families)

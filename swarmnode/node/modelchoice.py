@@ -9,11 +9,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from swarmnode.catalogue import AUTO, AutoChoice, auto_model, catalogue_entry
 from swarmnode.config import NodeConfig
 from swarmnode.node.threads import physical_cores
-from swarmnode.train.model import pick_device, prepare_model
+from swarmnode.train.model import pick_device, pick_dtype, prepare_model
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,12 @@ def this_machine(device_spec: str) -> Machine:
     return Machine(device.type, memory, physical_cores())
 
 
+def node_dtype(cfg: NodeConfig) -> "torch.dtype":
+    """The dtype the node on ``cfg`` computes in: ``cfg.dtype``, ``auto`` decided for its device
+    (:func:`swarmnode.train.model.pick_dtype`). Raises ModelError for a device that is not there."""
+    return pick_dtype(pick_device(cfg.device), cfg.dtype)
+
+
 def auto_choice(device_spec: str) -> tuple[Machine, AutoChoice]:
     machine = this_machine(device_spec)
     return machine, auto_model(machine.accelerator, machine.memory_bytes, machine.cores)
@@ -62,7 +72,7 @@ def prepare(cfg: NodeConfig) -> NodeConfig:
     spec, why = resolve_model(cfg.model, cfg.device)
     if why:
         log.info("model auto picked %s: %s", spec, why)
-    source = prepare_model(spec, cfg.model_file)
+    source = prepare_model(spec, cfg.model_file, node_dtype(cfg))
     if source.entry is not None:
         log.info("model %s: %s", source.name, source.entry.notice)
     else:

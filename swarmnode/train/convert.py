@@ -1,4 +1,4 @@
-"""A GGUF file to a plain fp32 safetensors model directory, a block of rows at a time.
+"""A GGUF file to a plain safetensors model directory (fp32 or bf16), a block of rows at a time.
 
 transformers loads a GGUF itself (``from_pretrained(gguf_file=...)``), but it de-quantizes
 every tensor into memory before the model exists and then holds the model as well: 1.2 GB
@@ -10,12 +10,14 @@ one block. The tensor names and the per-architecture fixes (Llama's q/k row orde
 norm offsets) are transformers' own, through :func:`swarmnode.compat.transformers.gguf_tensor_converter`,
 so the copy holds exactly the weights transformers' own GGUF load gives (tests/test_convert.py).
 
-The copy is fp32: the exact de-quantized values, and on a CPU (fp32) transformers maps the
-file instead of copying it, so a node's memory holds the weights once.
+The copy is written in the precision the node computes in (:data:`PRECISIONS`): fp32 holds the
+exact de-quantized values, bf16 rounds them to 8 bits of mantissa and halves the file. Either
+way transformers maps the file instead of copying it when it loads the model in the file's
+own precision, so a node's memory holds the weights once.
 
-``python -m swarmnode.train.convert GGUF OUT [--tie-output]`` runs one conversion in its own
-process (how the node runs it, so that none of the conversion's memory stays in the node);
-a ConversionError is its last line on stderr and exit status 3.
+``python -m swarmnode.train.convert GGUF OUT [--tie-output] [--precision bfloat16]`` runs one
+conversion in its own process (how the node runs it, so that none of the conversion's memory
+stays in the node); a ConversionError is its last line on stderr and exit status 3.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from swarmnode.compat.transformers import gguf_tensor_converter
 # fp32 bytes of one block of rows: small beside the model, large enough that numpy's
 # de-quantization runs on big arrays.
 BLOCK_BYTES = 16 << 20
+# torch dtype name -> (safetensors dtype, bytes an element).
+PRECISIONS = {"float32": ("F32", 4), "bfloat16": ("BF16", 2)}
 WEIGHTS_FILE = "model.safetensors"
 # The GGUF names of the output matrix and the embedding (llama.cpp's standard names).
 OUTPUT, EMBEDDING = "output.weight", "token_embd.weight"
@@ -58,9 +62,10 @@ def _architecture(reader) -> str:
     return bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
-def convert_gguf(gguf_path: Path, out: Path, *, tie_output: bool = False) -> int:
+def convert_gguf(gguf_path: Path, out: Path, *, tie_output: bool = False, precision: str = "float32") -> int:
     """Write ``out`` (created, must not exist): config.json, generation_config.json, the
-    tokenizer and ``model.safetensors`` in fp32 for the GGUF file at ``gguf_path``.
+    tokenizer and ``model.safetensors`` in ``precision`` (a key of :data:`PRECISIONS`) for the
+    GGUF file at ``gguf_path``.
 
     ``tie_output``: the file keeps an output matrix apart from the embedding although the
     model ties them (both quantizations of one matrix); the output matrix then serves as both,
@@ -93,11 +98,11 @@ def convert_gguf(gguf_path: Path, out: Path, *, tie_output: bool = False) -> int
     if missing:
         raise ConversionError(f"the GGUF file has no tensor for {', '.join(sorted(missing)[:3])}")
     with open(gguf_path, "rb") as src, open(out / WEIGHTS_FILE, "wb") as dst:
-        dst.write(_header(plan))
+        dst.write(_header(plan, precision))
         for p in plan:
-            _copy_tensor(src.fileno(), p, convert, dst)
+            _copy_tensor(src.fileno(), p, convert, lambda w: _write(dst, w, precision))
     config.architectures = [type(layout).__name__]
-    config.dtype = torch.float32
+    config.dtype = getattr(torch, precision)
     config.save_pretrained(out)
     GenerationConfig.from_model_config(config).save_pretrained(out)
     return sum(math.prod(p.shape) for p in plan)
@@ -122,21 +127,22 @@ def _plan(tensors, names: dict[str, str], shapes: dict[str, tuple[int, ...]], ti
     return plan
 
 
-def _header(plan: list[_Planned]) -> bytes:
+def _header(plan: list[_Planned], precision: str) -> bytes:
     """The safetensors header: little-endian u64 length, then JSON padded to 8 bytes."""
     entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    tag, width = PRECISIONS[precision]
     offset = 0
     for p in plan:
-        size = 4 * math.prod(p.shape)
-        entries[p.name] = {"dtype": "F32", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        size = width * math.prod(p.shape)
+        entries[p.name] = {"dtype": tag, "shape": list(p.shape), "data_offsets": [offset, offset + size]}
         offset += size
     text = json.dumps(entries, separators=(",", ":")).encode("utf-8")
     text += b" " * (-(8 + len(text)) % 8)
     return len(text).to_bytes(8, "little") + text
 
 
-def _copy_tensor(fd: int, p: _Planned, convert: Callable, dst) -> None:
-    """De-quantize GGUF tensor ``p`` into ``dst`` a block of rows (first axis) at a time.
+def _copy_tensor(fd: int, p: _Planned, convert: Callable, write: Callable[[np.ndarray], None]) -> None:
+    """De-quantize GGUF tensor ``p`` and ``write`` it a block of rows (first axis) at a time.
 
     Only tensors the architecture leaves unchanged go block by block: the first block shows it
     (``convert`` hands back its argument). Others (small: attention and norm weights) are
@@ -160,19 +166,23 @@ def _copy_tensor(fd: int, p: _Planned, convert: Callable, dst) -> None:
     if renamed != t.name:
         raise ConversionError(f"transformers renames GGUF tensor {t.name} to {renamed}: not supported here")
     if weights is first:
-        _write(dst, first)
+        write(first)
         for start in range(block, rows, block):
-            _write(dst, read(start, min(block, rows - start)))
+            write(read(start, min(block, rows - start)))
         return
     if rows > block:
         weights, _ = convert(read(0, rows), t.name)
     if tuple(weights.shape) != p.shape:
         raise ConversionError(f"GGUF tensor {t.name} became shape {tuple(weights.shape)}, expected {p.shape}")
-    _write(dst, weights)
+    write(weights)
 
 
-def _write(dst, weights: np.ndarray) -> None:
-    dst.write(memoryview(np.ascontiguousarray(weights, dtype="<f4")).cast("B"))
+def _write(dst, weights: np.ndarray, precision: str) -> None:
+    fp32 = np.ascontiguousarray(weights, dtype="<f4")
+    if precision == "bfloat16":  # numpy has no bf16: torch rounds to nearest even, as its own casts do
+        dst.write(memoryview(torch.from_numpy(fp32).to(torch.bfloat16).view(torch.int16).numpy()).cast("B"))
+    else:
+        dst.write(memoryview(fp32).cast("B"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("gguf", type=Path)
     parser.add_argument("out", type=Path, help="the model directory to create")
     parser.add_argument("--tie-output", action="store_true", help="one matrix for the embedding and the output")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="float32")
     args = parser.parse_args(argv)
     try:
-        convert_gguf(args.gguf, args.out, tie_output=args.tie_output)
+        convert_gguf(args.gguf, args.out, tie_output=args.tie_output, precision=args.precision)
     except ConversionError as exc:
         print(exc, file=sys.stderr)
         return 3

@@ -7,7 +7,8 @@ to the node's log file only. The files named in the catalogue are joined in orde
 GGUF file whose sha256 must be the pinned one, then converted (:mod:`swarmnode.train.convert`)
 in a child process, so that none of the conversion's memory stays with the node.
 
-Under ``<cache>/models``: ``<cache_name>/`` is the converted model, used only once it holds
+Under ``<cache>/models``: ``<cache_name>/`` is the converted model in fp32 (``<cache_name>-bf16/``
+in bf16, for nodes that compute in bf16), used only once it holds
 the completion marker; ``.fetch-<cache_name>-*/`` is a fetch in progress, renamed into place
 when complete and removed otherwise (also when a killed process left it behind); a lock file
 per model makes nodes started together fetch it once.
@@ -47,25 +48,29 @@ class ModelError(RuntimeError):
     """The model cannot be obtained or loaded; ``str()`` is one line saying what to do."""
 
 
-def model_dir(entry: CatalogueModel) -> Path:
-    """Where ``entry``'s converted copy lives (whether or not it exists yet)."""
-    return cache_dir() / "models" / entry.cache_name
+# The precisions a catalogue model is converted into (torch dtype names) -> directory suffix.
+PRECISION_SUFFIX = {"float32": "", "bfloat16": "-bf16"}
 
 
-def is_ready(entry: CatalogueModel) -> bool:
+def model_dir(entry: CatalogueModel, precision: str = "float32") -> Path:
+    """Where ``entry``'s converted copy in ``precision`` lives (whether or not it exists yet)."""
+    return cache_dir() / "models" / (entry.cache_name + PRECISION_SUFFIX[precision])
+
+
+def is_ready(entry: CatalogueModel, precision: str = "float32") -> bool:
     """True when the converted copy is complete and made from the pinned GGUF file."""
     try:
-        return (model_dir(entry) / MARKER).read_text().split()[:1] == [entry.sha256]
+        return (model_dir(entry, precision) / MARKER).read_text().split()[:1] == [entry.sha256]
     except OSError:
         return False
 
 
-def ensure_model(entry: CatalogueModel, model_file: str | None = None) -> Path:
-    """``entry``'s converted model directory, fetched (or read from ``model_file``, a copy of
-    the joined GGUF file) and converted first when needed. Raises ModelError; a failed fetch
-    or conversion leaves nothing in the cache."""
-    target = model_dir(entry)
-    if is_ready(entry):
+def ensure_model(entry: CatalogueModel, model_file: str | None = None, precision: str = "float32") -> Path:
+    """``entry``'s converted model directory in ``precision``, fetched (or read from
+    ``model_file``, a copy of the joined GGUF file) and converted first when needed. Raises
+    ModelError; a failed fetch or conversion leaves nothing in the cache."""
+    target = model_dir(entry, precision)
+    if is_ready(entry, precision):
         return target
     root = target.parent
     try:
@@ -73,21 +78,21 @@ def ensure_model(entry: CatalogueModel, model_file: str | None = None) -> Path:
     except OSError as exc:
         raise ModelError(f"cannot create the model cache {root} ({exc.strerror}): set SWARMNODE_CACHE to a "
                          "writable directory") from None
-    with _locked(root / f".{entry.cache_name}.lock", entry.name):
-        if is_ready(entry):  # another process finished it while this one waited
+    with _locked(root / f".{target.name}.lock", entry.name):
+        if is_ready(entry, precision):  # another process finished it while this one waited
             return target
-        for stale in root.glob(f".fetch-{entry.cache_name}-*"):
+        for stale in root.glob(f".fetch-{target.name}-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".fetch-{entry.cache_name}-"))
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".fetch-{target.name}-"))
         try:
             if model_file:
                 gguf = Path(model_file).expanduser()
                 _check_digest(entry, _sha256_of(gguf, model_file), f"model_file {model_file}")
             else:
                 gguf = _download(entry, tmp)
-            log.info("converting %s to safetensors (once)", entry.name)
+            log.info("converting %s to %s safetensors (once)", entry.name, precision)
             started = time.perf_counter()
-            _convert(entry, gguf, tmp / "model")
+            _convert(entry, gguf, tmp / "model", precision)
             (tmp / "model" / MARKER).write_text(entry.sha256 + "\n")
             if target.exists():
                 shutil.rmtree(target)
@@ -98,11 +103,11 @@ def ensure_model(entry: CatalogueModel, model_file: str | None = None) -> Path:
     return target
 
 
-def _convert(entry: CatalogueModel, gguf: Path, out: Path) -> None:
+def _convert(entry: CatalogueModel, gguf: Path, out: Path, precision: str) -> None:
     """Convert in a child process: the conversion's memory (the GGUF reader's and the
     tokenizer's tables, the de-quantized blocks) leaves with it, so the node's own peak stays
     its rounds'."""
-    cmd = [sys.executable, "-m", "swarmnode.train.convert", str(gguf), str(out)]
+    cmd = [sys.executable, "-m", "swarmnode.train.convert", str(gguf), str(out), "--precision", precision]
     code, lines = _run_logged(cmd + (["--tie-output"] if entry.tie_output else []), "convert")
     if code != 0:
         said = lines[-1].strip() if lines else f"exit status {code}"

@@ -42,11 +42,26 @@ def pick_device(spec: str) -> torch.device:
     return device
 
 
-def pick_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on CUDA GPUs that support it; fp32 elsewhere (MPS training is unreliable in half)."""
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def pick_dtype(device: torch.device, choice: str = "auto") -> torch.dtype:
+    """The dtype of the frozen weights and activations (the adapter trains in fp32 either way).
+    ``auto``: bf16 on CUDA GPUs that support it; fp32 elsewhere. On a CPU, bf16 halves the
+    weights but oneDNN keeps a compiled kernel for every matrix shape it meets, and decoding
+    meets a new one each step: the embedded model's default round peaked higher in bf16
+    than in fp32 (docs/performance.md, change 12); MPS training is unreliable in half.
+    ``float32`` and ``bfloat16`` are used as given."""
+    if choice != "auto":
+        return DTYPES[choice]
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    """``dtype``'s name in :data:`DTYPES` (how the model cache names a converted copy)."""
+    return next(name for name, d in DTYPES.items() if d == dtype)
 
 
 @dataclass
@@ -71,25 +86,25 @@ class ModelSource:
 _CHOICES = ", ".join(CATALOGUE) + ", auto, a local model directory or a Hugging Face model id"
 
 
-def prepare_model(spec: str, model_file: str | None = None) -> ModelSource:
-    """Resolve ``spec``: a catalogue model is fetched and converted when it is not cached yet
-    (``model_file``: a local copy of its GGUF file instead of the download); any other model
-    is checked to be a causal language model with a chat template. Raises ModelError with one
-    line naming the problem."""
-    source = model_source(spec, model_file)
+def prepare_model(spec: str, model_file: str | None = None, dtype: torch.dtype = torch.float32) -> ModelSource:
+    """Resolve ``spec``: a catalogue model is fetched and converted into ``dtype`` when it is
+    not cached yet (``model_file``: a local copy of its GGUF file instead of the download); any
+    other model is checked to be a causal language model with a chat template. Raises
+    ModelError with one line naming the problem."""
+    source = model_source(spec, model_file, dtype)
     if source.entry is None:
         _check_chat_model(source.path, spec, Path(source.path).is_dir())
     return source
 
 
-def model_source(spec: str, model_file: str | None = None) -> ModelSource:
-    """Where ``spec`` loads from: a catalogue model's cached directory (fetched and converted
-    first when it is not there), else the directory or hub id itself, unchecked."""
+def model_source(spec: str, model_file: str | None = None, dtype: torch.dtype = torch.float32) -> ModelSource:
+    """Where ``spec`` loads from: a catalogue model's cached directory in ``dtype`` (fetched and
+    converted first when it is not there), else the directory or hub id itself, unchecked."""
     if spec == AUTO:
         raise ValueError("'auto' must be resolved before loading (swarmnode.node.modelchoice)")
     entry = catalogue_entry(spec)
     if entry is not None:
-        return ModelSource(entry.name, str(ensure_model(entry, model_file)), entry)
+        return ModelSource(entry.name, str(ensure_model(entry, model_file, precision_name(dtype))), entry)
     if model_file:
         raise ModelError(f"model_file is for catalogue models ({', '.join(CATALOGUE)}), not '{spec}': unset it")
     local = Path(spec).expanduser()
@@ -123,14 +138,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def load_base_model(spec: str, device: torch.device, dtype: torch.dtype | None = None) -> BaseModel:
-    """Load ``spec`` (see :func:`model_source`) onto ``device``, frozen; ``name`` is its catalogue
-    name. What a node is started with was checked by :func:`prepare_model` before; a model that
-    does not load here is a ModelError."""
+def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.float32) -> BaseModel:
+    """Load ``spec`` (see :func:`model_source`) onto ``device`` in ``dtype`` (the node's is
+    :func:`pick_dtype`'s), frozen; ``name`` is its catalogue name. What a node is started with
+    was checked by :func:`prepare_model` before; a model that does not load here is a ModelError."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = dtype or pick_dtype(device)
-    source = model_source(spec)
+    source = model_source(spec, dtype=dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype)
