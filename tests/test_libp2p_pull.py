@@ -24,6 +24,14 @@ from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement, parse_push, parse_sample, read_signed
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
 from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
+from swarmnode.swarm.transport.libp2p_named import (
+    MAX_NAMED_REQUEST_BYTES,
+    MAX_NAMES,
+    NAMED_ROUNDS,
+    named_answer,
+    named_request,
+    parse_named_request,
+)
 from swarmnode.swarm.transport.libp2p_peers import PEER_TARGET, ExchangeRound, answer_order
 from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_EVERY,
@@ -183,6 +191,75 @@ def test_what_a_node_hears_feeds_its_plan_and_a_sample_is_asked_for_only_when_ne
     assert pull.sample_peer(9.0, ["x"], everyone) is None, "candidates enough for the budget"
 
 
+def test_a_request_by_name_names_a_few_peer_ids_and_its_answer_only_newer_rounds_of_those():
+    names = [identity_for(i).peer_id for i in range(1, 4)]
+    wanted = [(name, 2) for name in names]
+    assert parse_named_request(named_request(wanted)) == wanted
+    longest = [(identity_for(i).peer_id, 10**19) for i in range(MAX_NAMES)]
+    assert parse_named_request(named_request(longest)) == longest, "sixteen names with 20-digit rounds fit"
+    bad = {"garbage": b"\xff{", "not a list": canonical_json({"a": names[0]}), "empty": b"[]",
+           "too many": named_request([(identity_for(i).peer_id, 0) for i in range(MAX_NAMES + 1)]),
+           "twice the same": named_request(wanted[:1] * 2), "not a PeerID": named_request([("x", 1)]),
+           "no round": canonical_json([names[0]]), "negative round": named_request([(names[0], -1)]),
+           "round as a string": canonical_json([[names[0], "1"]]), "a triple": canonical_json([[names[0], 1, 2]]),
+           "not canonical": json.dumps([list(p) for p in wanted]).encode(), "nested": b"[" * 100_000,
+           "oversized": named_request(wanted) + b" " * MAX_NAMED_REQUEST_BYTES}
+    assert {name for name, raw in bad.items() if parse_named_request(raw) is not None} == set()
+    first_hand = FirstHand(ttl=20.0)
+    first_hand.put(_announcement(2), {"announcement": {"round": 3}, "n": 2}, now=0.0)
+    own = {"announcement": {"round": 3}, "n": 1}
+    answer = named_answer(wanted, names[0], own, lambda author: first_hand.latest(author, 5.0))
+    assert [e["n"] for e in answer] == [1, 2], "its own, and what the author pushed lately; nothing of the third"
+    assert named_answer([(names[1], 3)], names[0], own, lambda author: first_hand.latest(author, 5.0)) == [], \
+        "nothing the asker knows of already"
+    assert named_answer(wanted[1:2], names[0], own, lambda author: first_hand.latest(author, 25.0)) == [], \
+        "only what was pushed within the ttl"
+    goods = [_announcement(i).signed(identity_for(i)) for i in (1, 2, 5)]
+    got, bad_entries = parse_sample(canonical_json(goods), SW, set(names))
+    assert [a.author for a in got] == names[:2] and bad_entries == 1, "an author not named is a bad entry"
+
+
+def test_a_reader_asks_by_name_for_an_established_author_from_half_its_period_on():
+    pull = Libp2pPull("me", 8, rng=random.Random(0))
+
+    def heard_of(author: str, round_no: int, holders: tuple[str, ...] = ("relay",)) -> Announcement:
+        return Announcement(author, SW, round_no, 10, "00" * 32, (author, *holders))
+
+    def everyone(_peer: str) -> bool:
+        return True
+
+    pull.heard([heard_of("p", 1), heard_of("q", 1)], 0.0)
+    pull.plan.note_delivered("p")
+    pull.heard([heard_of("p", 2), heard_of("q", 2)], 4.0)  # p's bundle arrived before: watched, q's did not
+    assert pull.named_asks(8.0, ["relay"], everyone) == {}, "no period measured, and this node's round unknown"
+    pull.heard([heard_of("p", 3)], 12.0)  # p's period is 8 s
+    assert pull.named_asks(15.9, ["relay"], everyone) == {}, "not half a period yet"
+    assert pull.named_asks(16.0, ["relay", "p"], everyone) == {"p": [("p", 3)]}, "the author first"
+    assert pull.named_asks(17.0, ["relay"], everyone) == {}, "asked too lately"
+    assert pull.named_asks(18.0, ["relay"], everyone) == {"relay": [("p", 3)]}, "then a holder"
+    assert pull.named_asks(20.0, [], everyone) == {}, "no source connected"
+    assert pull.named_asks(20.0, ["relay"], lambda peer: peer != "p") == {}, "only established authors"
+    pull.plan.budget = 0
+    assert pull.named_asks(20.0, ["relay"], everyone) == {}, "nothing left to pull this round"
+    pull.plan.budget = 8
+    pull.heard([heard_of("p", 4)], 20.0)  # heard of at last, by name or otherwise
+    assert pull.named_asks(23.9, ["relay"], everyone) == {}
+    assert pull.named_asks(20.0 + NAMED_ROUNDS * 8.0 + 0.1, ["relay"], everyone) == {}
+    assert len(pull.named) == 0, "silent for its rounds: no longer watched until heard of again"
+
+
+def test_a_request_by_name_names_at_most_a_request_full_and_the_steady_authors_first():
+    pull = Libp2pPull("me", 8, rng=random.Random(0))
+    authors = [f"a{i}" for i in range(MAX_NAMES + 4)]
+    for author in authors:
+        pull.plan.note_delivered(author)
+    for r, t in ((1, 0.0), (2, 4.0)):
+        pull.heard([Announcement(a, SW, r, 10, "00" * 32, (a, "relay")) for a in authors], t)
+    pull.heard([Announcement("a0", SW, 3, 10, "00" * 32, ("a0", "relay"))], 5.0)
+    asks = pull.named_asks(10.0, ["relay"], lambda _peer: True)
+    assert len(asks["relay"]) == MAX_NAMES and asks["relay"][0] == ("a0", 3)
+
+
 def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     author, other = identity_for(1), identity_for(2)
     data = make_bundle(author, SW, 1, 1000, random.Random(0))
@@ -249,6 +326,13 @@ def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     assert got["noted after the block"] == [], "a blocked peer is disconnected and its pushes go unread"
     assert got["sample authors"] == [True], "the public node passes on what was pushed to it"
     assert got["liar's truth noted"] and got["sampler's reports"] == ["bad_announcement"]
+    assert got["named answer"] == [[True, False, False], [False, True, False]], \
+        "by name: what the pusher pushed, and the answerer's own; nothing of a peer it did not hear from"
+    assert got["nothing newer"] == [], "nothing of a round the asker knows of"
+    assert got["garbage request"] == ["", 1], "a request that is not a list of PeerIDs: unanswered, counted"
+    assert got["liar's named truth noted"] == 10, "a true entry of an answer is kept"
+    assert got["sampler's reports by name"] == ["bad_announcement"] and got["bad named answers"] == 1, \
+        "junk and an author not named count once against the answerer"
 
 
 @pytest.mark.slow

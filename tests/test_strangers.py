@@ -61,15 +61,16 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
         growth = memory.growth()
         during, after = pair.latencies(t0, t1), pair.latencies(t1, time.time() - 2 * PERIOD - 2)
         print(f"\n{kind} over {transport}: {done}; RSS growth MB {growth}; honest latencies during {during}, "
-              f"after {after}; counters {counters}")
+              f"after {after}; counters {counters}; the reader's drops of the sender "
+              f"{[e['reason'] for e in pair.reader.rejected() if e['author'] == pair.sender.peer_id]}")
         assert done["sent"] >= keys * rounds * 0.9
         for name, bound in BOUNDS[(kind, transport)].items():
             assert growth[name] < bound, (name, growth[name])
-        assert after and all(s is not None and s <= 2 * PERIOD for s in after.values()), after
         missed = [r for r, s in during.items() if s is None or s > 2 * PERIOD]
-        # libp2p: a round the honest sender publishes as the crowd's first pushes arrive can miss
-        # the samples that carry it (docs/reliability.md); the later ones arrive
-        assert len(missed) <= (len(during) // 2 if transport == "libp2p" else 0), during
+        # libp2p: in 1 of 5 runs at a node target, the bundle published as the crowd's first
+        # connections arrived was never received (docs/reliability.md); every later one was
+        assert during and len(missed) <= (1 if transport == "libp2p" else 0), during
+        assert after and all(s is not None and s <= 2 * PERIOD for s in after.values()), after
         refused = {k: v for k, v in counters.items() if k.startswith("refused_")}
         assert any("newcomers_full" in k for k in refused), counters
     finally:

@@ -5,7 +5,9 @@ Run by tests/test_libp2p_pull.py in a process of its own (py-libp2p cannot share
 hivemind). A pusher pushes to a public node another peer's announcement, garbage, and two of
 its own within PUSH_EVERY, then one more once the public node has blocked it; a sampler asks
 the public node for a sample, and asks a liar, which answers samples with junk beside a true
-announcement.
+announcement. Then asks by name: the sampler asks the public node for the pusher's and the
+public node's own latest announcements, sends it garbage for a request, and asks the liar,
+which answers with junk, another author's announcement and a true one of its own.
 """
 
 import asyncio
@@ -13,6 +15,7 @@ import json
 
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import Announcement
+from swarmnode.swarm.transport.libp2p_named import NAMED_PROTOCOL, named_request
 from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
 from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY, SAMPLE_PROTOCOL
 from swarmnode.swarm.transport.libp2p_streams import exchange
@@ -48,7 +51,14 @@ async def main() -> None:
         return canonical_json(["junk", Announcement(liar.identity.peer_id, SW, 9, 1000, "ef" * 32,
                                                     (liar.identity.peer_id,)).signed(liar.identity)])
 
+    async def named_junk(asker, request):
+        other = Announcement(public.identity.peer_id, SW, 6, 1000, "ab" * 32, (public.identity.peer_id,))
+        return canonical_json(["junk", other.signed(public.identity),
+                               Announcement(liar.identity.peer_id, SW, 10, 1000, "ef" * 32,
+                                            (liar.identity.peer_id,)).signed(liar.identity)])
+
     liar._answer_sample = junk_and_truth
+    liar._answer_named = named_junk
     for t in (pusher, sampler, liar):
         await t.start()
     await wait_until_async(lambda: len(public.peers()) >= 3, 30, "three peers to join the public node")
@@ -88,7 +98,26 @@ async def main() -> None:
     out["sample authors"] = sorted(a["announcement"]["author"] == pusher.identity.peer_id for a in answer)
     await sampler._sample(liar.identity.peer_id)
     out["liar's truth noted"] = sampler._pull.plan.detail(liar.identity.peer_id) is not None
-    out["sampler's reports"] = sampler_reports
+    out["sampler's reports"] = list(sampler_reports)
+
+    public._own_announcement = Announcement(public.identity.peer_id, SW, 5, 1000, "ab" * 32,
+                                            (public.identity.peer_id,)).signed(public.identity)
+    names = [pusher.identity.peer_id, public.identity.peer_id, liar.identity.peer_id]
+
+    async def by_name(wanted):
+        return await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL,
+                                         named_request(wanted), 20000)
+
+    answer = json.loads(await by_name([(name, 0) for name in names]))
+    out["named answer"] = [[a["announcement"]["author"] == p for p in names] for a in answer]
+    out["nothing newer"] = json.loads(await by_name([(pusher.identity.peer_id, 2)]))
+    garbage = await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL, b"[1,2]", 100)
+    out["garbage request"] = [garbage.decode(), public.refusals().get("refused_named_request")]
+
+    await sampler._ask_named(liar.identity.peer_id, [(liar.identity.peer_id, 9)])
+    out["liar's named truth noted"] = sampler._pull.plan.announced[liar.identity.peer_id].round
+    out["sampler's reports by name"] = sampler_reports[len(out["sampler's reports"]):]
+    out["bad named answers"] = sampler.refusals().get("refused_named_answer")
     for t in (pusher, sampler, liar, public):
         await t.stop()
     print(json.dumps(out))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection
 
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
@@ -85,13 +85,15 @@ def parse_push(raw: bytes, swarm: str) -> tuple[Announcement, dict[str, Any]] | 
     return None if announcement is None else (announcement, obj)
 
 
-def parse_sample(raw: bytes, swarm: str) -> tuple[list[Announcement], int]:
+def parse_sample(raw: bytes, swarm: str, authors: Collection[str] | None = None) -> tuple[list[Announcement], int]:
     """The announcements of a sample answer (a JSON list of at most :data:`SAMPLE_SIZE` wire
-    objects), and how many entries were bad: an answer that is not such a list is all bad (1)."""
+    objects), and how many entries were bad: an answer that is not such a list is all bad (1).
+    ``authors``: the only authors asked for (an answer by name); an entry of another is bad."""
     answer = _loads(raw, MAX_SAMPLE_BYTES)
     if not isinstance(answer, list) or len(answer) > SAMPLE_SIZE:
         return [], 1
-    good = [a for a in (read_signed(obj, swarm) for obj in answer) if a is not None]
+    good = [a for a in (read_signed(obj, swarm) for obj in answer)
+            if a is not None and (authors is None or a.author in authors)]
     return good, len(answer) - len(good)
 
 

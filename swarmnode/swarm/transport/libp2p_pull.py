@@ -8,7 +8,9 @@ What goes where (``docs/protocol.md`` section 4), all request/response streams
   PeerIDs that serve the bundle) to a few connected peers; a receiver keeps the newest one
   each peer pushed itself. ``/swarmnode/sample/3.0.0``: while a node has fewer candidates
   than it could pull, it asks its connected peers in turn for a sample of what was pushed to
-  them. The rules: :mod:`~swarmnode.swarm.transport.libp2p_spread`.
+  them. The rules: :mod:`~swarmnode.swarm.transport.libp2p_spread`. ``/swarmnode/latest/3.0.0``:
+  a node asks a peer for anything newer of the authors it pulls from, by name, once their
+  next round is near (:mod:`~swarmnode.swarm.transport.libp2p_named`).
 * ``/swarmnode/bundle/2.0.0`` serves bundles, ``/swarmnode/hold/2.0.0`` lets a private node
   (behind NAT) leave each bundle with public peers that serve it for it. The rules, and the
   checks of a pulled bundle: :mod:`~swarmnode.swarm.transport.libp2p_holding`.
@@ -80,6 +82,13 @@ from swarmnode.swarm.transport.libp2p_holding import (
     hold_rejection,
     parse_request,
 )
+from swarmnode.swarm.transport.libp2p_named import (
+    MAX_NAMED_REQUEST_BYTES,
+    NAMED_PROTOCOL,
+    named_answer,
+    named_request,
+    parse_named_request,
+)
 from swarmnode.swarm.transport.libp2p_peers import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
 from swarmnode.swarm.transport.libp2p_spread import (
     ANNOUNCE_PROTOCOL,
@@ -129,6 +138,8 @@ class Libp2pTransport(Transport):
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES, newcomer_share=1.0)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, per_signer=HELD_SIGNER_BYTES)
         self._counts: Counter[str] = Counter()  # refusals in the host thread, for refusals()
+        self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
+        self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
         self._host_rng = random.Random()  # host thread only, as are the next two
         self._first_hand = FirstHand(rng=self._host_rng)
@@ -185,7 +196,8 @@ class Libp2pTransport(Transport):
         holders = await self._bridge.run(self._leave_with_holders, data) if self.private else []
         announcement = Announcement(self.identity.peer_id, self.swarm, round_no, len(data),
                                     hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders))
-        wire = canonical_json(announcement.signed(self.identity))
+        self._own_announcement = announcement.signed(self.identity)
+        wire = canonical_json(self._own_announcement)
         # Pushed in the background: a slow peer must not hold up the round.
         await asyncio.to_thread(self._bridge.start_soon, self._push, wire)
         self._pull.next_round(time.monotonic())
@@ -228,7 +240,8 @@ class Libp2pTransport(Transport):
         room), held bundles evicted to make room, and what the held store holds, by the
         authors' standing with it."""
         held = self.held
-        return {**self._counts, "evicted": held.evicted, "held_bytes": held.room.total, **held.room.stats()}
+        return {**(self._counts + self._loop_counts), "evicted": held.evicted, "held_bytes": held.room.total,
+                **held.room.stats()}
 
     def _heard(self, announcements: list[Announcement]) -> int:
         """Announcements pushed to this node that checked out, on the event loop."""
@@ -251,6 +264,9 @@ class Libp2pTransport(Transport):
         sample_from = self._pull.sample_peer(time.monotonic(), self._peers, established)
         if sample_from is not None:
             await self._sample(sample_from)
+        asks = self._pull.named_asks(time.monotonic(), self._peers, established)
+        if asks:
+            await asyncio.gather(*(self._ask_named(peer, wanted) for peer, wanted in asks.items()))
         chosen = plan.choose(established)
         if not chosen:
             return
@@ -273,6 +289,21 @@ class Libp2pTransport(Transport):
         now = time.monotonic()
         self._pull.sampled(announcements, now, lambda p: self._is_blocked(p, now))
 
+    async def _ask_named(self, peer: str, wanted: list[tuple[str, int]]) -> None:
+        """Ask ``peer`` for anything newer of the (author, round) pairs ``wanted``; an answer
+        with anything else (junk, a forgery, another author's) is counted against it."""
+        raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), NAMED_PROTOCOL,
+                                     named_request(wanted), MAX_SAMPLE_BYTES)
+        if not raw:  # no answer: nothing to judge
+            return
+        announcements, bad = parse_sample(raw, self.swarm, {author for author, _ in wanted})
+        if bad:
+            self._loop_counts["refused_named_answer"] += 1
+            if self._reject_handler is not None:
+                self._reject_handler(peer, "bad_announcement")
+        now = time.monotonic()
+        self._pull.heard(announcements, now, lambda p: self._is_blocked(p, now))
+
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
         return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted)
@@ -290,7 +321,8 @@ class Libp2pTransport(Transport):
             handlers = {PEERS_PROTOCOL: partial(answer_peers, host, self._host_rng),
                         BUNDLE_PROTOCOL: partial(serve, self._answer_bundle, MAX_REQUEST_BYTES),
                         ANNOUNCE_PROTOCOL: partial(serve, self._take_announcement, MAX_ANNOUNCEMENT_BYTES),
-                        SAMPLE_PROTOCOL: partial(serve, self._answer_sample, 0)}
+                        SAMPLE_PROTOCOL: partial(serve, self._answer_sample, 0),
+                        NAMED_PROTOCOL: partial(serve, self._answer_named, MAX_NAMED_REQUEST_BYTES)}
             if not self.private:  # a private node never holds for others
                 handlers[HOLD_PROTOCOL] = partial(serve, self._take_hold, MAX_MESSAGE_BYTES)
             for protocol, handler in handlers.items():
@@ -344,6 +376,20 @@ class Libp2pTransport(Transport):
         if self._is_blocked(asker, time.monotonic()):
             return b""
         return canonical_json(self._first_hand.sample(time.monotonic(), exclude=(asker,)))
+
+    async def _answer_named(self, asker: str, request: bytes) -> bytes:
+        """NAMED_PROTOCOL: the latest announcement of each author named that this node holds
+        (its own, or one pushed to it lately), if newer than the round named; a request that
+        is not a list of (PeerID, round) pairs is refused unanswered."""
+        now = time.monotonic()
+        if self._is_blocked(asker, now):
+            return b""
+        wanted = parse_named_request(request)
+        if wanted is None:
+            self._counts["refused_named_request"] += 1
+            return b""
+        return canonical_json(named_answer(wanted, self.identity.peer_id, self._own_announcement,
+                                           lambda author: self._first_hand.latest(author, now)))
 
     async def _refresh_peers(self, host: Any) -> None:
         while True:

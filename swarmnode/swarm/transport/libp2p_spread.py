@@ -30,6 +30,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
+from swarmnode.swarm.transport.libp2p_named import NamedWatch
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
 
 ANNOUNCE_PROTOCOL = "/swarmnode/announce/3.0.0"
@@ -111,6 +112,11 @@ class FirstHand:
         drawn = self.rng.sample(others, min(SAMPLE_SIZE - len(settled), len(others)))
         return [wire for _, _, wire in settled] + drawn
 
+    def latest(self, author: str, now: float) -> dict[str, Any] | None:
+        """The wire object of ``author``'s newest announcement if it was pushed within ``ttl``."""
+        held = self._items.get(author)
+        return held[2] if held is not None and held[0] >= now - self.ttl else None
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -150,9 +156,10 @@ class SampleSchedule:
 class Libp2pPull:
     """What a libp2p node pulls and when it asks for samples: its
     :class:`~swarmnode.swarm.transport.pull.PullPlan` (``plan``, freshness
-    :class:`~swarmnode.swarm.transport.pull.OnlyFresh`) fed with what it hears, and its
-    :class:`SampleSchedule` (``sampling``). Not thread-safe: the transport uses it on its
-    event loop."""
+    :class:`~swarmnode.swarm.transport.pull.OnlyFresh`) fed with what it hears, its
+    :class:`SampleSchedule` (``sampling``) and the authors it asks for by name
+    (:class:`~swarmnode.swarm.transport.libp2p_named.NamedWatch`, ``named``). Not
+    thread-safe: the transport uses it on its event loop."""
 
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
                  rng: random.Random | None = None):
@@ -161,6 +168,7 @@ class Libp2pPull:
         self.plan = PullPlan(own_peer_id, fetch_per_round, memory=ANNOUNCED_MEMORY, ttl=PLAN_TTL,
                              freshness=OnlyFresh(FRESH_SHARE), rng=rng)
         self.sampling = SampleSchedule(rng)
+        self.named = NamedWatch(own_peer_id)
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now``."""
@@ -180,6 +188,8 @@ class Libp2pPull:
                 newer[author] = announcement
         if newer:
             self.plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)
+        for author, announcement in newer.items():
+            self.named.heard(announcement, now, author in self.plan.delivered)
         return len(newer)
 
     def sample_peer(self, now: float, connected: Sequence[str], established: Callable[[str], bool]) -> str | None:
@@ -190,6 +200,15 @@ class Libp2pPull:
             return None
         self.sampling.last = now
         return self.sampling.next_peer(connected)
+
+    def named_asks(self, now: float, connected: Sequence[str],
+                   established: Callable[[str], bool]) -> dict[str, list[tuple[str, int]]]:
+        """Time is ``now``: the established authors whose next round is overdue to ask for by
+        name, by the connected peer to ask; none while this round has no pull left to spend."""
+        self.plan.tick(now)
+        if self.plan.budget < 1:
+            return {}
+        return self.named.asks(now, connected, established, self.plan.round_s)
 
     def sampled(self, announcements: Iterable[Announcement], now: float,
                 blocked: Callable[[str], bool] = lambda _peer: False) -> int:

@@ -1,0 +1,145 @@
+"""Asking for a known author's latest announcement by name (libp2p protocol 3), without I/O.
+
+Pushes and samples (:mod:`~swarmnode.swarm.transport.libp2p_spread`) are shared with
+everyone who announces, so a crowd of new keys can stand between a node and the authors it
+already pulls from. So a node also asks for those authors by name, as a hivemind reader
+fetches a known peer's next round by its key:
+
+* ``/swarmnode/latest/3.0.0`` (:data:`NAMED_PROTOCOL`): the request is a canonical JSON list
+  of 1 to :data:`MAX_NAMES` ``[PeerID, round]`` pairs of distinct PeerIDs
+  (:func:`named_request`), the round the newest the asker knows of; the answer a JSON list
+  of at most one signed announcement a pair, of a later round (:func:`named_answer`): the
+  answerer's own latest when it is named, else the newest one the author pushed to it within
+  :data:`~swarmnode.swarm.transport.libp2p_spread.SHARE_TTL`, as a sample would pass it on.
+  Nothing new costs an empty list. A reader checks each entry as it checks a sample's, and
+  counts one of an author it did not name as bad
+  (:func:`~swarmnode.swarm.transport.announce.parse_sample` with ``authors``);
+* :class:`NamedWatch`, the reader's side: it watches the authors whose bundles arrived
+  before (at most :data:`NAMED_MEMORY`, the least lately heard of out). Once an established
+  one's next round is half a period away (its period measured from the last two rounds
+  heard of, or this node's own round), it asks a connected source of the author's last
+  announcement (the author, then its holders) for anything newer, every
+  :data:`NAMED_RETRY_S` or an eighth of the period at most, until it hears of a newer round
+  or :data:`NAMED_ROUNDS` periods have passed (then it waits to hear of the author again).
+  Authors heard of most lately are named first: those that keep their pace before those
+  gone quiet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from swarmnode.swarm.bundle import canonical_json
+from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement, is_count, is_peer_id
+
+NAMED_PROTOCOL = "/swarmnode/latest/3.0.0"
+MAX_NAMES = SAMPLE_SIZE     # PeerIDs a request may name; its answer is no longer than a sample's
+# A pair is at most 89 characters: a PeerID of at most 64 (announce.is_peer_id), quoted, a
+# comma and a round of up to 20 digits, bracketed; a comma between pairs, the list's brackets.
+MAX_NAMED_REQUEST_BYTES = MAX_NAMES * 90 + 1
+NAMED_MEMORY = 256          # authors a node watches
+NAMED_RETRY_S = 2.0         # seconds between two asks for one author, at least
+NAMED_ROUNDS = 3            # periods without a word of an author before it is no longer asked for
+
+Wanted = list[tuple[str, int]]  # (author, the newest round known of it)
+
+
+def named_request(wanted: Wanted) -> bytes:
+    return canonical_json([[author, round_no] for author, round_no in wanted])
+
+
+def parse_named_request(raw: bytes) -> Wanted | None:
+    """The (PeerID, round) pairs a request names (see the module doc), or None for anything
+    else. Never raises."""
+    if len(raw) > MAX_NAMED_REQUEST_BYTES:
+        return None
+    try:
+        pairs = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(pairs, list) or not 0 < len(pairs) <= MAX_NAMES:
+        return None
+    if not all(isinstance(p, list) and len(p) == 2 and is_peer_id(p[0]) and is_count(p[1]) for p in pairs):
+        return None
+    if len({author for author, _ in pairs}) != len(pairs) or canonical_json(pairs) != raw:
+        return None
+    return [(author, round_no) for author, round_no in pairs]
+
+
+def named_answer(wanted: Wanted, own_peer_id: str, own: dict[str, Any] | None,
+                 latest: Callable[[str], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The wire objects answering a request for ``wanted``: for each (author, round), ``own``
+    (this node's latest signed announcement, if any) when the author is this node, else
+    ``latest(author)`` (the one the author pushed here lately, or None), if of a later round."""
+    found = ((own if author == own_peer_id else latest(author), round_no) for author, round_no in wanted)
+    return [wire for wire, known in found if wire is not None and wire["announcement"]["round"] > known]
+
+
+@dataclass
+class Watched:
+    """What a reader holds of an author it watches."""
+
+    round: int  # the newest round heard of
+    heard: float  # when it was heard of (monotonic seconds)
+    sources: tuple[str, ...]  # who can answer for the author: itself, then its holders
+    period: float | None = None  # seconds between its rounds, from the last two heard
+    asked: float = float("-inf")  # when it was last asked for
+
+
+class NamedWatch:
+    """The authors a node asks for by name, and when (see the module doc). Not thread-safe."""
+
+    def __init__(self, own_peer_id: str, memory: int = NAMED_MEMORY):
+        self.own_peer_id = own_peer_id
+        self.memory = memory
+        self._watched: OrderedDict[str, Watched] = OrderedDict()  # least lately heard first
+
+    def heard(self, announcement: Announcement, now: float, known: bool) -> None:
+        """``announcement`` was heard of at ``now``: watch its author if it is ``known`` (its
+        bundles arrived here before) or watched already."""
+        author = announcement.author
+        held = self._watched.get(author)
+        if author == self.own_peer_id or (held is None and not known):
+            return
+        if held is not None and announcement.round <= held.round:
+            return
+        period = held.period if held is not None else None
+        if held is not None and now > held.heard:
+            period = (now - held.heard) / (announcement.round - held.round)
+        self._watched.pop(author, None)
+        sources = tuple(dict.fromkeys((author, *announcement.holders)))
+        self._watched[author] = Watched(announcement.round, now, sources, period)
+        while len(self._watched) > self.memory:
+            self._watched.popitem(last=False)
+
+    def asks(self, now: float, connected: Iterable[str], established: Callable[[str], bool],
+             round_s: float) -> dict[str, Wanted]:
+        """Time is ``now``: the authors to ask for now with the newest round known of each, by
+        the connected peer to ask (at most :data:`MAX_NAMES` a peer), each marked asked.
+        ``round_s``: this node's round, the period of an author heard of once only (not
+        finite: such an author is not asked for)."""
+        present = set(connected)
+        out: dict[str, Wanted] = {}
+        for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
+            period = max(watched.period or round_s, NAMED_RETRY_S)
+            if period == float("inf"):
+                continue
+            if now > watched.heard + NAMED_ROUNDS * period:
+                del self._watched[author]  # gone, or much slower: heard of again, it is watched again
+                continue
+            # From half a period on: a round heard of late makes the next one look due later.
+            if (now < watched.heard + period / 2 or now < watched.asked + max(NAMED_RETRY_S, period / 8)
+                    or not established(author)):
+                continue
+            source = next((p for p in watched.sources if p in present and p != self.own_peer_id), None)
+            if source is None or len(out.get(source, ())) >= MAX_NAMES:
+                continue
+            out.setdefault(source, []).append((author, watched.round))
+            watched.asked = now
+        return out
+
+    def __len__(self) -> int:
+        return len(self._watched)
