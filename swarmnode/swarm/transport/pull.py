@@ -249,6 +249,10 @@ class PullPlan:
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
+        # candidates() as last computed, under (what changed since, its policy's bounds): a
+        # node asks for them several times a poll, each a walk over every announcer read lately.
+        self._changes = 0
+        self._memo: tuple[tuple[int, float, float], dict[str, int]] | None = None
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -257,6 +261,7 @@ class PullPlan:
         self.round_began = self.now = now
         self.budget = float(self.k)
         self._newcomers_fetched = 0
+        self._changes += 1
 
     def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
                        made: Mapping[str, float] | None = None) -> None:
@@ -284,6 +289,7 @@ class PullPlan:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
+        self._changes += 1
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
@@ -291,6 +297,7 @@ class PullPlan:
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
             self.announced.popitem(last=False)
+            self._changes += 1
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -299,6 +306,7 @@ class PullPlan:
 
     def note_delivered(self, peer: str) -> None:
         self.freshness.delivered(peer)
+        self._changes += 1
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
         while len(self.delivered) > DELIVERED_MEMORY:
@@ -319,8 +327,16 @@ class PullPlan:
         """Announced rounds not fetched yet that the freshness policy admits, by peer (in the
         order they were last seen). Only announcements seen since the policy's
         :meth:`Freshness.seen_since` are looked at: a swarm's worth of older ones costs nothing."""
+        return dict(self._candidates())
+
+    def _candidates(self) -> dict[str, int]:
+        """:meth:`candidates`, shared with the memo: not to be changed."""
         freshness, fetched = self.freshness, self.fetched
-        since, made_since, held = freshness.seen_since(self), freshness.made_since(self), freshness.held()
+        since, made_since = freshness.seen_since(self), freshness.made_since(self)
+        key = (self._changes, since, made_since)
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        held = freshness.held()
         found = []
         for p, a in reversed(self.announced.items()):
             if a.seen < since:
@@ -328,12 +344,13 @@ class PullPlan:
             if a.made >= made_since and fetched.get(p, -1) < a.round and p not in held:
                 found.append((p, a.round))
         found.reverse()
-        return dict(found)
+        self._memo = (key, dict(found))
+        return self._memo[1]
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
         for its room only): reading more announcements is worth its cost."""
-        candidates = self.candidates()
+        candidates = self._candidates()
         known = sum(map(established, candidates))
         return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
 
@@ -343,15 +360,18 @@ class PullPlan:
         round the policy holds back is fetched later instead)."""
         drawn = [(peer, round_no) for peer, round_no in self._draw(established)
                  if not (established(peer) and self.freshness.hold_back(self, peer, round_no))]
-        return self.freshness.due(self) + drawn
+        due = self.freshness.due(self)
+        self._changes += 1
+        return due + drawn
 
     def missed(self, peer: str, round_no: int) -> bool:
         """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
         awaited round not made yet (it is asked for again later): no fault of the peer's."""
+        self._changes += 1
         return self.freshness.missed(self, peer, round_no)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
-        candidates = self.candidates()
+        candidates = self._candidates()
         if self.budget < 1 or not candidates:
             return []
         room = self._newcomer_room(established)
