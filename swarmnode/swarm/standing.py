@@ -78,20 +78,30 @@ class PeerShare:
             units = len(regulars) + crowd_open
             if not units:
                 break
-            unit_weights = [weight(p) for p in regulars]
-            if crowd_open:
-                unit_weights.append(sum(map(weight, crowd)) / len(crowd))
-            unit = rng.choices(range(units), unit_weights)[0]
+            if weights is None:
+                unit = _alike(rng, units)
+            else:
+                unit_weights = [weight(p) for p in regulars]
+                if crowd_open:
+                    unit_weights.append(sum(map(weight, crowd)) / len(crowd))
+                unit = rng.choices(range(units), unit_weights)[0]
             if unit < len(regulars):
                 peer = regulars[unit]
+            elif len(crowd) == 1:
+                peer = crowd[0]
             else:
-                peer = crowd[0] if len(crowd) == 1 else rng.choices(crowd, [weight(p) for p in crowd])[0]
+                peer = crowd[_alike(rng, len(crowd))] if weights is None else rng.choices(crowd, map(weight, crowd))[0]
             left[peer] -= 1
             if not left[peer]:
                 (regulars if kind[peer] else crowd).remove(peer)
             newcomers_taken += not kind[peer]
             out.append(peer)
         return out
+
+
+def _alike(rng: random.Random, n: int) -> int:
+    """One of ``n`` alike: what ``rng.choices(range(n), [1.0] * n)[0]`` draws, without the weights."""
+    return min(int(rng.random() * n), n - 1)
 
 
 @dataclass
@@ -112,13 +122,13 @@ class Standing:
         self.promotions_per_round = promotions_per_round
         self.max_peers = max_peers
         self._rows: OrderedDict[str, _Record] = OrderedDict()  # least recently heard first
+        self._established: set[str] = set()  # the peers of rows established
         self._round: int | None = None
         self._qualified = 0
         self._lock = threading.Lock()
-
-    def is_established(self, peer: str) -> bool:
-        row = self._rows.get(peer)
-        return row is not None and row.established
+        # Whether a peer is established: the set's own membership test, as a pull plan asks it
+        # of every announcer it holds (a set is read safely without the lock).
+        self.is_established: Callable[[str], bool] = self._established.__contains__
 
     def note(self, peer: str, *, useful: bool) -> None:
         """An accepted bundle of ``peer``; ``useful``: some of its re-scored groups carried signal."""
@@ -147,6 +157,7 @@ class Standing:
             promoted = [peer for _, peer in ready[:self.promotions_per_round]]
             for peer in promoted:
                 self._rows[peer].established = True
+                self._established.add(peer)
             return promoted
 
     def _trim(self) -> None:
@@ -156,6 +167,7 @@ class Standing:
             if victim is None:
                 victim = next(iter(self._rows))
             del self._rows[victim]
+            self._established.discard(victim)
 
     def stats(self) -> dict[str, int]:
         """``{"established": n, "newcomers": n}`` among the peers remembered."""

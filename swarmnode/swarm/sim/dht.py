@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ def path_length(servers: int) -> int:
     return NUM_WORKERS * math.ceil(math.log2(servers / TABLE_HOLDS) / 5 + 1e-9)
 
 
+_serials = itertools.count()
+
+
 @dataclass
 class Record:
     """What one server holds under one key: a bundle marker, or an announcement shard."""
@@ -66,6 +70,12 @@ class Record:
     expires: float
     value: Any = None  # a bundle's (author, round)
     subkeys: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard: PeerID -> (round, expiry)
+    # A shard's stores in the order they came, (PeerID, round, expiry): a reader checks those
+    # since its last read of this copy only (:meth:`Space.stored_since`).
+    log: list[tuple[str, int, float]] = field(default_factory=list)
+    log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
+    earliest: float = float("inf")  # the earliest expiry among ``subkeys``
+    serial: int = field(default_factory=lambda: next(_serials))  # tells a copy made again from the one it replaced
 
 
 class Space:
@@ -127,14 +137,34 @@ class Space:
         if record is None:
             record = self.records[host][key] = Record(expires)
         record.subkeys[peer] = (round_no, expires)
+        record.log.append((peer, round_no, expires))
+        if len(record.log) > 2 * len(record.subkeys) + 64:
+            dropped = len(record.log) // 2
+            del record.log[:dropped]
+            record.log_start += dropped
         record.expires = max(record.expires, expires)
+        record.earliest = min(record.earliest, expires)
 
     def shard_entries(self, record: Record, now: float) -> dict[str, tuple[int, float]]:
         """A shard's announcements not expired (expired ones are dropped)."""
+        if record.earliest >= now:
+            return record.subkeys
         live = {p: v for p, v in record.subkeys.items() if v[1] >= now}
-        if len(live) != len(record.subkeys):
-            record.subkeys = live
+        record.subkeys = live
+        record.earliest = min((v[1] for v in live.values()), default=float("inf"))
         return live
+
+    def stored_since(self, record: Record, mark: tuple[int, int] | None, now: float
+                     ) -> tuple[list[tuple[str, int, float]], tuple[int, int]]:
+        """The announcements of shard ``record`` still held at ``now`` that were stored after
+        ``mark`` (what this returned last for the same copy; None: every one), and the mark
+        to pass next time. An announcement held now and stored before the mark was held at
+        that read too: a reader that checked what it read then has checked it."""
+        live = self.shard_entries(record, now)
+        end = (record.serial, record.log_start + len(record.log))
+        if mark is None or mark[0] != record.serial or mark[1] < record.log_start:
+            return [(p, r, e) for p, (r, e) in live.items()], end
+        return [(p, r, e) for p, r, e in record.log[mark[1] - record.log_start:] if live.get(p) == (r, e)], end
 
 
 def plan_lookup(space: Space, src: int, keys: list[int], rng: random.Random, gone_known: set[int],

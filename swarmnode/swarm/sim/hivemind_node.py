@@ -89,6 +89,7 @@ class HivemindNode(SimNode):
         self.pull = HivemindPull(self.peer_id, k, rng=rng)
         self.gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
         self.verified: dict[tuple[str, int, float], None] = {}  # announcements already checked (the validator's cache)
+        self.read_marks: dict[tuple[int, int], tuple[int, int]] = {}  # (server, shard key id) -> stored_since mark
         self.loop_busy = False
         self.loop_free = rng.uniform(0.0, POLL_INTERVAL)  # when the loop's pause ends: loops start at any phase
         self.poll_at: float | None = None
@@ -245,8 +246,11 @@ class HivemindNode(SimNode):
     # -- the poll loop ----------------------------------------------------------------------
 
     def established_fn(self) -> Callable[[str], bool]:
+        standing = self.established()
+        if standing is not None:  # the peers connected matter only without a standing
+            return standing
         peers = [peer_id(p) for p in self.world.hosts.peers[self.idx] if p in self.space.up]
-        return self.pull.plan.established(self.established(), peers)
+        return self.pull.plan.established(standing, peers)
 
     def poke(self) -> None:
         """Poll at the loop's next tick (a poll due later moves up), unless one is running."""
@@ -283,23 +287,25 @@ class HivemindNode(SimNode):
         now = world.now
         merged: dict[str, tuple[int, float]] = {}
         checked = 0
+        verified = self.verified
         for key in keys:
             kid = key_id(key)
             for host in found.get(kid, []):
                 record = space.holds(host, kid, now)
                 if record is None:
                     continue
-                for peer, (round_no, expires) in space.shard_entries(record, now).items():
-                    seen = (peer, round_no, expires)
-                    if seen not in self.verified:
+                # What the validator has not seen can only be among the stores since this copy was last read.
+                new, self.read_marks[(host, kid)] = space.stored_since(record, self.read_marks.get((host, kid)), now)
+                for seen in new:
+                    if seen not in verified:
                         checked += 1
-                        self.verified[seen] = None
-                        if len(self.verified) > _VERIFIED_CACHE:
-                            self.verified.pop(next(iter(self.verified)))
-                    age = announcement_age(expires, now)
+                        verified[seen] = None
+                        if len(verified) > _VERIFIED_CACHE:
+                            verified.pop(next(iter(verified)))
+                for peer, (round_no, expires) in space.shard_entries(record, now).items():
                     held = merged.get(peer)
                     if held is None or held[0] < round_no:
-                        merged[peer] = (round_no, age)
+                        merged[peer] = (round_no, announcement_age(expires, now))
         world.meter.signatures(self.idx, now, checked)
         return merged
 

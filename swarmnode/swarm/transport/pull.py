@@ -103,12 +103,17 @@ class Freshness:
             return float("-inf")
         return plan.now - max(self.share * plan.round_s, FRESH_FLOOR_S)
 
-    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
-        raise NotImplementedError
-
     def seen_since(self, plan: PullPlan) -> float:
         """No announcement last seen before this is a candidate (so a plan looks no further back)."""
         return float("-inf")
+
+    def made_since(self, plan: PullPlan) -> float:
+        """No round made before this is a candidate."""
+        return float("-inf")
+
+    def held(self) -> Collection[str]:
+        """Peers whose announcements are no candidates whatever their age (the policy has them in hand)."""
+        return ()
 
     def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         """True to leave established ``peer``'s drawn ``round_no`` unfetched now (the policy
@@ -150,11 +155,11 @@ class AwaitNext(Freshness):
         super().__init__(share)
         self.awaited: dict[str, Awaited] = {}  # peers whose next round is asked for when due
 
-    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
-        return entry.seen >= plan.round_began and peer not in self.awaited
-
     def seen_since(self, plan: PullPlan) -> float:
         return plan.round_began
+
+    def held(self) -> Collection[str]:
+        return self.awaited
 
     def hold_back(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         """Await ``peer``'s next round instead of ``round_no`` if that was made too long ago."""
@@ -216,11 +221,11 @@ class OnlyFresh(Freshness):
     """Announcements are handed over as they are made and only announced rounds are fetched
     (libp2p): a round that is not fresh is no candidate (module doc)."""
 
-    def is_candidate(self, plan: PullPlan, peer: str, entry: Announced) -> bool:
-        return entry.made >= self.oldest_fresh(plan)
-
     def seen_since(self, plan: PullPlan) -> float:
         return self.oldest_fresh(plan)  # a round is made before it is seen
+
+    def made_since(self, plan: PullPlan) -> float:
+        return self.oldest_fresh(plan)
 
 
 class PullPlan:
@@ -244,6 +249,10 @@ class PullPlan:
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
+        # candidates() as last computed, under (what changed since, its policy's bounds): a
+        # node asks for them several times a poll, each a walk over every announcer read lately.
+        self._changes = 0
+        self._memo: tuple[tuple[int, float, float], dict[str, int]] | None = None
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -252,6 +261,7 @@ class PullPlan:
         self.round_began = self.now = now
         self.budget = float(self.k)
         self._newcomers_fetched = 0
+        self._changes += 1
 
     def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
                        made: Mapping[str, float] | None = None) -> None:
@@ -259,20 +269,27 @@ class PullPlan:
         ignored. ``details`` (peer -> anything) is kept with each, for :meth:`detail`; ``made``
         (peer -> monotonic seconds) says when an announcement was made, where the transport knows."""
         self.tick(now)
+        details, made, plan = details or {}, made or {}, self.announced
         for peer, round_no in announced.items():
             if peer == self.own_peer_id:
                 continue
-            held = self.announced.pop(peer, None)
-            entry = Announced(round_no, now, (details or {}).get(peer), min(now, (made or {}).get(peer, now)))
-            if held is not None and held.round == round_no:
-                entry.made, entry.period = min(entry.made, held.made), held.period
-            elif held is not None and held.round < round_no and entry.made > held.made:
-                entry.period = (entry.made - held.made) / (round_no - held.round)
-            self.announced[peer] = entry
+            held = plan.get(peer)
+            made_at = min(now, made.get(peer, now))
+            if held is not None and held.round == round_no:  # seen again: the same round, updated in place
+                held.seen, held.detail, held.made = now, details.get(peer), min(made_at, held.made)
+                plan.move_to_end(peer)
+                continue
+            entry = Announced(round_no, now, details.get(peer), made_at)
+            if held is not None:
+                if held.round < round_no and made_at > held.made:
+                    entry.period = (made_at - held.made) / (round_no - held.round)
+                del plan[peer]
+            plan[peer] = entry
         while len(self.announced) > self.memory:
             self.announced.popitem(last=False)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
+        self._changes += 1
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
@@ -280,6 +297,7 @@ class PullPlan:
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
             self.announced.popitem(last=False)
+            self._changes += 1
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -288,6 +306,7 @@ class PullPlan:
 
     def note_delivered(self, peer: str) -> None:
         self.freshness.delivered(peer)
+        self._changes += 1
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
         while len(self.delivered) > DELIVERED_MEMORY:
@@ -295,7 +314,7 @@ class PullPlan:
 
     def recent(self, n: int) -> list[str]:
         """The ``n`` peers whose bundles arrived last."""
-        return list(self.delivered)[-n:]
+        return list(islice(reversed(self.delivered), n))[::-1]
 
     def established(self, standing: Callable[[str], bool] | None, connected: Iterable[str]) -> Callable[[str], bool]:
         """The node's standing, or without one, the peers whose bundles arrived or that are connected."""
@@ -308,20 +327,31 @@ class PullPlan:
         """Announced rounds not fetched yet that the freshness policy admits, by peer (in the
         order they were last seen). Only announcements seen since the policy's
         :meth:`Freshness.seen_since` are looked at: a swarm's worth of older ones costs nothing."""
-        since, fetched, freshness = self.freshness.seen_since(self), self.fetched, self.freshness
+        return dict(self._candidates())
+
+    def _candidates(self) -> dict[str, int]:
+        """:meth:`candidates`, shared with the memo: not to be changed."""
+        freshness, fetched = self.freshness, self.fetched
+        since, made_since = freshness.seen_since(self), freshness.made_since(self)
+        key = (self._changes, since, made_since)
+        if self._memo is not None and self._memo[0] == key:
+            return self._memo[1]
+        held = freshness.held()
         found = []
         for p, a in reversed(self.announced.items()):
             if a.seen < since:
                 break
-            if fetched.get(p, -1) < a.round and freshness.is_candidate(self, p, a):
+            if a.made >= made_since and fetched.get(p, -1) < a.round and p not in held:
                 found.append((p, a.round))
-        return dict(reversed(found))
+        found.reverse()
+        self._memo = (key, dict(found))
+        return self._memo[1]
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
         for its room only): reading more announcements is worth its cost."""
-        candidates = self.candidates()
-        known = sum(1 for p in candidates if established(p))
+        candidates = self._candidates()
+        known = sum(map(established, candidates))
         return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
 
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
@@ -330,15 +360,18 @@ class PullPlan:
         round the policy holds back is fetched later instead)."""
         drawn = [(peer, round_no) for peer, round_no in self._draw(established)
                  if not (established(peer) and self.freshness.hold_back(self, peer, round_no))]
-        return self.freshness.due(self) + drawn
+        due = self.freshness.due(self)
+        self._changes += 1
+        return due + drawn
 
     def missed(self, peer: str, round_no: int) -> bool:
         """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
         awaited round not made yet (it is asked for again later): no fault of the peer's."""
+        self._changes += 1
         return self.freshness.missed(self, peer, round_no)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
-        candidates = self.candidates()
+        candidates = self._candidates()
         if self.budget < 1 or not candidates:
             return []
         room = self._newcomer_room(established)
