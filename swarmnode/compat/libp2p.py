@@ -10,8 +10,10 @@ functions run in the transport's trio thread. Every contract was checked on the 
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import trio
 from libp2p.peer.id import ID
 
 # The py-libp2p (PyPI: libp2p) releases pyproject.toml admits, and the ones these contracts were run on.
@@ -40,3 +42,39 @@ def batch_window_updates() -> None:
     process; a value already set wins.
     """
     os.environ.setdefault("PY_YAMUX_RELEASE_ON_READ", "0")
+
+
+class InboundConnectionClosed(Exception):
+    """Ends py-libp2p's handler of an inbound connection once the connection has closed."""
+
+
+def release_inbound_slots(host: Any) -> None:
+    """Make ``host`` give an inbound connection's slot back when that connection closes.
+
+    Contract (checked on 0.8.1): the swarm (``host.get_network()``) takes a token of its
+    ``_inbound_limiter`` (a ``trio.CapacityLimiter`` of ``max_connections - min_connections``
+    tokens, 250 by default) in ``_handle_inbound_connection`` for each connection it accepts,
+    refuses a connection when none is left, and gives the token back when that handler
+    returns. The handler upgrades the connection with ``upgrade_inbound_raw_conn``, which
+    returns the muxed connection (``event_closed``: a ``trio.Event`` set when either end closes
+    it), and then waits for the swarm's end: stock, a host accepts 250 inbound connections in
+    its life. Here ``upgrade_inbound_raw_conn`` of this swarm, called by a task that holds an
+    inbound slot, waits until the connection closes and then raises
+    :class:`InboundConnectionClosed`, which the handler takes as a connection that ended: it
+    closes the raw connection (already closed, quietly), logs at debug and gives the slot back.
+    The cap on inbound connections open at once stays. Other callers (hole punching upgrades an
+    outbound dial as inbound) get the connection back as before; an upgrade that fails, as one
+    arriving while the host stops does, raises as before, and the handler closes it quietly.
+    """
+    swarm = host.get_network()
+    limiter: trio.CapacityLimiter = swarm._inbound_limiter
+    upgrade: Callable[[Any, Any], Awaitable[Any]] = swarm.upgrade_inbound_raw_conn
+
+    async def upgrade_until_closed(raw_conn: Any, maddr: Any) -> Any:
+        muxed_conn = await upgrade(raw_conn, maddr)
+        if trio.lowlevel.current_task() not in limiter.statistics().borrowers:
+            return muxed_conn
+        await muxed_conn.event_closed.wait()
+        raise InboundConnectionClosed(f"inbound connection from {muxed_conn.peer_id} closed")
+
+    swarm.upgrade_inbound_raw_conn = upgrade_until_closed
