@@ -63,14 +63,23 @@ def release_inbound_slots(host: Any) -> None:
     :class:`InboundConnectionClosed`, which the handler takes as a connection that ended: it
     closes the raw connection (already closed, quietly), logs at debug and gives the slot back.
     The cap on inbound connections open at once stays. Other callers (hole punching upgrades an
-    outbound dial as inbound) get the connection back as before; an upgrade that fails, as one
-    arriving while the host stops does, raises as before, and the handler closes it quietly.
+    outbound dial as inbound) get the connection back as before; an upgrade that fails raises
+    as before, and the handler closes it quietly.
+
+    Also checked on 0.8.1: a host's listeners outlive ``host.run()`` (the swarm's own shutdown
+    closes them after an await its cancelled scope never passes), and a connection accepted
+    then is upgraded and fails in ``add_conn`` (``LifecycleError``, logged as a warning with
+    its traceback). Here one that arrives once the swarm's service is cancelled or stopped is
+    closed before the upgrade, without a word above debug.
     """
     swarm = host.get_network()
     limiter: trio.CapacityLimiter = swarm._inbound_limiter
     upgrade: Callable[[Any, Any], Awaitable[Any]] = swarm.upgrade_inbound_raw_conn
 
     async def upgrade_until_closed(raw_conn: Any, maddr: Any) -> Any:
+        if not swarm.manager.is_running or swarm.manager.is_cancelled:
+            await raw_conn.close()
+            raise InboundConnectionClosed("the host has stopped")
         muxed_conn = await upgrade(raw_conn, maddr)
         if trio.lowlevel.current_task() not in limiter.statistics().borrowers:
             return muxed_conn

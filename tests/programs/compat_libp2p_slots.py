@@ -2,11 +2,12 @@
 
 A server host with 3 inbound slots, stock and with release_inbound_slots, visited by fresh
 client hosts (a key and a TCP connection each) that connect, read one answer on a stream and
-close. Run by tests/test_compat.py in a process of its own (hivemind and py-libp2p cannot
-share one).
+close; then one more client once the server host has stopped (its listener outlives it).
+Run by tests/test_compat.py in a process of its own (hivemind and py-libp2p cannot share one).
 """
 
 import json
+import logging
 import os
 import socket
 
@@ -98,16 +99,33 @@ async def at_once(info, clients: int) -> tuple[int, bool]:
     return sum(results), newcomer
 
 
+class Warnings(logging.Handler):
+    """The warnings py-libp2p logs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 async def main():
     out = {}
+    warnings = Warnings()
+    logging.getLogger("libp2p").addHandler(warnings)
     for release in (False, True):
         host, address, info = server(release)
+        name = "released" if release else "stock"
         async with host.run([address]):
-            name = "released" if release else "stock"
             out[f"{name}: accepted in turn of {2 * CAP + 2}"] = await in_turn(host, info, 2 * CAP + 2)
             if release:
                 out[f"{name}: accepted at once of {CAP + 2}"], out[f"{name}: one more after"] = \
                     await at_once(info, CAP + 2)
+        warnings.messages.clear()
+        out[f"{name}: a client after the host stopped connects"] = await visit(info)
+        await trio.sleep(0.5)
+        out[f"{name}: ... and the host logs ADDCONN_FAIL"] = any("ADDCONN_FAIL" in m for m in warnings.messages)
     print(json.dumps(out))
 
 
