@@ -317,3 +317,12 @@ def test_libp2p_inbound_slot_comes_back_when_its_connection_closes():
                                                  "released: one more after": True,
                                                  "released: a client after the host stopped connects": False,
                                                  "released: ... and the host logs ADDCONN_FAIL": False}
+
+
+@pytest.mark.slow
+def test_libp2p_host_keeps_its_own_keys_when_its_peerstore_is_full():
+    # Stock py-libp2p evicts the host's own keys once its peerstore is full, and the next identify ends the host.
+    assert _run_check("compat_libp2p_own_key") == {"stock: own key after meeting 10 peers": False,
+                                                   "stock: the host survived": False,
+                                                   "kept: own key after meeting 10 peers": True,
+                                                   "kept: answers identify": True, "kept: the host survived": True}

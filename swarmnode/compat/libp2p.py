@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 
 # The py-libp2p (PyPI: libp2p) releases pyproject.toml admits, and the ones these contracts were run on.
@@ -87,3 +88,29 @@ def release_inbound_slots(host: Any) -> None:
         raise InboundConnectionClosed(f"inbound connection from {muxed_conn.peer_id} closed")
 
     swarm.upgrade_inbound_raw_conn = upgrade_until_closed
+
+
+def keep_own_keys(host: Any) -> None:
+    """Keep ``host``'s own key pair in its peerstore however many peers it meets.
+
+    Contract (checked on 0.8.1): the peerstore (``host.get_peerstore()``) holds at most
+    ``max_peers`` peers (1,000 by default); ``_enforce_peer_limit`` (run as peers are added) and
+    ``_cleanup_expired_records`` (every 5 minutes) delete entries, those without addresses
+    first, and the host's own entry, which holds only its keys, is among them. After that
+    ``host.get_public_key()`` raises ``PeerStoreError``, the next identify request's handler
+    fails, and the error ends the whole host: a relay stopped after about a thousand keys had
+    dialed it. Here both put the host's keys back as soon as they have deleted them.
+    """
+    peerstore = host.get_peerstore()
+    own = host.get_id()
+    key_pair = KeyPair(peerstore.privkey(own), peerstore.pubkey(own))
+
+    def restoring(evict: Callable[[], None]) -> Callable[[], None]:
+        def evict_then_restore() -> None:
+            evict()
+            if not peerstore.has_peer(own):
+                peerstore.add_key_pair(own, key_pair)
+        return evict_then_restore
+
+    peerstore._enforce_peer_limit = restoring(peerstore._enforce_peer_limit)
+    peerstore._cleanup_expired_records = restoring(peerstore._cleanup_expired_records)
