@@ -23,7 +23,15 @@ import pytest
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement, parse_push, parse_sample, read_signed
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
-from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
+from swarmnode.swarm.transport.libp2p_holding import (
+    MAX_REQUEST_BYTES,
+    bundle_request,
+    choose_holders,
+    hold_rejection,
+    parse_request,
+    pull_sources,
+    pulled_rejection,
+)
 from swarmnode.swarm.transport.libp2p_named import (
     MAX_NAMED_REQUEST_BYTES,
     MAX_NAMES,
@@ -273,6 +281,12 @@ def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     assert pulled_rejection(other.peer_id, announced, data) == "peer_id_mismatch"
     assert hold_rejection(author.peer_id, data) == (1, None)
     assert hold_rejection(other.peer_id, data) == (None, "peer_id_mismatch")
+    assert parse_request(bundle_request(author.peer_id, 7)) == (author.peer_id, 7)
+    bad = {"garbage": b"\xff{", "nested": b"[" * 100_000, "a list": canonical_json([author.peer_id, 7]),
+           "no round": canonical_json({"author": author.peer_id}), "not a PeerID": bundle_request("x", 7),
+           "negative round": bundle_request(author.peer_id, -1), "null": b"null",
+           "oversized": bundle_request(author.peer_id, 7) + b" " * MAX_REQUEST_BYTES}
+    assert {name for name, raw in bad.items() if parse_request(raw) is not None} == set()
 
 
 def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers():

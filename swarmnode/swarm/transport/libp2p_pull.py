@@ -50,7 +50,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from swarmnode.compat.libp2p import allow_redial, batch_window_updates
+from swarmnode.compat.libp2p import allow_redial, batch_window_updates, keep_own_keys, release_inbound_slots
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import (
@@ -314,6 +314,8 @@ class Libp2pTransport(Transport):
         try:
             key_pair = create_new_key_pair(self.identity.seed)
             host = new_host(key_pair=key_pair, announce_addrs=announce)
+            release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
+            keep_own_keys(host)  # else the host fails once it has met 1,000 peers
             own_id = host.get_id()
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
