@@ -361,11 +361,15 @@ class HivemindNode(SimNode):
             self._poll_at(wake)
 
     def _next_due(self) -> float | None:
-        """When an awaited round falls due, or an announcement expires (the plan may want more)."""
+        """When an awaited round falls due, a candidate becomes drawable, or an announcement
+        expires (the plan may want more)."""
         plan = self.pull.plan
         times = [min(a.due, a.until) for a in plan.freshness.awaited.values()]
         if plan.announced:
             times.append(next(iter(plan.announced.values())).seen + plan.ttl)
+        drawable = plan.drawable_from(self.established_fn())
+        if drawable is not None:
+            times.append(drawable)
         return min(times) if times else None
 
     # -- life -------------------------------------------------------------------------------

@@ -37,8 +37,12 @@ whenever it happened to read of them would get bundles up to a round old (docs/s
   (the one after the round it should have made by now, or that one if it is fresh; the
   peer's period comes from when its announcements were made), asks for it when it is due,
   and again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one
-  round of this node's it takes the old round after all. A newcomer's round is fetched at
-  once whatever its age, so an announcement of a key without standing costs one fetch.
+  round of this node's it gives up (the fetch stays spent: the old round would arrive old).
+  So that what it awaits comes soon, such a peer is drawn only once its next round is due
+  within the window from now (:meth:`Freshness.drawable_from`), and not at all while its
+  period is unknown: a node with 20 s rounds draws a peer with 300 s rounds only near the
+  time of that peer's rounds. A newcomer's round is drawn only while fresh and fetched at
+  once, never awaited, so an announcement of a key without standing costs one fetch.
 * :class:`OnlyFresh`, for a transport that is handed announcements as they are made and
   fetches only what was announced (libp2p's pushes and samples, pulls checked against the
   announced digest). A round that is not fresh is no candidate at all, whoever made it: the
@@ -120,6 +124,15 @@ class Freshness:
         takes care of it, see :meth:`due`)."""
         return False
 
+    def drawable_from(self, plan: PullPlan, peer: str) -> float:
+        """When established ``peer``'s announced round (a candidate) may be drawn: -inf for
+        now, inf for not while it stays as it is."""
+        return float("-inf")
+
+    def newcomer_drawable(self, plan: PullPlan, peer: str) -> bool:
+        """Whether a newcomer's announced round (a candidate) may be drawn now."""
+        return True
+
     def due(self, plan: PullPlan) -> list[tuple[str, int]]:
         """Rounds held back earlier to ask for now."""
         return []
@@ -139,10 +152,9 @@ class Freshness:
 class Awaited:
     """A chosen peer whose announced round was old: its next round is asked for when due."""
 
-    old: int  # the round announced when chosen, taken after all at ``until``
     next: int  # the round asked for
     due: float
-    until: float
+    until: float  # given up then
     wait: float = AWAIT_RETRY_S  # before asking again, if it is missing
     asks: int = AWAIT_ASKS  # left
 
@@ -167,21 +179,41 @@ class AwaitNext(Freshness):
         oldest = self.oldest_fresh(plan)
         if entry.made >= oldest:
             return False
-        # The peer has likely made rounds since the one read (a stale read, or a long wait):
-        # ask for the newest it should have if that is fresh, else for the one after it.
-        period = entry.period or plan.round_s
-        behind = int((plan.now - entry.made) // period)
-        if behind == 0 or entry.made + behind * period < oldest:
-            behind += 1
-        due = max(plan.now, entry.made + behind * period)
-        self.awaited[peer] = Awaited(round_no, round_no + behind, due, plan.now + plan.round_s)
+        behind, due = self._next_fresh(plan, entry, entry.period or plan.round_s, oldest)
+        self.awaited[peer] = Awaited(round_no + behind, due, plan.now + plan.round_s)
         plan.fetched[peer] = round_no + behind
         return True
 
+    def drawable_from(self, plan: PullPlan, peer: str) -> float:
+        """A fresh round now; a peer of known period a window before its next fresh round is
+        due; one of unknown period not before it announces a fresh round."""
+        entry = plan.announced[peer]
+        oldest = self.oldest_fresh(plan)
+        if entry.made >= oldest:
+            return float("-inf")
+        if entry.period is None:
+            return float("inf")
+        return self._next_fresh(plan, entry, entry.period, oldest)[1] - (plan.now - oldest)
+
+    def newcomer_drawable(self, plan: PullPlan, peer: str) -> bool:
+        """A newcomer's round only while fresh: it is never awaited (a key without standing
+        costs one fetch an announcement), so an old one would arrive old."""
+        return plan.announced[peer].made >= self.oldest_fresh(plan)
+
+    @staticmethod
+    def _next_fresh(plan: PullPlan, entry: Announced, period: float, oldest: float) -> tuple[int, float]:
+        """How many rounds after ``entry``'s the one to await is, and when it is due."""
+        # The peer has likely made rounds since the one read (a stale read, or a long wait):
+        # the newest it should have if that is fresh, else the one after it.
+        behind = int((plan.now - entry.made) // period)
+        if behind == 0 or entry.made + behind * period < oldest:
+            behind += 1
+        return behind, max(plan.now, entry.made + behind * period)
+
     def due(self, plan: PullPlan) -> list[tuple[str, int]]:
-        """Awaited peers to ask now: for a newer round announced meanwhile, the next round when
-        due, or the old round after one round of this node's."""
-        due = []
+        """Awaited peers to ask now: for a newer round announced meanwhile, or the next round
+        when due; those awaited for one round of this node's are given up."""
+        due, gone = [], []
         for peer, awaited in self.awaited.items():
             entry = plan.announced.get(peer)
             if entry is None:  # expired by a tick; note_announced forgets it
@@ -191,18 +223,21 @@ class AwaitNext(Freshness):
                 plan.fetched[peer] = announced
                 awaited.until = plan.now  # announced, so stored: a miss now is the peer's
             elif plan.now >= awaited.until:
-                plan.fetched[peer] = awaited.old
+                gone.append(peer)
+                continue
             elif plan.now < awaited.due:
                 continue
             due.append((peer, plan.fetched[peer]))
             awaited.due = plan.now + awaited.wait
+        for peer in gone:
+            del self.awaited[peer]
         return due
 
     def missed(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         awaited = self.awaited.get(peer)
         if awaited is None or round_no != plan.fetched.get(peer):
             return False
-        if plan.now >= awaited.until:  # an announced round (or the old one, taken after all) was missing
+        if plan.now >= awaited.until:  # an announced round was missing
             del self.awaited[peer]
             return False
         awaited.asks -= 1
@@ -347,6 +382,16 @@ class PullPlan:
         self._memo = (key, dict(found))
         return self._memo[1]
 
+    def drawable_from(self, established: Callable[[str], bool]) -> float | None:
+        """When the earliest candidate not drawable now becomes drawable (a transport that
+        sleeps between polls wakes then); None if none will, or no budget is left."""
+        if self.budget < 1:
+            return None
+        freshness, now = self.freshness, self.now
+        later = [t for t in (freshness.drawable_from(self, p) for p in self._candidates() if established(p))
+                 if now < t < float("inf")]
+        return min(later, default=None)
+
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
         for its room only): reading more announcements is worth its cost."""
@@ -376,7 +421,10 @@ class PullPlan:
             return []
         room = self._newcomer_room(established)
         chosen: list[tuple[str, int]] = []
-        for peer in FETCH_SHARE.pick(self.k, dict.fromkeys(candidates, 1), established, self.rng):
+        freshness, now = self.freshness, self.now
+        drawable = {p: 1 for p in candidates if (freshness.drawable_from(self, p) <= now if established(p)
+                                                 else freshness.newcomer_drawable(self, p))}
+        for peer in FETCH_SHARE.pick(self.k, drawable, established, self.rng):
             if len(chosen) >= int(self.budget):
                 break
             if not established(peer):
