@@ -34,7 +34,7 @@ from swarmnode.swarm.sim.dht import (
     per_key_workers,
     plan_lookup,
 )
-from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -187,8 +187,7 @@ class HivemindNode(SimNode):
         """Transport._keep_joined (its JoinLoop) with hivemind's join: connect, ping, and look
         up the node's own id to fill the routing table."""
         world = self.world
-        connected = [peer_id(p) for p in world.hosts.peers[self.idx]]
-        dial = self.joining.to_dial(bootstrap_in_reach(connected, self.bootstrap))
+        dial = self.joining.to_dial(bootstrap_in_reach(ConnectedIds(world, self.idx), self.bootstrap))
         if not dial:
             self.after(self.joining.wait(False, False), self._keep_joined)
             return

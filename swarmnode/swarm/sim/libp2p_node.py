@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
 from swarmnode.swarm.transport.announce import Announcement, source_addresses
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.libp2p_holding import (
@@ -182,7 +182,7 @@ class Libp2pNode(SimNode):
     def _keep_joined(self) -> None:
         """Transport._keep_joined: its JoinLoop says whom to dial and how long to wait."""
         world = self.world
-        dial = self.joining.to_dial(bootstrap_in_reach(self.connected_ids(), self.bootstrap))
+        dial = self.joining.to_dial(bootstrap_in_reach(ConnectedIds(world, self.idx), self.bootstrap))
         if not dial:
             self.after(self.joining.wait(False, False), self._keep_joined)
             return

@@ -129,9 +129,11 @@ class Freshness:
         now, inf for not while it stays as it is."""
         return float("-inf")
 
-    def newcomer_drawable(self, plan: PullPlan, peer: str) -> bool:
-        """Whether a newcomer's announced round (a candidate) may be drawn now."""
-        return True
+    def drawable(self, plan: PullPlan, candidates: Iterable[str], established: Callable[[str], bool]
+                 ) -> dict[str, int]:
+        """Of ``candidates``, in their order, those that may be drawn now (weight 1 each):
+        an established peer's once :meth:`drawable_from` has come."""
+        return dict.fromkeys(candidates, 1)
 
     def due(self, plan: PullPlan) -> list[tuple[str, int]]:
         """Rounds held back earlier to ask for now."""
@@ -195,10 +197,22 @@ class AwaitNext(Freshness):
             return float("inf")
         return self._next_fresh(plan, entry, entry.period, oldest)[1] - (plan.now - oldest)
 
-    def newcomer_drawable(self, plan: PullPlan, peer: str) -> bool:
-        """A newcomer's round only while fresh: it is never awaited (a key without standing
-        costs one fetch an announcement), so an old one would arrive old."""
-        return plan.announced[peer].made >= self.oldest_fresh(plan)
+    def drawable(self, plan: PullPlan, candidates: Iterable[str], established: Callable[[str], bool]
+                 ) -> dict[str, int]:
+        """Fresh rounds; an established peer's old one per :meth:`drawable_from`; a newcomer's
+        old one never: it is not awaited (a key without standing costs one fetch an
+        announcement), so it would arrive old."""
+        oldest, now, announced = self.oldest_fresh(plan), plan.now, plan.announced
+        window = now - oldest
+        out = {}
+        for peer in candidates:
+            entry = announced[peer]
+            if entry.made >= oldest:
+                out[peer] = 1
+            elif (entry.period is not None and established(peer)
+                  and self._next_fresh(plan, entry, entry.period, oldest)[1] - window <= now):
+                out[peer] = 1
+        return out
 
     @staticmethod
     def _next_fresh(plan: PullPlan, entry: Announced, period: float, oldest: float) -> tuple[int, float]:
@@ -284,10 +298,12 @@ class PullPlan:
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
-        # candidates() as last computed, under (what changed since, its policy's bounds): a
-        # node asks for them several times a poll, each a walk over every announcer read lately.
-        self._changes = 0
-        self._memo: tuple[tuple[int, float, float], dict[str, int]] | None = None
+        # candidates() as last computed under its policy's bounds, kept up to date between
+        # computations: a node asks for them several times a poll, and a walk over every
+        # announcer read lately costs as many entries as a read brings.
+        self._memo: tuple[tuple[float, float], dict[str, int]] | None = None
+        self._moved: dict[str, None] = {}  # peers put at the end of ``announced`` since, in that order
+        self._dirty: set[str] = set()  # other peers whose candidacy may have changed since
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -296,7 +312,7 @@ class PullPlan:
         self.round_began = self.now = now
         self.budget = float(self.k)
         self._newcomers_fetched = 0
-        self._changes += 1
+        self._memo = None
 
     def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
                        made: Mapping[str, float] | None = None) -> None:
@@ -310,6 +326,8 @@ class PullPlan:
                 continue
             held = plan.get(peer)
             made_at = min(now, made.get(peer, now))
+            self._moved.pop(peer, None)
+            self._moved[peer] = None
             if held is not None and held.round == round_no:  # seen again: the same round, updated in place
                 held.seen, held.detail, held.made = now, details.get(peer), min(made_at, held.made)
                 plan.move_to_end(peer)
@@ -321,18 +339,16 @@ class PullPlan:
                 del plan[peer]
             plan[peer] = entry
         while len(self.announced) > self.memory:
-            self.announced.popitem(last=False)
+            self._dirty.add(self.announced.popitem(last=False)[0])
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
-        self._changes += 1
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
         what is fresh is judged from it."""
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
-            self.announced.popitem(last=False)
-            self._changes += 1
+            self._dirty.add(self.announced.popitem(last=False)[0])
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -341,7 +357,7 @@ class PullPlan:
 
     def note_delivered(self, peer: str) -> None:
         self.freshness.delivered(peer)
-        self._changes += 1
+        self._dirty.add(peer)
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
         while len(self.delivered) > DELIVERED_MEMORY:
@@ -366,12 +382,37 @@ class PullPlan:
 
     def _candidates(self) -> dict[str, int]:
         """:meth:`candidates`, shared with the memo: not to be changed."""
-        freshness, fetched = self.freshness, self.fetched
+        freshness, fetched, announced = self.freshness, self.fetched, self.announced
         since, made_since = freshness.seen_since(self), freshness.made_since(self)
-        key = (self._changes, since, made_since)
-        if self._memo is not None and self._memo[0] == key:
-            return self._memo[1]
+        key = (since, made_since)
         held = freshness.held()
+        memo = self._memo
+        if memo is not None and memo[0] == key:
+            moved, dirty, found = self._moved, self._dirty, memo[1]
+            self._moved, self._dirty = {}, set()
+
+            def admitted(p: str) -> bool:
+                a = announced.get(p)
+                return (a is not None and a.seen >= since and a.made >= made_since and fetched.get(p, -1) < a.round
+                        and p not in held)
+
+            for p in dirty.difference(moved):
+                if not admitted(p):
+                    found.pop(p, None)
+                elif p not in found:  # a candidate again where it stood: rare, so walk again
+                    return self._rebuild(key)
+            for p in moved:  # at the end of announced, in this order
+                found.pop(p, None)
+                if admitted(p):
+                    found[p] = announced[p].round
+            return found
+        return self._rebuild(key)
+
+    def _rebuild(self, key: tuple[float, float]) -> dict[str, int]:
+        """:meth:`_candidates` by a walk over the announcers seen since the policy's bound."""
+        fetched, held = self.fetched, self.freshness.held()
+        since, made_since = key
+        self._moved, self._dirty = {}, set()
         found = []
         for p, a in reversed(self.announced.items()):
             if a.seen < since:
@@ -403,16 +444,20 @@ class PullPlan:
         """The (peer, round) pairs to fetch now: rounds the policy held back that are now due,
         and new choices, spent from the budget and marked fetched (an established peer's
         round the policy holds back is fetched later instead)."""
-        drawn = [(peer, round_no) for peer, round_no in self._draw(established)
+        awaited = set(self.freshness.held())
+        chosen = self._draw(established)
+        drawn = [(peer, round_no) for peer, round_no in chosen
                  if not (established(peer) and self.freshness.hold_back(self, peer, round_no))]
         due = self.freshness.due(self)
-        self._changes += 1
+        self._dirty.update(peer for peer, _ in chosen)
+        self._dirty.update(peer for peer, _ in due)
+        self._dirty.update(awaited.symmetric_difference(self.freshness.held()))
         return due + drawn
 
     def missed(self, peer: str, round_no: int) -> bool:
         """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
         awaited round not made yet (it is asked for again later): no fault of the peer's."""
-        self._changes += 1
+        self._dirty.add(peer)
         return self.freshness.missed(self, peer, round_no)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
@@ -421,9 +466,7 @@ class PullPlan:
             return []
         room = self._newcomer_room(established)
         chosen: list[tuple[str, int]] = []
-        freshness, now = self.freshness, self.now
-        drawable = {p: 1 for p in candidates if (freshness.drawable_from(self, p) <= now if established(p)
-                                                 else freshness.newcomer_drawable(self, p))}
+        drawable = self.freshness.drawable(self, candidates, established)
         for peer in FETCH_SHARE.pick(self.k, drawable, established, self.rng):
             if len(chosen) >= int(self.budget):
                 break
