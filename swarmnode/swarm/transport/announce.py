@@ -16,7 +16,6 @@ at most :data:`MAX_ANNOUNCEMENT_BYTES`; a sample answer is a JSON list of at mos
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping
 
@@ -24,6 +23,7 @@ from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
+from swarmnode.swarm.transport.libp2p_json import loads_bounded
 
 DOMAIN = b"swarmnode-announce-v3\0"
 MAX_ANNOUNCEMENT_BYTES = 2048
@@ -99,7 +99,7 @@ def read_signed(obj: Any, swarm: str) -> Announcement | None:
 
 def parse_push(raw: bytes, swarm: str) -> tuple[Announcement, dict[str, Any]] | None:
     """A pushed announcement (one wire object, canonically encoded) and its wire object, or None."""
-    obj = _loads(raw, MAX_ANNOUNCEMENT_BYTES)
+    obj = loads_bounded(raw, MAX_ANNOUNCEMENT_BYTES)
     if obj is None or canonical_json(obj) != raw:  # one encoding per announcement: no padding
         return None
     announcement = read_signed(obj, swarm)
@@ -110,7 +110,7 @@ def parse_sample(raw: bytes, swarm: str, authors: Collection[str] | None = None)
     """The announcements of a sample answer (a JSON list of at most :data:`SAMPLE_SIZE` wire
     objects), and how many entries were bad: an answer that is not such a list is all bad (1).
     ``authors``: the only authors asked for (an answer by name); an entry of another is bad."""
-    answer = _loads(raw, MAX_SAMPLE_BYTES)
+    answer = loads_bounded(raw, MAX_SAMPLE_BYTES)
     if not isinstance(answer, list) or len(answer) > SAMPLE_SIZE:
         return [], 1
     good = [a for a in (read_signed(obj, swarm) for obj in answer)
@@ -163,13 +163,6 @@ def _read_addresses(obj: Any) -> Addresses | None:
     return tuple(sorted(out))
 
 
-def _loads(raw: bytes, limit: int) -> Any:
-    if len(raw) > limit:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _well_formed(a: Announcement) -> bool:
