@@ -121,6 +121,19 @@ def test_the_loss_is_the_token_mean_over_every_completion_of_the_batch(policy):
     assert policy.train_step([Group(q, ["a", "b"], [1.0, 1.0], token_ids=ids[:2])]) is None  # nothing to learn
 
 
+def test_free_heap_is_returned_after_every_micro_batch(policy, monkeypatch):
+    from swarmnode.train import policy as policy_module
+
+    trims = []
+    monkeypatch.setattr(policy_module, "release_free_memory", lambda: trims.append(1))
+    q = Question("chain_sum", "What is 1 + 1?", "2")
+    group = Group(q, ["a", "b", "c"], [0.0, 0.5, 1.0], token_ids=[[11, 12, 13], [14, 15, 16, 17, 18], [19, 20]])
+    batches = policy._micro_batches(policy._encode_pairs([(policy.prompt(q.question), ids)
+                                                          for ids in group.token_ids]), [0, 2])
+    assert policy.train_step([group]) is not None
+    assert len(trims) == len(batches) + 1  # after each micro-batch, and after the update
+
+
 def test_advantages_use_the_population_standard_deviation():
     adv = group_advantages(torch.tensor([[0.0, 1.0]]))[0]
     assert adv.tolist() == pytest.approx([-1.0, 1.0], abs=1e-5)  # the sample one would give -0.71, 0.71

@@ -186,6 +186,20 @@ def test_should_stop_ends_every_row(policy):
     assert [len(r) for r in rows] == [1, 1]
 
 
+def test_long_decoding_returns_free_heap_every_few_steps(policy, monkeypatch):
+    from swarmnode.train import sampler
+
+    trims = []
+    monkeypatch.setattr(sampler, "release_free_memory", lambda: trims.append(1))
+    torch.manual_seed(0)
+    steps = 3 * sampler.TRIM_EVERY_STEPS + 1
+    rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=steps, temperature=1.0,
+                  stop_string="never in these rows", eos_ids=(), token_texts=policy.token_texts,
+                  device=torch.device("cpu"))
+    assert [len(r) for r in rows] == [steps, steps]
+    assert len(trims) == 3
+
+
 def test_policy_generate_counts_and_decodes(policy):
     torch.manual_seed(1)
     gen = policy.generate([policy.prompt("a"), policy.prompt("b")], 3, max_new_tokens=6, temperature=1.0)
