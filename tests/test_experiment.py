@@ -241,3 +241,38 @@ def test_what_nodes_trained_on_counts_only_rounds_the_run_finished():
     got = summarize_external(external, rows)[("4/4", "small")]
     assert got["node_rounds"] == 2 and got["per_round"] == 1.0
     assert got["from"]["big"] == {"per_round": 1.0, "reward": 0.375, "with_right": 1.0, "families": {"gcd": 2}}
+
+
+def _outcome(out: Path) -> dict[str, list[tuple]]:
+    """What a run computed, by table: every row but its timings, in a fixed order."""
+    tables = {}
+    for name in ("rounds.csv", "external.csv"):
+        rows = [tuple((k, v) for k, v in r.items() if k != "seconds") for r in read_rows(out / name)]
+        tables[name] = sorted(rows)
+    return tables
+
+
+def test_a_stopped_and_resumed_run_and_interleaved_seeds_compute_what_an_uninterrupted_run_does(
+        tmp_path, tiny_model_dir):
+    """Three nodes, J = 4 at the default newcomer share (a newcomer crowd gets 1 of the 4 slots
+    until its members are established, after 3 rounds of useful bundles): the checkpoint carries
+    each node's pool, its peers' standing and its own recent rewards, so a run stopped after
+    round 1 and resumed, and seeds that take turns of one round each (every turn a resume),
+    give the very rows of runs that never stopped; the peers are established by round 3."""
+    def settings(out: Path, rounds: int, seeds: int, checkpoint_every: int) -> Settings:
+        return Settings(profile="laptop", nodes=3, configs="2/0,2/4:ao", rounds=rounds, seeds=seeds,
+                        checkpoint_every=checkpoint_every, out=str(out),
+                        node=NodeConfig(questions=4, completions=3, max_new_tokens=4, model=str(tiny_model_dir),
+                                        device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8))
+
+    rounds = 6
+    straight = tmp_path / "straight"  # one seed after the other, no checkpoint read back
+    _run(settings(straight, rounds, seeds=2, checkpoint_every=rounds))
+    stopped = tmp_path / "stopped"  # seeds in turns of one round; stopped after round 1 of each
+    _run(settings(stopped, 2, seeds=2, checkpoint_every=1))
+    _run(settings(stopped, rounds, seeds=2, checkpoint_every=1))
+    assert _outcome(stopped) == _outcome(straight)
+
+    rows = read_rows(straight / "rounds.csv")
+    late = [int(r["n_external"]) for r in rows if r["config"] == "2/4:ao" and int(r["round"]) >= 4]
+    assert max(late) > 1, "established peers fill more than the newcomers' one slot"
