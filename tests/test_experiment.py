@@ -119,6 +119,15 @@ def test_cli_rejects_bad_configs(tiny_model_dir, tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
 
 
+def test_help_lists_every_flag(capsys):
+    """The node settings' help texts may hold a '%' (argparse formats help with %)."""
+    from swarmnode.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["experiment", "--help"])
+    assert done.value.code == 0 and "--eval-every" in capsys.readouterr().out
+
+
 class _RightScorer(Scorer):
     """Every answer right: each family's level climbs once it has a window of groups."""
 

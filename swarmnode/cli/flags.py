@@ -46,7 +46,7 @@ def add_config_flags(parser: argparse.ArgumentParser, exclude: typing.Container[
         group = groups.setdefault(section, parser.add_argument_group(f"{section} options"))
         flag = "--" + f.name.replace("_", "-")
         tp, _ = field_type(f.name)
-        help_text = f.metadata["help"]
+        help_text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         if tp is bool:
             group.add_argument(flag, dest=f.name, action="store_const", const="true", default=None, help=help_text)
             group.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_const",
