@@ -390,6 +390,15 @@ class Experiment:
                 return r, out_of_time
             r += 1
 
+    def report(self) -> Path:
+        """Write summary.md and rewards.png from the run's tables as they stand (a run stopped or
+        still going), running nothing; returns the summary path."""
+        meta = self.out / "experiment.json"
+        if not (self.out / "rounds.csv").exists() or not meta.exists():
+            raise ExperimentError(f"{self.out} holds no experiment's tables: nothing to report")
+        self._check_out_dir()
+        return write_reports(self.out, self.s)
+
     # ---- the whole run -----------------------------------------------------------------------
     def run(self) -> Path:
         """Run or resume every seed, then write summary.md and rewards.png; returns the summary path.
