@@ -250,7 +250,7 @@ class ExternalPool:
                 by_peer[peer] = deque(_Entry(int(r), int(q), parse_group(g, peer))
                                       for r, q, g in zip(rounds, seqs, groups))
             seq = int(state["seq"])
-        except (KeyError, TypeError, BundleRejected) as exc:
+        except (KeyError, TypeError, ValueError, BundleRejected) as exc:
             raise ValueError(f"pool state is damaged ({type(exc).__name__}: {exc})") from None
         with self._lock:
             self._by_peer = by_peer
