@@ -14,3 +14,28 @@ def test_start_tui_child_gets_the_same_flags():
     again = parser.parse_args(child[3:])
     assert given_flags(again) == given_flags(args)
     assert again.config == "/tmp/c.toml" and not again.tui
+
+
+def test_a_slow_stop_leaves_every_threads_stack_in_the_log(tmp_path):
+    import faulthandler
+    import threading
+    import time
+
+    from swarmnode.node.logs import log_file, report_a_slow_stop
+    from swarmnode.paths import NodeHome
+
+    home = NodeHome(tmp_path / "home")
+    stuck = threading.Event()
+    worker = threading.Thread(target=stuck.wait, name="stuck-worker")
+    worker.start()
+    try:
+        report_a_slow_stop(home, after_s=0.2)
+        time.sleep(1.0)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        stuck.set()
+        worker.join()
+    text = log_file(home).read_text()
+    assert "most recent call first" in text
+    assert "test_a_slow_stop_leaves_every_threads_stack_in_the_log" in text  # this thread's stack
+    assert "in wait" in text  # and the stuck worker's

@@ -291,7 +291,12 @@ async def test_daemon_keeps_training_under_a_flood(tmp_path, tiny_model_dir):
             async with session.post(api["url"] + "/v1/stop",
                                     headers={"Authorization": f"Bearer {api['token']}"}) as resp:
                 assert resp.status == 200
-        assert node.wait(120) == 0, nlog.read_text()[-3000:]
+        try:
+            code = node.wait(120)
+        except subprocess.TimeoutExpired:
+            code = None
+        # A stop still running after 60 s has appended every thread's stack to the node's log file.
+        assert code == 0, _tails(nlog, home / "logs" / "swarmnode.log")()
     finally:
         stop_all(node, flooder)
     rows = metric_rows(home)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -70,12 +71,28 @@ def _prepare_in_foreground(cfg: NodeConfig, home: NodeHome) -> int:
     return child.exitcode or 0
 
 
+def _stop_child_on_hangup(child: subprocess.Popen) -> None:
+    """A dashboard ended by its terminal closing (SIGHUP) or by ``kill`` (SIGTERM) dies without
+    running its cleanup, and the node, in a session of its own, would train on unseen. So these
+    signals first ask the node to stop (it finishes on its own), then end this process as they would have."""
+
+    def stop(signum: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, stop)
+
+
 def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
     """The node as a child process (logging to its home), the dashboard in the foreground."""
     from swarmnode.tui.app import run_dashboard
 
     child = subprocess.Popen(_child_argv(args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
+    _stop_child_on_hangup(child)
     try:
         run_dashboard(home)
     finally:

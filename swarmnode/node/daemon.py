@@ -22,6 +22,7 @@ from swarmnode.config import ConfigError, NodeConfig
 from swarmnode.events import PauseChanged, PhaseChanged, ThreadsChosen
 from swarmnode.node.api import ApiServer
 from swarmnode.node.checkpoint import CheckpointError
+from swarmnode.node.logs import report_a_slow_stop
 from swarmnode.node.metrics import MetricsError
 from swarmnode.node.priority import apply_priority
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
@@ -175,6 +176,7 @@ class Daemon:
             if not self._stop.is_set():
                 await self._rounds(self.node)
         finally:
+            report_a_slow_stop(self.home)
             if self.node is not None:
                 self.node.abandon_yardstick()
             if self.link is not None:

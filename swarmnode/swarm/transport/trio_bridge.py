@@ -2,7 +2,7 @@
 
 py-libp2p runs on trio, the node on asyncio. :class:`TrioThread` runs ``trio.run`` in its
 own thread. The asyncio side reaches it with ``trio.from_thread``, always from a worker
-thread (``asyncio.to_thread``), so the event loop never waits on trio; the trio side reaches
+thread, so the event loop never waits on trio; the trio side reaches
 back with ``loop.call_soon_threadsafe``. :meth:`TrioThread.start` returns once the program
 says it is ready, or raises its startup error; :meth:`TrioThread.stop` cancels everything
 inside ``trio.run`` and joins the thread.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 from typing import Any, Awaitable, Callable
@@ -52,7 +53,7 @@ class TrioThread:
 
     async def run(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         """``await fn(*args)`` in the trio thread, from asyncio; raises what it raises."""
-        return await asyncio.to_thread(trio.from_thread.run, fn, *args, trio_token=self._token)
+        return await _in_daemon_thread(trio.from_thread.run, fn, *args, trio_token=self._token)
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start ``fn(*args)`` as a task of the ready nursery, from any thread (outside the trio
@@ -74,8 +75,9 @@ class TrioThread:
             return True
         if self._token is not None and self._cancel is not None:
             try:
-                await asyncio.to_thread(trio.from_thread.run_sync, self._cancel.cancel, trio_token=self._token)
-            except trio.RunFinishedError:
+                await asyncio.wait_for(_in_daemon_thread(trio.from_thread.run_sync, self._cancel.cancel,
+                                                         trio_token=self._token), timeout)
+            except (trio.RunFinishedError, asyncio.TimeoutError):  # ended already; stuck (the join says)
                 pass
         await asyncio.to_thread(thread.join, timeout)
         self._thread = None
@@ -95,3 +97,30 @@ class TrioThread:
             self._cancel = cancel
             self._token = trio.lowlevel.current_trio_token()
             await main()
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a daemon thread of its own; its result or exception, awaited.
+
+    Not asyncio's default executor: a call into a trio program that never answers (a host
+    that failed to stop) would hold an executor thread, which the interpreter joins at exit,
+    and the node would never exit. A daemon thread is left behind instead."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], Any]) -> None:
+        if not done.done():
+            outcome()
+
+    def call() -> None:
+        try:
+            outcome = functools.partial(done.set_result, fn(*args, **kwargs))
+        except BaseException as exc:
+            outcome = functools.partial(done.set_exception, exc)
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop has closed: nobody waits for the answer any more
+            pass
+
+    threading.Thread(target=call, name=f"trio-call-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
+    return await done
