@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--round-s S] [--slots-released] [--addresses-announced] [--seed 0] [--json PATH]
+        [--round-s S] [--slots-held] [--seed 0] [--json PATH]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -159,12 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="libp2p: inbound connections a host accepts (default: py-libp2p's 250)")
     parser.add_argument("--round-s", type=float, default=None, metavar="S",
                         help="every node's rounds last S seconds (default: the hardware mix, 20 s to 300 s)")
-    parser.add_argument("--slots-released", action="store_true",
-                        help="libp2p: a host's inbound slot is free again when its connection closes (py-libp2p "
-                             "0.8.1 holds it until the host stops)")
-    parser.add_argument("--addresses-announced", action="store_true",
-                        help="libp2p: every public source of a bundle is dialable, as if announcements carried "
-                             "their sources' addresses (a protocol change, simulated only)")
+    parser.add_argument("--slots-held", action="store_true",
+                        help="libp2p: a host's inbound slot stays taken until the host stops, as py-libp2p 0.8.1 "
+                             "holds it (default: free again when its connection closes)")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -189,10 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s = replace(s, relay_inbound=args.relay_cap)
             if args.round_s is not None and not args.machine:
                 s = replace(s, hardware=(Hardware("one class", 1.0, args.round_s),))
-            if args.slots_released:
-                s = replace(s, inbound_held=False)
-            if args.addresses_announced:
-                s = replace(s, extra={**s.extra, "addresses_announced": True})
+            if args.slots_held:
+                s = replace(s, inbound_held=True)
             scenarios.append(s)
     try:
         for s in scenarios:

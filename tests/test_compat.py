@@ -302,3 +302,27 @@ def test_libp2p_doors_on_two_real_hosts():
 @pytest.mark.slow
 def test_libp2p_yamux_credit_batches_on_real_hosts():
     assert _run_check("compat_yamux") == {"by default, one a read or more": True, "batched, at most 15": True}
+
+
+@pytest.mark.slow
+def test_libp2p_inbound_slot_comes_back_when_its_connection_closes():
+    # Stock py-libp2p gives a slot back only when the host stops: 3 of 8 in turn. With the door
+    # every closed connection's slot comes back, while the 3 open at once stay the cap; and a
+    # connection reaching the host's listener after it stopped is closed without a warning.
+    assert _run_check("compat_libp2p_slots") == {"stock: accepted in turn of 8": 3,
+                                                 "stock: a client after the host stopped connects": False,
+                                                 "stock: ... and the host logs ADDCONN_FAIL": True,
+                                                 "released: accepted in turn of 8": 8,
+                                                 "released: accepted at once of 5": 3,
+                                                 "released: one more after": True,
+                                                 "released: a client after the host stopped connects": False,
+                                                 "released: ... and the host logs ADDCONN_FAIL": False}
+
+
+@pytest.mark.slow
+def test_libp2p_host_keeps_its_own_keys_when_its_peerstore_is_full():
+    # Stock py-libp2p evicts the host's own keys once its peerstore is full, and the next identify ends the host.
+    assert _run_check("compat_libp2p_own_key") == {"stock: own key after meeting 10 peers": False,
+                                                   "stock: the host survived": False,
+                                                   "kept: own key after meeting 10 peers": True,
+                                                   "kept: answers identify": True, "kept: the host survived": True}

@@ -133,10 +133,13 @@ def test_a_round_made_long_ago_is_skipped_for_the_peers_next_and_waiting_for_it_
     t, delivered, rejected = make_transport(swarm, {a}, k=2)
     # This node's rounds: 40 s, so a round over 20 s (the floor) old is stale.
     t._pull.next_round(time.monotonic() - 40.0)
-    swarm.announce(a, 5, payload=True, age=45.0)  # round 6 is due already (a 40 s round, unknown period)
+    # Its round 4 was read before, made 85 s ago, and 5 was made 45 s ago: its period is 40 s,
+    # so round 6 is due already (a peer whose period is unknown is drawn only when fresh).
+    t._pull.plan.note_announced({a: 4}, time.monotonic(), made={a: time.monotonic() - 85.0})
+    swarm.announce(a, 5, payload=True, age=45.0)
     run_round(t, polls=3)
     assert swarm.fetched == [a] and delivered == [] and rejected == [], "asked for round 6, not made yet"
-    assert t._pull.plan.freshness.awaited[a].old == 5
+    assert t._pull.plan.freshness.awaited[a].next == 6
     swarm.announce(a, 6, payload=True)
     for _ in range(ANNOUNCE_SHARDS // SHARDS_PER_POLL):  # the shard cycle comes to a's, which says 6
         asyncio.run(t._poll_once())

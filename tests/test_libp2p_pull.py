@@ -21,9 +21,29 @@ from pathlib import Path
 import pytest
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import DOMAIN, SAMPLE_SIZE, Announcement, parse_push, parse_sample, read_signed
+from swarmnode.swarm.transport.announce import (
+    DOMAIN,
+    MAX_ADDRESS_CHARS,
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_HOLDERS,
+    MAX_SOURCE_ADDRESSES,
+    SAMPLE_SIZE,
+    Announcement,
+    parse_push,
+    parse_sample,
+    read_signed,
+    source_addresses,
+)
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
-from swarmnode.swarm.transport.libp2p_holding import choose_holders, hold_rejection, pull_sources, pulled_rejection
+from swarmnode.swarm.transport.libp2p_holding import (
+    MAX_REQUEST_BYTES,
+    bundle_request,
+    choose_holders,
+    hold_rejection,
+    parse_request,
+    pull_sources,
+    pulled_rejection,
+)
 from swarmnode.swarm.transport.libp2p_named import (
     MAX_NAMED_REQUEST_BYTES,
     MAX_NAMES,
@@ -40,6 +60,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     Libp2pPull,
     PushPacer,
     SampleSchedule,
+    sources_to_ask,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,7 +105,7 @@ def test_a_signed_announcement_round_trips_and_anything_else_is_refused():
         "signature not hex": read_signed({**wire, "signature": "zz" * 64}, SW),
         "not canonical on the wire": parse_push(json.dumps(wire).encode(), SW),
         "garbage": parse_push(b"\xff\x00{", SW),
-        "oversized": parse_push(canonical_json(wire) + b" " * 1100, SW),
+        "oversized": parse_push(canonical_json(wire) + b" " * MAX_ANNOUNCEMENT_BYTES, SW),
     }
     for name, change in {"size over the message limit": {"size": MAX_MESSAGE_BYTES + 1}, "size zero": {"size": 0},
                          "negative round": {"round": -1}, "round as a bool": {"round": True},
@@ -101,6 +122,60 @@ def test_a_signed_announcement_round_trips_and_anything_else_is_refused():
     assert {name for name, got in cases.items() if got is not None} == set(), "every bad announcement is refused"
     with pytest.raises(ValueError):
         good.signed(identity_for(2))  # only its author signs one
+
+
+def test_an_announcement_carries_its_sources_addresses_bounded_and_checked():
+    alice, bob = identity_for(1).peer_id, identity_for(2).peer_id
+    given = source_addresses({alice: [f"/ip4/203.0.113.7/tcp/4001/p2p/{alice}", "/ip4/0.0.0.0/tcp/4001",
+                                      "/ip4/203.0.113.7/tcp/4001", "/ip6/2001:db8::1/tcp/4001", "/ip4/10.0.0.1/tcp/9"],
+                              bob: ["garbage", f"/ip4/198.51.100.2/tcp/4001/p2p/{alice}"],
+                              "carol": []})
+    assert given == ((alice, ("/ip4/203.0.113.7/tcp/4001", "/ip6/2001:db8::1/tcp/4001")),), \
+        "its own /p2p/ part taken off, wildcards, duplicates, garbage and another's /p2p/ dropped, two at most"
+    good = _announcement(1, holders=(alice, bob), addresses=given)
+    wire = good.signed(identity_for(1))
+    assert read_signed(wire, SW) == good and good.addresses_of(alice) == given[0][1] and good.addresses_of(bob) == ()
+    assert parse_push(canonical_json(wire), SW) == (good, wire)
+    assert "addrs" not in _announcement(1).fields(), "no field of addresses when none is given"
+
+    # The largest announcement there can be fits the wire's bound.
+    holders = tuple(identity_for(i).peer_id for i in range(2, 2 + MAX_HOLDERS))
+    widest = "/dns4/" + "h" * (MAX_ADDRESS_CHARS - len("/dns4//tcp/65535")) + "/tcp/65535"
+    assert len(widest) == MAX_ADDRESS_CHARS
+    most = {p: [widest[:-1] + str(i) for i in range(MAX_SOURCE_ADDRESSES)] for p in (alice, *holders)}
+    largest = _announcement(1, holders=holders, size=MAX_MESSAGE_BYTES, round=2**53, addresses=source_addresses(most))
+    assert len(canonical_json(largest.signed(identity_for(1)))) <= MAX_ANNOUNCEMENT_BYTES
+    assert read_signed(largest.signed(identity_for(1)), SW) == largest
+
+    def signed_with(addrs) -> dict:
+        fields = {**good.fields(), "addrs": addrs}
+        return {"announcement": fields, "signature": identity_for(1).sign(DOMAIN + canonical_json(fields)).hex()}
+
+    bad = {"a source it does not name": {identity_for(7).peer_id: ["/ip4/203.0.113.7/tcp/1"]},
+           "too many": {alice: [f"/ip4/203.0.113.{i}/tcp/1" for i in range(MAX_SOURCE_ADDRESSES + 1)]},
+           "none": {alice: []}, "an empty field": {}, "not a list": {alice: "/ip4/203.0.113.7/tcp/1"},
+           "not an object": [[alice, ["/ip4/203.0.113.7/tcp/1"]]],
+           "twice the same": {alice: ["/ip4/1.2.3.4/tcp/1"] * 2},
+           "with a /p2p/ part": {alice: [f"/ip4/203.0.113.7/tcp/1/p2p/{alice}"]},
+           "a relay circuit": {alice: ["/ip4/203.0.113.7/tcp/1/p2p-circuit"]}, "no port": {alice: ["/ip4/203.0.113.7"]},
+           "port 0": {alice: ["/ip4/203.0.113.7/tcp/0"]}, "a wildcard": {alice: ["/ip4/0.0.0.0/tcp/1"]},
+           "not a multiaddr": {alice: ["203.0.113.7:4001"]}, "too long": {alice: ["/dns4/" + "h" * 64 + "/tcp/1"]},
+           "not a string": {alice: [7]}, "padded": {alice: [" /ip4/203.0.113.7/tcp/1"]}}
+    refused = {name: read_signed(signed_with(addrs), SW) for name, addrs in bad.items()}
+    assert {name for name, got in refused.items() if got is not None} == set(), "every bad field refuses it all"
+    answer = canonical_json([wire, signed_with(bad["too many"]), signed_with(bad["with a /p2p/ part"])])
+    assert parse_sample(answer, SW) == ([good], 2), "in a sample, each such entry is dropped and counted"
+
+
+def test_a_pull_asks_the_sources_it_reaches_then_those_the_announcement_gives_addresses_of():
+    a = Announcement("author", SW, 1, 10, "00" * 32, ("author", "h1", "h2", "me"),
+                     (("author", ("/ip4/203.0.113.7/tcp/1",)), ("h2", ("/ip4/203.0.113.9/tcp/1",))))
+    assert sources_to_ask("me", "author", a, lambda p: p == "h1") == (
+        [("author", ("/ip4/203.0.113.7/tcp/1",)), ("h1", ()), ("h2", ("/ip4/203.0.113.9/tcp/1",))], 0)
+    assert sources_to_ask("me", "author", a, lambda p: p == "author") == (
+        [("author", ()), ("h2", a.addresses[1][1])], 1)
+    bare = Announcement("author", SW, 1, 10, "00" * 32, ("author", "h1"))
+    assert sources_to_ask("me", "author", bare, lambda p: False) == ([], 2), "no address, no ask; counted"
 
 
 def test_a_sample_answer_keeps_what_checks_out_and_counts_the_rest():
@@ -273,6 +348,12 @@ def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     assert pulled_rejection(other.peer_id, announced, data) == "peer_id_mismatch"
     assert hold_rejection(author.peer_id, data) == (1, None)
     assert hold_rejection(other.peer_id, data) == (None, "peer_id_mismatch")
+    assert parse_request(bundle_request(author.peer_id, 7)) == (author.peer_id, 7)
+    bad = {"garbage": b"\xff{", "nested": b"[" * 100_000, "a list": canonical_json([author.peer_id, 7]),
+           "no round": canonical_json({"author": author.peer_id}), "not a PeerID": bundle_request("x", 7),
+           "negative round": bundle_request(author.peer_id, -1), "null": b"null",
+           "oversized": bundle_request(author.peer_id, 7) + b" " * MAX_REQUEST_BYTES}
+    assert {name for name, raw in bad.items() if parse_request(raw) is not None} == set()
 
 
 def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers():
@@ -333,6 +414,16 @@ def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
     assert got["liar's named truth noted"] == 10, "a true entry of an answer is kept"
     assert got["sampler's reports by name"] == ["bad_announcement"] and got["bad named answers"] == 1, \
         "junk and an author not named count once against the answerer"
+
+
+@pytest.mark.slow
+def test_a_node_pulls_from_a_source_it_met_only_in_an_announcement():
+    got = run_checks("libp2p_announced_source")
+    assert got["address known before"] == [] and not got["connected before"], "the puller had no way to the author"
+    listening = [a.rsplit("/p2p/", 1)[0] for a in got["author listens"]]
+    assert got["announced"] and set(got["announced"]) <= set(listening), "the author announced where it listens"
+    assert got["connected after"], "the puller dialed the author by the announced address"
+    assert got["rejected"] == []
 
 
 @pytest.mark.slow

@@ -81,13 +81,15 @@ def fresh_plan(k: int = 2) -> PullPlan:
     return plan
 
 
-def test_an_old_round_is_awaited_and_its_successor_asked_for_when_due():
+def test_an_old_round_is_drawn_once_its_peers_next_is_due_within_the_window_then_awaited():
     plan = fresh_plan()
     # a made 90 s ago, then 60 s later it made round 6: its period is 60 s, so 7 is due at 130.
     plan.note_announced({"a": 5, "b": 3}, now=100.0, made={"a": 10.0, "b": 95.0})
     plan.note_announced({"a": 6}, now=101.0, made={"a": 70.0})
-    assert sorted(plan.choose(everyone)) == [("b", 3)], "b's round is fresh; a's 31 s old one is not fetched"
-    assert plan.budget == 0 and plan.freshness.awaited["a"].due == 130.0
+    assert sorted(plan.choose(everyone)) == [("b", 3)], "b's round is fresh; a's 31 s old one is not drawn"
+    assert plan.drawable_from(everyone) == 105.0 and not plan.freshness.awaited, "a window (25 s) before 130"
+    plan.note_announced({}, now=105.0)
+    assert plan.choose(everyone) == [] and plan.budget == 0 and plan.freshness.awaited["a"].due == 130.0
     plan.note_announced({}, now=120.0)
     assert plan.choose(everyone) == []
     plan.note_announced({}, now=130.0)
@@ -102,10 +104,16 @@ def test_an_old_round_is_awaited_and_its_successor_asked_for_when_due():
     assert plan.choose(everyone) == [] and plan.candidates() == {}, "round 7 came, once"
 
 
+def period_100(plan: PullPlan, peer: str, made: float, round_no: int = 5, now: float = 100.0) -> None:
+    """``peer`` read at ``now`` with ``round_no`` made at ``made`` and the round before 100 s earlier."""
+    plan.note_announced({peer: round_no - 1}, now=now, made={peer: made - 100.0})
+    plan.note_announced({peer: round_no}, now=now, made={peer: made})
+
+
 def test_an_awaited_peer_announcing_is_fetched_at_once_and_a_miss_then_counts():
     plan = fresh_plan()
-    plan.note_announced({"a": 5}, now=100.0, made={"a": 0.0})
-    assert plan.choose(everyone) == [("a", 6)], "due already (no period known: this node's round, 100 s)"
+    period_100(plan, "a", made=0.0)
+    assert plan.choose(everyone) == [("a", 6)], "due already"
     assert plan.missed("a", 6)
     plan.note_announced({"a": 8}, now=100.5)  # it skipped rounds: what it announced is what to take
     assert plan.choose(everyone) == [("a", 8)]
@@ -113,28 +121,38 @@ def test_an_awaited_peer_announcing_is_fetched_at_once_and_a_miss_then_counts():
     assert "a" not in plan.freshness.awaited
 
 
-def test_an_awaited_peer_that_never_moves_on_gives_its_old_round_after_one_round():
+def test_an_awaited_peer_that_never_moves_on_is_given_up_after_one_round():
     plan = fresh_plan()
-    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})  # due at 150, gives up at 200
-    assert plan.choose(everyone) == []
+    period_100(plan, "a", made=50.0)  # 6 due at 150: drawn from 125, given up at 225
+    assert plan.choose(everyone) == [] and not plan.freshness.awaited
+    plan.note_announced({"a": 5}, now=125.0)
+    assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited
     for t in (150.0, 152.0, 156.0, 164.0, 180.0):
         plan.note_announced({"a": 5}, now=t)
         assert plan.choose(everyone) == [("a", 6)]
         assert plan.missed("a", 6)
-    plan.note_announced({"a": 5}, now=199.0)
+    plan.note_announced({"a": 5}, now=224.0)
     assert plan.choose(everyone) == [], "five asks, then nothing until the round is over"
-    plan.note_announced({"a": 5}, now=200.0)
-    assert plan.choose(everyone) == [("a", 5)]
-    assert not plan.missed("a", 5), "its own announced round was missing"
+    plan.note_announced({"a": 5}, now=225.0)
+    assert plan.choose(everyone) == [] and not plan.freshness.awaited, "its old round is not taken: it would be old"
+    assert plan.candidates() == {} and plan.budget == 1, "the fetch was spent"
 
 
 def test_storing_a_round_again_does_not_make_it_fresh():
     plan = fresh_plan()
     plan.budget = 0
-    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
-    plan.note_announced({"a": 5}, now=110.0, made={"a": 109.0})  # stored again just now
+    period_100(plan, "a", made=50.0)
+    plan.note_announced({"a": 5}, now=126.0, made={"a": 125.0})  # stored again just now
     plan.budget = 1
-    assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited
+    assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited and plan.freshness.awaited["a"].next == 6
+
+
+def test_a_peer_whose_period_is_unknown_is_drawn_only_while_its_round_is_fresh():
+    plan = fresh_plan()
+    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
+    assert plan.choose(everyone) == [] and plan.candidates() == {"a": 5} and plan.drawable_from(everyone) is None
+    plan.note_announced({"a": 6}, now=160.0, made={"a": 150.0})
+    assert plan.choose(everyone) == [("a", 6)]
 
 
 def test_without_fresh_any_round_is_fetched_at_once():
@@ -145,11 +163,11 @@ def test_without_fresh_any_round_is_fetched_at_once():
     assert plan.choose(everyone) == [("a", 5)] and not plan.freshness.awaited
 
 
-def test_a_newcomers_old_round_is_fetched_at_once_so_its_announcement_costs_one_fetch():
+def test_a_newcomers_round_is_drawn_only_while_fresh_and_never_awaited_so_its_announcement_costs_one_fetch():
     plan = fresh_plan(k=4)  # newcomers get a quarter of K: 1
-    plan.note_announced({"stranger": 5}, now=100.0, made={"stranger": 0.0})
-    assert plan.choose(lambda _peer: False) == [("stranger", 5)] and not plan.freshness.awaited
-    assert not plan.missed("stranger", 5)
+    plan.note_announced({"stranger": 5, "other": 2}, now=100.0, made={"stranger": 0.0, "other": 90.0})
+    assert plan.choose(lambda _peer: False) == [("other", 2)] and not plan.freshness.awaited
+    assert not plan.missed("other", 2)
 
 
 def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by_now():
@@ -158,6 +176,8 @@ def test_a_peer_read_rounds_behind_is_asked_for_the_round_it_should_have_made_by
     # ago (not fresh), so the plan asks for 8, due 70 s from now.
     plan.note_announced({"a": 4}, now=100.0, made={"a": -230.0})
     plan.note_announced({"a": 5}, now=100.0, made={"a": -130.0})
+    assert plan.choose(everyone) == [] and not plan.freshness.awaited, "drawn from 145, a window before 170"
+    plan.note_announced({}, now=145.0)
     awaited = plan.freshness.awaited
     assert plan.choose(everyone) == [] and (awaited["a"].next, awaited["a"].due) == (8, 170.0)
     plan = fresh_plan()
@@ -193,7 +213,8 @@ def test_without_awaiting_a_node_that_published_once_draws_any_round_it_holds():
 
 def test_an_awaited_peer_whose_announcement_expired_is_asked_for_no_more():
     plan = fresh_plan()
-    plan.note_announced({"a": 5}, now=100.0, made={"a": 50.0})
+    period_100(plan, "a", made=50.0)
+    plan.note_announced({}, now=125.0)
     assert plan.choose(everyone) == [] and "a" in plan.freshness.awaited
     plan.tick(now=100.0 + plan.ttl + 1)  # unseen for the ttl: its announcement is gone
     assert plan.choose(everyone) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.swarm.sim.dht import Space, key_id
+from swarmnode.swarm.sim.dht import STALE_S, Space, key_id
 from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.network import Hosts, Network, Place
 from swarmnode.swarm.sim.run import run
@@ -91,11 +91,27 @@ def test_the_dht_model_finds_the_xor_nearest_servers():
     rng = random.Random(7)
     space = Space(500, rng)
     for host in range(0, 500, 2):
-        space.server_up(host)
+        space.server_up(host, 0.0)
     for trial in range(50):
         key = key_id(f"key-{trial}")
         brute = sorted(space.up, key=lambda h: space.ids[h] ^ key)[:20]
         assert space.nearest(key, 20) == brute
+
+
+def test_a_server_that_comes_back_is_known_again_and_one_gone_long_is_forgotten():
+    space = Space(40, random.Random(3))
+    for host in range(40):
+        space.server_up(host, 0.0)
+    space.server_down(5, 10.0)
+    space.server_down(6, 10.0)
+    known = {5, 6}
+    assert space.still_gone(known) == {5, 6}
+    returns = space.returns
+    space.server_up(5, 20.0)  # back: no longer skipped
+    assert space.returns > returns and space.still_gone(known) == {6}
+    space.server_down(7, 10.0 + STALE_S + 1)  # 6 has been gone longer than STALE_S: forgotten
+    assert space.still_gone(known) == set() and 6 not in space.gone
+    assert 6 not in space.nearest(space.ids[6], 5)
 
 
 def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_constraint(capsys):

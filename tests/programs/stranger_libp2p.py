@@ -9,8 +9,8 @@ each round 0..``--rounds``-1: makes a valid bundle (about 116 KB by default), pu
 skips it), then pushes its signed announcement on ``/swarmnode/announce/3.0.0`` naming
 itself (and the target, if it answered ``held``) as holders, and waits ``--interval``
 seconds (a receiver reads one push a second a peer). It serves its bundles on
-``/swarmnode/bundle/2.0.0`` to whoever pulls them, and stays connected ``--linger`` seconds
-after its last round. ``--concurrency`` keys run at once::
+``/swarmnode/bundle/2.0.0`` to whoever pulls them, stays connected ``--linger`` seconds
+after its last round, then closes its connection. ``--concurrency`` keys run at once::
 
     python tests/programs/stranger_libp2p.py --target MADDR --swarm S --keys 120 --rounds 6
 
@@ -136,6 +136,9 @@ class Stranger:
                     self.counts["announced"] += 1
                 await trio.sleep(max(0.0, args.interval - (trio.current_time() - tick)))
             await trio.sleep(args.linger)
+            # A key that is done leaves: py-libp2p 0.8.1's host.run() exit would leave the socket open.
+            with trio.move_on_after(STREAM_TIMEOUT):
+                await host.disconnect(target_id)
         self.counts["keys_done"] += 1
         if self.counts["keys_done"] % args.report == 0:
             self.report("progress")

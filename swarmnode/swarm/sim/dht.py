@@ -23,7 +23,10 @@ swarmnode keeps: ``bucket_size`` 20, ``num_replicas`` 5, ``num_workers`` 4, ``ch
   node's routing table holds every server (hivemind splits a bucket down to depth 5 away
   from its own id, so a table holds about 600 servers), ``num_workers`` a stage of 5 bits
   beyond that. A server that went away stays in the others' routing tables until a request to
-  it times out (``wait_timeout``, 3 s); each node finds that out once.
+  it times out (``wait_timeout``, 3 s); each node finds that out once, and forgets it when the
+  server comes back (its join lookup and requests put it in the tables of the servers it
+  asks, whose answers list it again). One gone :data:`STALE_S` has left every table that
+  mattered (:meth:`Space.forget_stale`, run at each server's coming and going).
 
 Distances are XOR distances between 160-bit ids, as in hivemind; a key's id is the SHA-1 of
 the key, a node's a random draw (hivemind derives both with SHA-1 too).
@@ -87,16 +90,26 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+        # Counts the servers that stopped being gone (came back, or were forgotten): a node's
+        # knowledge of gone servers is stale when this moved (:meth:`still_gone`).
+        self.returns = 0
 
-    def server_up(self, host: int) -> None:
+    def server_up(self, host: int, now: float) -> None:
+        self.forget_stale(now)
         if host not in self.up and host not in self.gone:
             bisect.insort(self._sorted, (self.ids[host], host))
-        self.gone.pop(host, None)
+        if self.gone.pop(host, None) is not None:
+            self.returns += 1
         self.up.add(host)
 
     def server_down(self, host: int, now: float) -> None:
+        self.forget_stale(now)
         self.up.discard(host)
         self.gone[host] = now
+
+    def still_gone(self, known: set[int]) -> set[int]:
+        """Of the servers ``known`` to be gone, those still gone and not yet forgotten."""
+        return {h for h in known if h in self.gone}
 
     def forget_stale(self, now: float) -> None:
         """Servers gone longer than :data:`STALE_S` leave the model's routing knowledge."""
@@ -104,6 +117,7 @@ class Space:
         for host in stale:
             del self.gone[host]
             self._sorted.remove((self.ids[host], host))
+        self.returns += len(stale)
 
     def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
         """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""

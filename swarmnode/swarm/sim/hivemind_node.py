@@ -34,7 +34,7 @@ from swarmnode.swarm.sim.dht import (
     per_key_workers,
     plan_lookup,
 )
-from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
+from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -87,7 +87,8 @@ class HivemindNode(SimNode):
         self.space = space
         k = 0 if self.relay else world.scenario.fetch_per_round
         self.pull = HivemindPull(self.peer_id, k, rng=rng)
-        self.gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
+        self._gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
+        self._gone_returns = 0  # space.returns when ``_gone_known`` was last pruned
         self.verified: dict[tuple[str, int, float], None] = {}  # announcements already checked (the validator's cache)
         self.read_marks: dict[tuple[int, int], tuple[int, int]] = {}  # (server, shard key id) -> stored_since mark
         self.loop_busy = False
@@ -101,6 +102,15 @@ class HivemindNode(SimNode):
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
 
     # -- the DHT's wire ----------------------------------------------------------------------
+
+    @property
+    def gone_known(self) -> set[int]:
+        """Servers this node found gone that are still gone: one that came back or was
+        forgotten (:class:`~swarmnode.swarm.sim.dht.Space`) is not skipped any more."""
+        if self._gone_returns != self.space.returns:
+            self._gone_returns = self.space.returns
+            self._gone_known = self.space.still_gone(self._gone_known)
+        return self._gone_known
 
     def _connect(self, server: int) -> float:
         """p2pd opens a connection to ``server`` if it has none: its cost in seconds."""
@@ -122,7 +132,8 @@ class HivemindNode(SimNode):
         world, net, space, c = self.world, self.world.net, self.space, self.costs
         now = world.now
         ids = [key_id(k) for k in keys]
-        orders = plan_lookup(space, self.idx, ids, self.rng, self.gone_known, early)
+        gone_known = self.gone_known
+        orders = plan_lookup(space, self.idx, ids, self.rng, gone_known, early)
         workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
         found: dict[int, list[int]] = {}
         slowest = 0.0
@@ -138,7 +149,7 @@ class HivemindNode(SimNode):
                 for host in order[w:w + workers]:
                     visits += 1
                     if host not in space.up:
-                        self.gone_known.add(host)
+                        gone_known.add(host)
                         wave_s = max(wave_s, WAIT_TIMEOUT)
                         continue
                     setup = self._connect(host)
@@ -169,15 +180,14 @@ class HivemindNode(SimNode):
 
     def join(self) -> None:
         if self.public:
-            self.space.server_up(self.idx)
+            self.space.server_up(self.idx, self.world.now)
         self._keep_joined()
 
     def _keep_joined(self) -> None:
         """Transport._keep_joined (its JoinLoop) with hivemind's join: connect, ping, and look
         up the node's own id to fill the routing table."""
         world = self.world
-        connected = [peer_id(p) for p in world.hosts.peers[self.idx]]
-        dial = self.joining.to_dial(bootstrap_in_reach(connected, self.bootstrap))
+        dial = self.joining.to_dial(bootstrap_in_reach(ConnectedIds(world, self.idx), self.bootstrap))
         if not dial:
             self.after(self.joining.wait(False, False), self._keep_joined)
             return
@@ -350,11 +360,15 @@ class HivemindNode(SimNode):
             self._poll_at(wake)
 
     def _next_due(self) -> float | None:
-        """When an awaited round falls due, or an announcement expires (the plan may want more)."""
+        """When an awaited round falls due, a candidate becomes drawable, or an announcement
+        expires (the plan may want more)."""
         plan = self.pull.plan
         times = [min(a.due, a.until) for a in plan.freshness.awaited.values()]
         if plan.announced:
             times.append(next(iter(plan.announced.values())).seen + plan.ttl)
+        drawable = plan.drawable_from(self.established_fn())
+        if drawable is not None:
+            times.append(drawable)
         return min(times) if times else None
 
     # -- life -------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 What it decides, it decides with the code the real transport runs
 (:mod:`~swarmnode.swarm.transport.libp2p_spread`: :class:`Libp2pPull` and its
-:class:`PullPlan`, :func:`push_targets`, :class:`PushPacer`, :class:`FirstHand`;
+:class:`PullPlan`, :func:`push_targets`, :class:`PushPacer`, :class:`FirstHand`,
+:func:`sources_to_ask`;
 :mod:`~swarmnode.swarm.transport.libp2p_holding`: :func:`choose_holders`,
-:func:`pull_sources`, :class:`BundleStore`; :mod:`~swarmnode.swarm.transport.libp2p_peers`:
-:class:`ExchangeRound`, :func:`answer_order`; the bootstrap rule of
+:class:`BundleStore`; :func:`~swarmnode.swarm.transport.announce.source_addresses`;
+:mod:`~swarmnode.swarm.transport.libp2p_peers`: :class:`ExchangeRound`, :func:`answer_order`; the bootstrap rule of
 :class:`~swarmnode.swarm.transport.base.Transport`). What it does instead of I/O is this
 module: every stream is a request/response exchange on :class:`~swarmnode.swarm.sim.network.Network`
 with the bytes :class:`Libp2pCosts` says it costs, and connections live in
@@ -19,11 +20,9 @@ How the real transport's loops map to events:
   on the wire;
 * the peer exchange runs every ``EXCHANGE_EVERY`` while the node has fewer than
   ``PEER_TARGET`` connections; the join loop checks for a bootstrap peer every 5 s;
-* a peer the node never connected to has no address in its peerstore: a pull skips it, as
-  ``dialable`` does. A pull from a peer with a known address that is not connected dials it.
-  With ``extra["addresses_announced"]`` every public source counts as known, as if the
-  announcement carried its sources' addresses (a protocol change this module lets one
-  measure; the real transport's announcement carries PeerIDs only).
+* a pull asks the sources :func:`sources_to_ask` gives: connected, or with an address the
+  node learned (a peer it was connected to) or the announcement gives (a public source's,
+  signed by the author); it dials one that is not connected.
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.sim.node import SimNode, World, address, peer_id
-from swarmnode.swarm.transport.announce import Announcement
+from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
+from swarmnode.swarm.transport.announce import Announcement, source_addresses
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.libp2p_holding import (
     HELD_BYTES,
@@ -43,7 +42,6 @@ from swarmnode.swarm.transport.libp2p_holding import (
     OWN_ROUNDS,
     BundleStore,
     choose_holders,
-    pull_sources,
 )
 from swarmnode.swarm.transport.libp2p_peers import (
     EXCHANGE_EVERY,
@@ -56,6 +54,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     Libp2pPull,
     PushPacer,
     push_targets,
+    sources_to_ask,
 )
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 
@@ -69,7 +68,8 @@ SWARM = "sim"
 class Libp2pCosts:
     """Wire bytes (Ethernet, IP and TCP headers included) of what a libp2p node sends. The
     payloads are the protocol's own sizes (a signed announcement of Ed25519 PeerIDs is 414
-    bytes of canonical JSON with one holder, 55 more for each other); the overheads
+    bytes of canonical JSON with one holder, 55 more for each other, 11 more for the field
+    of addresses and 86 for each source given one IPv4 address); the overheads
     (``stream``, ``upkeep_per_connection_s``) are fitted to ``benchmarks/swarm_scale.py`` runs
     of 2, 3 and 4 nodes (``benchmarks/swarm_sim.py --fit``, docs/scale.md): the fit gives
     1,058 bytes a stream and a slightly negative upkeep, so upkeep is 0."""
@@ -77,6 +77,8 @@ class Libp2pCosts:
     stream: int = 1058  # opening, using and closing one stream, each way: multistream-select, yamux, noise, TCP
     announcement: int = 414  # a signed announcement naming one holder
     holder: int = 55  # each further holder it names
+    addresses: int = 11  # the field of its sources' addresses, when it has one
+    source_address: int = 86  # each source it gives an address: its PeerID and one /ip4/.../tcp/... address
     request: int = 75  # a bundle request
     address: int = 87  # one multiaddr in a peer-exchange answer
     handshake: int = 3500  # a new connection, each way: TCP, multistream, noise XX, yamux, identify
@@ -87,8 +89,10 @@ class Libp2pCosts:
         """``payload`` bytes with a TCP/IP/Ethernet header for each full segment after the first."""
         return payload + (payload // _MSS) * _SEGMENT_HEADERS
 
-    def announcement_bytes(self, holders: int) -> int:
-        return self.announcement + self.holder * max(0, holders - 1)
+    def announcement_bytes(self, a: Announcement) -> int:
+        given = len(a.addresses)
+        return (self.announcement + self.holder * max(0, len(a.holders) - 1)
+                + (self.addresses + self.source_address * given if given else 0))
 
 
 _MSS = 1448  # TCP payload bytes a segment carries (1500-byte MTU, timestamps on)
@@ -112,7 +116,6 @@ class Libp2pNode(SimNode):
         self.tick_token = 0  # only the pass scheduled last runs
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
         self.joining = JoinLoop(self.bootstrap, rng)
-        self.addresses_announced = bool(world.scenario.extra.get("addresses_announced", False))
 
     # -- connections ------------------------------------------------------------------------
 
@@ -179,7 +182,7 @@ class Libp2pNode(SimNode):
     def _keep_joined(self) -> None:
         """Transport._keep_joined: its JoinLoop says whom to dial and how long to wait."""
         world = self.world
-        dial = self.joining.to_dial(bootstrap_in_reach(self.connected_ids(), self.bootstrap))
+        dial = self.joining.to_dial(bootstrap_in_reach(ConnectedIds(world, self.idx), self.bootstrap))
         if not dial:
             self.after(self.joining.wait(False, False), self._keep_joined)
             return
@@ -268,11 +271,13 @@ class Libp2pNode(SimNode):
 
     def _announce(self, round_no: int, holders: list[str]) -> None:
         world = self.world
-        announcement = Announcement(self.peer_id, SWARM, round_no, world.scenario.bundle_bytes, "",
-                                    (self.peer_id, *holders))
+        sources = (self.peer_id, *holders)
+        listening = {p: [address(world.index[p])] for p in sources if world.net.places[world.index[p]].public}
+        announcement = Announcement(self.peer_id, SWARM, round_no, world.scenario.bundle_bytes, "", sources,
+                                    source_addresses(listening))
         for target in push_targets(self.connected_ids(), self.rng):
             other = world.index[target]
-            self.exchange(other, self.costs.announcement_bytes(len(announcement.holders)),
+            self.exchange(other, self.costs.announcement_bytes(announcement),
                           lambda asker, o=other: world.nodes[o].take_push(asker, announcement), _ignore)
         self.pull.next_round(world.now)
         self.poke()
@@ -298,7 +303,7 @@ class Libp2pNode(SimNode):
     def answer_sample(self, asker: int) -> tuple[int, Any]:
         """SAMPLE: what was pushed here lately, never the asker's own."""
         sample = self.first_hand.sample(self.world.now, exclude=(peer_id(asker),))
-        return 2 + sum(self.costs.announcement_bytes(len(a.holders)) + 1 for a in sample), sample
+        return 2 + sum(self.costs.announcement_bytes(a) + 1 for a in sample), sample
 
     def answer_bundle(self, author: str, round_no: int) -> tuple[int, Any]:
         """BUNDLE: the bundle if this node serves it."""
@@ -356,21 +361,28 @@ class Libp2pNode(SimNode):
             self._pull_one(author, round_no, plan.detail(author), pending)
 
     def _pull_one(self, author: str, round_no: int, announcement: Announcement, pending: dict) -> None:
-        sources = [self.world.index[p] for p in pull_sources(self.peer_id, author, announcement)]
-        self._try_sources(author, round_no, sources, pending)
+        world = self.world
+        index, hosts = world.index, world.hosts
+
+        def reachable(source: str) -> bool:
+            host = index[source]
+            return host in self.known or hosts.connected(self.idx, host)
+
+        asked, unknown = sources_to_ask(self.peer_id, author, announcement, reachable)
+        if unknown:
+            world.meter.count("sources_unknown", world.now, unknown)
+        self._try_sources(author, round_no, [index[p] for p, _ in asked], pending)
 
     def _try_sources(self, author: str, round_no: int, sources: list[int], pending: dict) -> None:
         world = self.world
-        while sources:
+        if sources:
             source = sources.pop(0)
             if world.hosts.connected(self.idx, source):
                 self._ask_bundle(author, round_no, source, sources, pending)
-                return
-            if source in self.known or (self.addresses_announced and world.net.places[source].public):
-                self.dial(source, lambda ok, s=source: (self._ask_bundle(author, round_no, s, sources, pending) if ok
-                                                        else self._try_sources(author, round_no, sources, pending)))
-                return
-            world.meter.count("sources_unknown", world.now)
+            else:
+                self.dial(source, lambda ok: (self._ask_bundle(author, round_no, source, sources, pending) if ok
+                                              else self._try_sources(author, round_no, sources, pending)))
+            return
         world.meter.count("pulls_missing", world.now)
         self._pulled(pending)
 

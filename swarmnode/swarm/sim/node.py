@@ -15,7 +15,7 @@ Events a node schedules for itself run only if it has not left since (:meth:`Sim
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,25 @@ class World:
 def peer_id(host: int) -> str:
     """The simulated PeerID of host number ``host``."""
     return f"sim-{host}"
+
+
+class ConnectedIds(Collection[str]):
+    """The PeerIDs of the peers host ``idx`` is connected to, as a view: a membership test
+    costs no list of them (the join rule asks one every few seconds of every node)."""
+
+    def __init__(self, world: World, idx: int):
+        self._peers = world.hosts.peers[idx]
+        self._index = world.index
+
+    def __contains__(self, peer: object) -> bool:
+        host = self._index.get(peer) if isinstance(peer, str) else None
+        return host in self._peers
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def __iter__(self) -> Iterator[str]:
+        return (peer_id(p) for p in self._peers)
 
 
 def address(host: int) -> str:

@@ -71,7 +71,9 @@ class Scenario:
     measure_s: float = 1200.0
     relay_inbound: int = LIBP2P_MAX_INBOUND  # libp2p: inbound connections a host accepts
     relay_max_connections: int = LIBP2P_MAX_CONNECTIONS
-    inbound_held: bool = True  # libp2p: an inbound slot stays taken once used (py-libp2p 0.8.1)
+    # libp2p: True, an inbound slot stays taken once used until the host stops (py-libp2p
+    # 0.8.1's own swarm); False, it is given back when its connection closes.
+    inbound_held: bool = False
     seed: int = 0
     extra: dict = field(default_factory=dict, compare=False)  # transport-specific settings, see the agents
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Callable, Collection, Iterable
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
 from swarmnode.swarm.transport.announce import Announcement, is_count, is_peer_id
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, relay_rejection
+from swarmnode.swarm.transport.libp2p_json import loads_bounded
 from swarmnode.swarm.transport.room import NEWCOMER_SHARE, Room
 
 BUNDLE_PROTOCOL = "/swarmnode/bundle/2.0.0"
@@ -53,12 +53,7 @@ def bundle_request(author: str, round_no: int) -> bytes:
 
 def parse_request(raw: bytes) -> tuple[str, int] | None:
     """(author, round) of a bundle request, or None for anything malformed. Never raises."""
-    if len(raw) > MAX_REQUEST_BYTES:
-        return None
-    try:
-        fields = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
+    fields = loads_bounded(raw, MAX_REQUEST_BYTES)
     if not isinstance(fields, dict) or set(fields) != {"author", "round"}:
         return None
     author, round_no = fields["author"], fields["round"]

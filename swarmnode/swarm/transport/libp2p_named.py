@@ -27,13 +27,13 @@ fetches a known peer's next round by its key:
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement, is_count, is_peer_id
+from swarmnode.swarm.transport.libp2p_json import loads_bounded
 
 NAMED_PROTOCOL = "/swarmnode/latest/3.0.0"
 MAX_NAMES = SAMPLE_SIZE     # PeerIDs a request may name; its answer is no longer than a sample's
@@ -54,12 +54,7 @@ def named_request(wanted: Wanted) -> bytes:
 def parse_named_request(raw: bytes) -> Wanted | None:
     """The (PeerID, round) pairs a request names (see the module doc), or None for anything
     else. Never raises."""
-    if len(raw) > MAX_NAMED_REQUEST_BYTES:
-        return None
-    try:
-        pairs = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
+    pairs = loads_bounded(raw, MAX_NAMED_REQUEST_BYTES)
     if not isinstance(pairs, list) or not 0 < len(pairs) <= MAX_NAMES:
         return None
     if not all(isinstance(p, list) and len(p) == 2 and is_peer_id(p[0]) and is_count(p[1]) for p in pairs):

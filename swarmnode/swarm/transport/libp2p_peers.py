@@ -18,6 +18,7 @@ import random
 from typing import Sequence, TypeVar
 
 from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.transport.libp2p_json import loads_bounded
 
 PEERS_PROTOCOL = "/swarmnode/peers/1.0.0"
 PEER_TARGET = 8
@@ -66,12 +67,7 @@ def encode_answer(addresses: Sequence[str]) -> bytes:
 
 def parse_peer_answer(raw: bytes) -> list[str]:
     """The usable multiaddrs of a peer-exchange answer; [] for anything malformed or oversized."""
-    if len(raw) > EXCHANGE_MAX_BYTES:
-        return []
-    try:
-        answer = json.loads(raw)
-    except (ValueError, RecursionError):
-        return []
+    answer = loads_bounded(raw, EXCHANGE_MAX_BYTES)
     if not isinstance(answer, list):
         return []
     return [a for a in answer[:EXCHANGE_MAX_ADDRS]

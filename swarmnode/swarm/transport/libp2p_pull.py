@@ -50,7 +50,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from swarmnode.compat.libp2p import allow_redial, batch_window_updates
+from swarmnode.compat.libp2p import allow_redial, batch_window_updates, keep_own_keys, release_inbound_slots
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import (
@@ -59,6 +59,7 @@ from swarmnode.swarm.transport.announce import (
     Announcement,
     parse_push,
     parse_sample,
+    source_addresses,
 )
 from swarmnode.swarm.transport.base import (
     MAX_MESSAGE_BYTES,
@@ -193,9 +194,11 @@ class Libp2pTransport(Transport):
             raise ValueError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
         self.served.put(self.identity.peer_id, round_no, data)
         # Holders first: once a peer reads the announcement, every holder it names has the bundle.
-        holders = await self._bridge.run(self._leave_with_holders, data) if self.private else []
+        holders = await self._bridge.run(self._leave_with_holders, data) if self.private else {}
+        # Where its sources listen, so that a peer that never met them can dial them.
+        addresses = source_addresses({self.identity.peer_id: self._addresses, **holders})
         announcement = Announcement(self.identity.peer_id, self.swarm, round_no, len(data),
-                                    hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders))
+                                    hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders), addresses)
         self._own_announcement = announcement.signed(self.identity)
         wire = canonical_json(self._own_announcement)
         # Pushed in the background: a slow peer must not hold up the round.
@@ -314,6 +317,8 @@ class Libp2pTransport(Transport):
         try:
             key_pair = create_new_key_pair(self.identity.seed)
             host = new_host(key_pair=key_pair, announce_addrs=announce)
+            release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
+            keep_own_keys(host)  # else the host fails once it has met 1,000 peers
             own_id = host.get_id()
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
@@ -468,11 +473,12 @@ class Libp2pTransport(Transport):
             return b""
         return HELD_ACK
 
-    async def _leave_with_holders(self, data: bytes) -> list[str]:
+    async def _leave_with_holders(self, data: bytes) -> dict[str, list[str]]:
         """Push ``data`` to the holders :func:`~swarmnode.swarm.transport.libp2p_holding.choose_holders`
         picks among the connected peers it can dial (all a private node has dialed carry
-        addresses); the ones that took it."""
+        addresses); the ones that took it, each with its addresses."""
         host = self._host
         public = {str(p): p for p in host.get_connected_peers() if dialable(host, p)}
         chosen = choose_holders(public, {peer_id_of(m) for m in self.bootstrap})
-        return await leave_with_holders(host, data, [public[p] for p in chosen])
+        took = await leave_with_holders(host, data, [public[p] for p in chosen])
+        return {p: dialable(host, public[p]) for p in took}

@@ -16,6 +16,8 @@ simulation of many nodes in virtual time run the same code:
   seconds at most, doubling up to :data:`SAMPLE_EVERY_MAX` while answers bring no one new
   (:class:`SampleSchedule`). So what a node reads of announcements per round is bounded by
   its connections and its own asking, never by the swarm's size;
+* a pull asks the bundle's sources in turn (:func:`sources_to_ask`): one the node can reach
+  already, else by the addresses the announcement gives it, and none it has no address of;
 * what it hears (pushed or sampled) feeds its :class:`~swarmnode.swarm.transport.pull.PullPlan`
   under the :class:`~swarmnode.swarm.transport.pull.OnlyFresh` policy: only rounds heard of
   within the freshness window are drawn, and a sample passes on only what was pushed within
@@ -30,6 +32,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
+from swarmnode.swarm.transport.libp2p_holding import pull_sources
 from swarmnode.swarm.transport.libp2p_named import NamedWatch
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
 
@@ -52,6 +55,22 @@ P = TypeVar("P")
 def push_targets(connected: Sequence[P], rng: random.Random) -> list[P]:
     """The connected peers a node pushes its announcement to: up to :data:`PUSH_FANOUT`, at random."""
     return rng.sample(list(connected), min(PUSH_FANOUT, len(connected)))
+
+
+def sources_to_ask(own_peer_id: str, author: str, announcement: Announcement,
+                   reachable: Callable[[str], bool]) -> tuple[list[tuple[str, tuple[str, ...]]], int]:
+    """Whom a pull of ``author``'s announced bundle asks, in turn (``pull_sources``' order),
+    each with the addresses to dial it by: () for a source ``reachable`` says this node can
+    reach already (connected, or an address in its peerstore), the announcement's addresses
+    of it otherwise. A source with neither is left out; the second value counts those."""
+    sources = pull_sources(own_peer_id, author, announcement)
+    out = []
+    for source in sources:
+        if reachable(source):
+            out.append((source, ()))
+        elif addrs := announcement.addresses_of(source):
+            out.append((source, addrs))
+    return out, len(sources) - len(out)
 
 
 class PushPacer:

@@ -17,6 +17,7 @@ import logging
 import random
 from typing import Any, Awaitable, Callable
 
+import multiaddr
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
@@ -28,7 +29,6 @@ from swarmnode.swarm.transport.libp2p_holding import (
     HOLD_PROTOCOL,
     Pulled,
     bundle_request,
-    pull_sources,
     pulled_rejection,
 )
 from swarmnode.swarm.transport.libp2p_peers import (
@@ -38,11 +38,12 @@ from swarmnode.swarm.transport.libp2p_peers import (
     encode_answer,
     parse_peer_answer,
 )
-from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL
+from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
 STREAM_TIMEOUT = 10.0       # one request/response, from opening the stream to the last byte
+ANNOUNCED_ADDRESS_TTL = 600  # seconds the peerstore keeps a source's address learned from an announcement
 
 
 async def read_bounded(stream: Any, limit: int) -> bytes:
@@ -156,15 +157,21 @@ async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[
 
 
 async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement) -> Pulled:
-    """Ask each of the announcement's sources that is connected or dialable, in turn, until
-    one serves ``author``'s announced bundle."""
+    """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p_spread.sources_to_ask`:
+    connected or dialable, or dialed by the addresses the announcement gives), until one
+    serves ``author``'s announced bundle."""
     connected = set(host.get_connected_peers())
+
+    def reachable(source: str) -> bool:
+        peer = ID.from_base58(source)
+        return peer in connected or bool(dialable(host, peer))
+
     request = bundle_request(author, announcement.round)
     reason = None
-    for source in pull_sources(own_peer_id, author, announcement):
+    for source, addrs in sources_to_ask(own_peer_id, author, announcement, reachable)[0]:
         peer = ID.from_base58(source)
-        if peer not in connected and not dialable(host, peer):
-            continue
+        if addrs:
+            learn_addresses(host, peer, addrs)
         data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size)
         if not data:
             continue
@@ -172,6 +179,16 @@ async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: An
         if reason is None:
             return Pulled(data)
     return Pulled(None, reason)
+
+
+def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
+    """Put ``peer``'s announced addresses (checked by
+    :func:`~swarmnode.swarm.transport.announce.is_source_address`) in the peerstore, for
+    :data:`ANNOUNCED_ADDRESS_TTL` seconds, so that opening a stream to it dials it."""
+    try:
+        host.get_peerstore().add_addrs(peer, [multiaddr.Multiaddr(a) for a in addrs], ANNOUNCED_ADDRESS_TTL)
+    except Exception as exc:  # a multiaddr py-libp2p cannot use: the stream then fails as for any unreachable peer
+        log.debug("libp2p transport: cannot use the announced addresses %s of %s: %r", addrs, peer, exc)
 
 
 async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:

@@ -37,8 +37,12 @@ whenever it happened to read of them would get bundles up to a round old (docs/s
   (the one after the round it should have made by now, or that one if it is fresh; the
   peer's period comes from when its announcements were made), asks for it when it is due,
   and again after 2, 4, 8 and 16 s while it is missing (:meth:`PullPlan.missed`); after one
-  round of this node's it takes the old round after all. A newcomer's round is fetched at
-  once whatever its age, so an announcement of a key without standing costs one fetch.
+  round of this node's it gives up (the fetch stays spent: the old round would arrive old).
+  So that what it awaits comes soon, such a peer is drawn only once its next round is due
+  within the window from now (:meth:`Freshness.drawable_from`), and not at all while its
+  period is unknown: a node with 20 s rounds draws a peer with 300 s rounds only near the
+  time of that peer's rounds. A newcomer's round is drawn only while fresh and fetched at
+  once, never awaited, so an announcement of a key without standing costs one fetch.
 * :class:`OnlyFresh`, for a transport that is handed announcements as they are made and
   fetches only what was announced (libp2p's pushes and samples, pulls checked against the
   announced digest). A round that is not fresh is no candidate at all, whoever made it: the
@@ -120,6 +124,17 @@ class Freshness:
         takes care of it, see :meth:`due`)."""
         return False
 
+    def drawable_from(self, plan: PullPlan, peer: str) -> float:
+        """When established ``peer``'s announced round (a candidate) may be drawn: -inf for
+        now, inf for not while it stays as it is."""
+        return float("-inf")
+
+    def drawable(self, plan: PullPlan, candidates: Iterable[str], established: Callable[[str], bool]
+                 ) -> dict[str, int]:
+        """Of ``candidates``, in their order, those that may be drawn now (weight 1 each):
+        an established peer's once :meth:`drawable_from` has come."""
+        return dict.fromkeys(candidates, 1)
+
     def due(self, plan: PullPlan) -> list[tuple[str, int]]:
         """Rounds held back earlier to ask for now."""
         return []
@@ -139,10 +154,9 @@ class Freshness:
 class Awaited:
     """A chosen peer whose announced round was old: its next round is asked for when due."""
 
-    old: int  # the round announced when chosen, taken after all at ``until``
     next: int  # the round asked for
     due: float
-    until: float
+    until: float  # given up then
     wait: float = AWAIT_RETRY_S  # before asking again, if it is missing
     asks: int = AWAIT_ASKS  # left
 
@@ -167,21 +181,53 @@ class AwaitNext(Freshness):
         oldest = self.oldest_fresh(plan)
         if entry.made >= oldest:
             return False
-        # The peer has likely made rounds since the one read (a stale read, or a long wait):
-        # ask for the newest it should have if that is fresh, else for the one after it.
-        period = entry.period or plan.round_s
-        behind = int((plan.now - entry.made) // period)
-        if behind == 0 or entry.made + behind * period < oldest:
-            behind += 1
-        due = max(plan.now, entry.made + behind * period)
-        self.awaited[peer] = Awaited(round_no, round_no + behind, due, plan.now + plan.round_s)
+        behind, due = self._next_fresh(plan, entry, entry.period or plan.round_s, oldest)
+        self.awaited[peer] = Awaited(round_no + behind, due, plan.now + plan.round_s)
         plan.fetched[peer] = round_no + behind
         return True
 
+    def drawable_from(self, plan: PullPlan, peer: str) -> float:
+        """A fresh round now; a peer of known period a window before its next fresh round is
+        due; one of unknown period not before it announces a fresh round."""
+        entry = plan.announced[peer]
+        oldest = self.oldest_fresh(plan)
+        if entry.made >= oldest:
+            return float("-inf")
+        if entry.period is None:
+            return float("inf")
+        return self._next_fresh(plan, entry, entry.period, oldest)[1] - (plan.now - oldest)
+
+    def drawable(self, plan: PullPlan, candidates: Iterable[str], established: Callable[[str], bool]
+                 ) -> dict[str, int]:
+        """Fresh rounds; an established peer's old one per :meth:`drawable_from`; a newcomer's
+        old one never: it is not awaited (a key without standing costs one fetch an
+        announcement), so it would arrive old."""
+        oldest, now, announced = self.oldest_fresh(plan), plan.now, plan.announced
+        window = now - oldest
+        out = {}
+        for peer in candidates:
+            entry = announced[peer]
+            if entry.made >= oldest:
+                out[peer] = 1
+            elif (entry.period is not None and established(peer)
+                  and self._next_fresh(plan, entry, entry.period, oldest)[1] - window <= now):
+                out[peer] = 1
+        return out
+
+    @staticmethod
+    def _next_fresh(plan: PullPlan, entry: Announced, period: float, oldest: float) -> tuple[int, float]:
+        """How many rounds after ``entry``'s the one to await is, and when it is due."""
+        # The peer has likely made rounds since the one read (a stale read, or a long wait):
+        # the newest it should have if that is fresh, else the one after it.
+        behind = int((plan.now - entry.made) // period)
+        if behind == 0 or entry.made + behind * period < oldest:
+            behind += 1
+        return behind, max(plan.now, entry.made + behind * period)
+
     def due(self, plan: PullPlan) -> list[tuple[str, int]]:
-        """Awaited peers to ask now: for a newer round announced meanwhile, the next round when
-        due, or the old round after one round of this node's."""
-        due = []
+        """Awaited peers to ask now: for a newer round announced meanwhile, or the next round
+        when due; those awaited for one round of this node's are given up."""
+        due, gone = [], []
         for peer, awaited in self.awaited.items():
             entry = plan.announced.get(peer)
             if entry is None:  # expired by a tick; note_announced forgets it
@@ -191,18 +237,21 @@ class AwaitNext(Freshness):
                 plan.fetched[peer] = announced
                 awaited.until = plan.now  # announced, so stored: a miss now is the peer's
             elif plan.now >= awaited.until:
-                plan.fetched[peer] = awaited.old
+                gone.append(peer)
+                continue
             elif plan.now < awaited.due:
                 continue
             due.append((peer, plan.fetched[peer]))
             awaited.due = plan.now + awaited.wait
+        for peer in gone:
+            del self.awaited[peer]
         return due
 
     def missed(self, plan: PullPlan, peer: str, round_no: int) -> bool:
         awaited = self.awaited.get(peer)
         if awaited is None or round_no != plan.fetched.get(peer):
             return False
-        if plan.now >= awaited.until:  # an announced round (or the old one, taken after all) was missing
+        if plan.now >= awaited.until:  # an announced round was missing
             del self.awaited[peer]
             return False
         awaited.asks -= 1
@@ -249,10 +298,12 @@ class PullPlan:
         self.fetched: dict[str, int] = {}  # peer -> latest round asked for
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
-        # candidates() as last computed, under (what changed since, its policy's bounds): a
-        # node asks for them several times a poll, each a walk over every announcer read lately.
-        self._changes = 0
-        self._memo: tuple[tuple[int, float, float], dict[str, int]] | None = None
+        # candidates() as last computed under its policy's bounds, kept up to date between
+        # computations: a node asks for them several times a poll, and a walk over every
+        # announcer read lately costs as many entries as a read brings.
+        self._memo: tuple[tuple[float, float], dict[str, int]] | None = None
+        self._moved: dict[str, None] = {}  # peers put at the end of ``announced`` since, in that order
+        self._dirty: set[str] = set()  # other peers whose candidacy may have changed since
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -261,7 +312,7 @@ class PullPlan:
         self.round_began = self.now = now
         self.budget = float(self.k)
         self._newcomers_fetched = 0
-        self._changes += 1
+        self._memo = None
 
     def note_announced(self, announced: Mapping[str, int], now: float, details: Mapping[str, Any] | None = None,
                        made: Mapping[str, float] | None = None) -> None:
@@ -275,6 +326,8 @@ class PullPlan:
                 continue
             held = plan.get(peer)
             made_at = min(now, made.get(peer, now))
+            self._moved.pop(peer, None)
+            self._moved[peer] = None
             if held is not None and held.round == round_no:  # seen again: the same round, updated in place
                 held.seen, held.detail, held.made = now, details.get(peer), min(made_at, held.made)
                 plan.move_to_end(peer)
@@ -286,18 +339,16 @@ class PullPlan:
                 del plan[peer]
             plan[peer] = entry
         while len(self.announced) > self.memory:
-            self.announced.popitem(last=False)
+            self._dirty.add(self.announced.popitem(last=False)[0])
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
-        self._changes += 1
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
         what is fresh is judged from it."""
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
-            self.announced.popitem(last=False)
-            self._changes += 1
+            self._dirty.add(self.announced.popitem(last=False)[0])
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -306,7 +357,7 @@ class PullPlan:
 
     def note_delivered(self, peer: str) -> None:
         self.freshness.delivered(peer)
-        self._changes += 1
+        self._dirty.add(peer)
         self.delivered.pop(peer, None)
         self.delivered[peer] = None
         while len(self.delivered) > DELIVERED_MEMORY:
@@ -331,12 +382,37 @@ class PullPlan:
 
     def _candidates(self) -> dict[str, int]:
         """:meth:`candidates`, shared with the memo: not to be changed."""
-        freshness, fetched = self.freshness, self.fetched
+        freshness, fetched, announced = self.freshness, self.fetched, self.announced
         since, made_since = freshness.seen_since(self), freshness.made_since(self)
-        key = (self._changes, since, made_since)
-        if self._memo is not None and self._memo[0] == key:
-            return self._memo[1]
+        key = (since, made_since)
         held = freshness.held()
+        memo = self._memo
+        if memo is not None and memo[0] == key:
+            moved, dirty, found = self._moved, self._dirty, memo[1]
+            self._moved, self._dirty = {}, set()
+
+            def admitted(p: str) -> bool:
+                a = announced.get(p)
+                return (a is not None and a.seen >= since and a.made >= made_since and fetched.get(p, -1) < a.round
+                        and p not in held)
+
+            for p in dirty.difference(moved):
+                if not admitted(p):
+                    found.pop(p, None)
+                elif p not in found:  # a candidate again where it stood: rare, so walk again
+                    return self._rebuild(key)
+            for p in moved:  # at the end of announced, in this order
+                found.pop(p, None)
+                if admitted(p):
+                    found[p] = announced[p].round
+            return found
+        return self._rebuild(key)
+
+    def _rebuild(self, key: tuple[float, float]) -> dict[str, int]:
+        """:meth:`_candidates` by a walk over the announcers seen since the policy's bound."""
+        fetched, held = self.fetched, self.freshness.held()
+        since, made_since = key
+        self._moved, self._dirty = {}, set()
         found = []
         for p, a in reversed(self.announced.items()):
             if a.seen < since:
@@ -346,6 +422,16 @@ class PullPlan:
         found.reverse()
         self._memo = (key, dict(found))
         return self._memo[1]
+
+    def drawable_from(self, established: Callable[[str], bool]) -> float | None:
+        """When the earliest candidate not drawable now becomes drawable (a transport that
+        sleeps between polls wakes then); None if none will, or no budget is left."""
+        if self.budget < 1:
+            return None
+        freshness, now = self.freshness, self.now
+        later = [t for t in (freshness.drawable_from(self, p) for p in self._candidates() if established(p))
+                 if now < t < float("inf")]
+        return min(later, default=None)
 
     def wants_announcements(self, established: Callable[[str], bool]) -> bool:
         """True while the budget has fewer candidates than it could spend (the crowd counting
@@ -358,16 +444,20 @@ class PullPlan:
         """The (peer, round) pairs to fetch now: rounds the policy held back that are now due,
         and new choices, spent from the budget and marked fetched (an established peer's
         round the policy holds back is fetched later instead)."""
-        drawn = [(peer, round_no) for peer, round_no in self._draw(established)
+        awaited = set(self.freshness.held())
+        chosen = self._draw(established)
+        drawn = [(peer, round_no) for peer, round_no in chosen
                  if not (established(peer) and self.freshness.hold_back(self, peer, round_no))]
         due = self.freshness.due(self)
-        self._changes += 1
+        self._dirty.update(peer for peer, _ in chosen)
+        self._dirty.update(peer for peer, _ in due)
+        self._dirty.update(awaited.symmetric_difference(self.freshness.held()))
         return due + drawn
 
     def missed(self, peer: str, round_no: int) -> bool:
         """``peer``'s bundle of ``round_no`` was asked for and not found. True if that was an
         awaited round not made yet (it is asked for again later): no fault of the peer's."""
-        self._changes += 1
+        self._dirty.add(peer)
         return self.freshness.missed(self, peer, round_no)
 
     def _draw(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
@@ -376,7 +466,8 @@ class PullPlan:
             return []
         room = self._newcomer_room(established)
         chosen: list[tuple[str, int]] = []
-        for peer in FETCH_SHARE.pick(self.k, dict.fromkeys(candidates, 1), established, self.rng):
+        drawable = self.freshness.drawable(self, candidates, established)
+        for peer in FETCH_SHARE.pick(self.k, drawable, established, self.rng):
             if len(chosen) >= int(self.budget):
                 break
             if not established(peer):
