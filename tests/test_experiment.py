@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import read_rows, summarize, summarize_external
+from swarmnode.experiment.report import read_rows, summarize, summarize_external, summarize_yardstick, yardstick_round
 from swarmnode.experiment.runner import Experiment
 from swarmnode.experiment.settings import PROFILES, Arm, Cohort, ExperimentError, Settings, parse_arms, parse_cohorts
 from swarmnode.train.tasks import Scorer
@@ -82,6 +82,10 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
         m = re.search(rf"^\| {re.escape(config)} \| {tiny_model_dir.name} \| ([0-9.]+) \|", text, re.M)
         assert m and float(m.group(1)) == pytest.approx(total, abs=0.006)
     assert summarize(rows, ["2/0", "1/1"])["rounds_by_seed"] == {0: 2}
+    (out / "summary.md").unlink()
+    assert Experiment(_settings(out, tiny_model_dir, rounds=2), progress=False).report().read_text() == text
+    with pytest.raises(ExperimentError, match="nothing to report"):
+        Experiment(_settings(tmp_path / "none", tiny_model_dir, rounds=2), progress=False).report()
 
     # Resume: a run killed after round 2's rows were written but before its checkpoint redoes
     # round 2 and continues to round 3, without duplicate rows; rounds 0-1 stay as they were.
@@ -250,3 +254,51 @@ def test_what_nodes_trained_on_counts_only_rounds_the_run_finished():
     got = summarize_external(external, rows)[("4/4", "small")]
     assert got["node_rounds"] == 2 and got["per_round"] == 1.0
     assert got["from"]["big"] == {"per_round": 1.0, "reward": 0.375, "with_right": 1.0, "families": {"gcd": 2}}
+
+
+def _outcome(out: Path) -> dict[str, list[tuple]]:
+    """What a run computed, by table: every row but its timings, in a fixed order."""
+    tables = {}
+    for name in ("rounds.csv", "external.csv"):
+        rows = [tuple((k, v) for k, v in r.items() if k != "seconds") for r in read_rows(out / name)]
+        tables[name] = sorted(rows)
+    return tables
+
+
+def test_a_stopped_and_resumed_run_and_interleaved_seeds_compute_what_an_uninterrupted_run_does(
+        tmp_path, tiny_model_dir):
+    """Three nodes, J = 4 at the default newcomer share (a newcomer crowd gets 1 of the 4 slots
+    until its members are established, after 3 rounds of useful bundles): the checkpoint carries
+    each node's pool, its peers' standing and its own recent rewards, so a run stopped after
+    round 1 and resumed, and seeds that take turns of one round each (every turn a resume),
+    give the very rows of runs that never stopped; the peers are established by round 3."""
+    def settings(out: Path, rounds: int, seeds: int, checkpoint_every: int) -> Settings:
+        return Settings(profile="laptop", nodes=3, configs="2/0,2/4:ao", rounds=rounds, seeds=seeds,
+                        checkpoint_every=checkpoint_every, out=str(out),
+                        node=NodeConfig(questions=4, completions=3, max_new_tokens=4, model=str(tiny_model_dir),
+                                        device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8))
+
+    rounds = 5
+    straight = tmp_path / "straight"  # one seed after the other, no checkpoint read back
+    _run(settings(straight, rounds, seeds=2, checkpoint_every=rounds))
+    stopped = tmp_path / "stopped"  # seeds in turns of one round; stopped after round 1 of each
+    _run(settings(stopped, 2, seeds=2, checkpoint_every=1))
+    _run(settings(stopped, rounds, seeds=2, checkpoint_every=1))
+    assert _outcome(stopped) == _outcome(straight)
+
+    rows = read_rows(straight / "rounds.csv")
+    late = [int(r["n_external"]) for r in rows if r["config"] == "2/4:ao" and int(r["round"]) >= 3]
+    assert max(late) > 1, "established peers fill more than the newcomers' one slot"
+
+
+def test_a_partial_runs_yardstick_is_the_last_one_every_seed_has():
+    """Seeds stopped at rounds 7 and 6 with yardsticks every 5 rounds: both have the one after
+    round 5, only one the one after 10 (past seed 1's rounds), so 5 is reported."""
+    def row(seed, rnd, score):
+        return {"config": "4/4", "seed": str(seed), "node": "0", "model": "m", "round": str(rnd), "score": str(score)}
+    rows = [row(0, 5, 0.2), row(1, 5, 0.4), row(0, 10, 0.9), row(1, 10, 0.9),
+            {"config": "base", "seed": "", "node": "0", "model": "m", "round": "0", "score": "0.1"}]
+    assert yardstick_round(rows, {0: 11, 1: 7}) == 5
+    got = summarize_yardstick(rows, {0: 11, 1: 7})
+    assert got[("4/4", "m")][0] == pytest.approx(0.3) and got[("base", "m")] == (0.1, None)
+    assert yardstick_round(rows, {0: 11, 1: 11}) == 10 and yardstick_round(rows, {0: 4, 1: 4}) is None

@@ -46,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(rerun the same command to continue)")
     p.add_argument("--out", default="experiment-out", help="output directory (rerun with it to resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--report", action="store_true",
+                   help="only write summary.md and rewards.png from the tables under --out (of a run stopped or "
+                        "still going), running nothing")
     add_config_flags(p, exclude=NOT_EXPERIMENT_KEYS,
                      config_help="TOML file of node settings for every node (none by default: a node's own "
                                  "config.toml does not change an experiment)")
@@ -113,7 +116,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             Experiment,  # torch: loaded only when an experiment runs
         )
 
-        summary = Experiment(s, progress=not args.no_progress).run()
+        experiment = Experiment(s, progress=not args.no_progress)
+        summary = experiment.report() if args.report else experiment.run()
     except ExperimentError as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 2

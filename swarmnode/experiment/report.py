@@ -107,16 +107,27 @@ def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
     return out
 
 
+def yardstick_round(rows: list[dict], rounds_by_seed: dict[int, int]) -> int | None:
+    """The latest round after which every summarised seed has yardstick scores, within its
+    summarised rounds (a run stopped between yardsticks is scored at the last one); None if none."""
+    taken = defaultdict(set)
+    for r in rows:
+        if r["config"] != "base" and int(r["round"]) <= rounds_by_seed.get(int(r["seed"]), -1):
+            taken[int(r["seed"])].add(int(r["round"]))
+    common = set.intersection(*(taken[sd] for sd in rounds_by_seed)) if rounds_by_seed else set()
+    return max(common, default=None)
+
+
 def summarize_yardstick(rows: list[dict], rounds_by_seed: dict[int, int]) -> dict:
     """``(config, model)`` -> mean and 95 % interval across seeds of the nodes' mean yardstick
-    after the seed's last summarised round (None where a seed has no score then), and
-    ``("base", model)`` -> the untrained model's score."""
+    after :func:`yardstick_round`, and ``("base", model)`` -> the untrained model's score."""
     out: dict = {}
+    at = yardstick_round(rows, rounds_by_seed)
     cells = defaultdict(lambda: defaultdict(list))  # (config, model) -> seed -> scores
     for r in rows:
         if r["config"] == "base":
             out[("base", _model(r))] = (float(r["score"]), None)
-        elif rounds_by_seed.get(int(r["seed"])) == int(r["round"]):
+        elif int(r["round"]) == at:
             cells[(r["config"], _model(r))][int(r["seed"])].append(float(r["score"]))
     for key, by_seed in cells.items():
         out[key] = _interval([statistics.fmean(v) for v in by_seed.values()])
@@ -170,7 +181,9 @@ def write_reports(out: Path, s: Settings) -> Path:
     labels = [a.label for a in s.arms]
     n = s.node
     summary = summarize(rows, labels)
-    yardstick = summarize_yardstick(read_rows(out / "yardstick.csv"), summary["rounds_by_seed"])
+    yardstick_rows = read_rows(out / "yardstick.csv")
+    yardstick = summarize_yardstick(yardstick_rows, summary["rounds_by_seed"])
+    yardstick_at = yardstick_round(yardstick_rows, summary["rounds_by_seed"])
     external = summarize_external(read_rows(out / "external.csv"), rows)
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()] \
         if (out / "runs.jsonl").exists() else []
@@ -195,7 +208,8 @@ def write_reports(out: Path, s: Settings) -> Path:
         "advantage, mean over rounds and nodes. All right = own groups a round whose every completion was right "
         "(no advantage for their maker). Levels up = task families above their start level after the last "
         "round, mean over nodes and seeds. Yardstick = the nodes' greedy score on the fixed held-out questions "
-        "after the last round (mean over nodes, then over seeds, 95 % interval across seeds). Seconds = the "
+        f"after {'no round yet' if yardstick_at is None else f'round {yardstick_at}'} (the last every seed has; "
+        "mean over nodes, then over seeds, 95 % interval across seeds). Seconds = the "
         "model's nodes' generation, scoring, sharing and training.",
         "",
         "| config | model | cumulative reward | vs baseline (95 % CI) | final-window mean reward | signal rate "

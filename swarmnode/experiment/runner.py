@@ -18,10 +18,10 @@ Node k draws the same questions and sampling seeds in every config, so configs w
 are still equal (round 0) sample the very same completions and differ only through sharing.
 Checkpoints (one per node) make a killed run resume where it stopped; rounds after the last
 checkpoint are redone and their CSV rows replaced. A checkpoint holds a node's adapter,
-optimizer and levels, not its exchange: a resumed node starts with an empty pool and its
-peers as newcomers again, so in a config with J > 0 it draws at most ``newcomer_share`` of J
-for ``probation_rounds`` rounds, as on its first rounds, where an uninterrupted run would
-draw them all. Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
+optimizer, levels and exchange (its pool, its peers' standing, its own recent rewards), so a
+resumed run computes what an uninterrupted one does. Seeds take turns of ``checkpoint_every``
+rounds, each turn resuming its seed from its checkpoint, so all seeds progress together.
+Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
 (a row per external group a node trained on: whose, its rewards as the receiver scored them),
 ``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
 untrained model's once), ``summary.md`` and ``rewards.png``.
@@ -88,6 +88,21 @@ def held_out_questions(families: dict, adaptive: bool) -> list[Question]:
     source = TaskSource(families, YARDSTICK_SEED)
     return [Question(family, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
             for family in families for e in (source.dataset(family, None)[i] for i in range(PINNED_PER_FAMILY))]
+
+
+def exchange_state(exchange: Exchange) -> dict:
+    """What a node's exchange must carry over a checkpoint for its next round to be the one an
+    uninterrupted run has: its pool, its peers' standing and its own recent rewards (JSON)."""
+    return {"pool": exchange.pool.to_json(), "standing": exchange.standing.to_json(), "own": exchange.own.to_json()}
+
+
+def restore_exchange(exchange: Exchange, state: Mapping) -> None:
+    """Put :func:`exchange_state`'s record back; ValueError when it is damaged."""
+    if not isinstance(state, Mapping) or not {"pool", "standing", "own"} <= state.keys():
+        raise ValueError("exchange state lacks pool, standing or own")
+    exchange.pool.restore(state["pool"])
+    exchange.standing.restore(state["standing"])
+    exchange.own.restore(state["own"])
 
 
 class InProcessLink:
@@ -241,6 +256,7 @@ class Experiment:
         return max(common) if common else -1
 
     def _restore(self, seed: int, round_no: int) -> bool:
+        old_exchange = False
         try:
             for m in self.members:
                 path = m.node.home.checkpoints / f"round-{round_no:06d}"
@@ -248,15 +264,23 @@ class Experiment:
                 restore(Checkpoint(round_no, path, state), m.node.policy)
                 if "levels" in state:  # checkpoints from before the experiment kept levels have none
                     m.node.levels.restore(state["levels"])
+                if "exchange" in state:
+                    restore_exchange(m.exchange, state["exchange"])
+                else:
+                    old_exchange = True
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             log.warning("checkpoint of seed %d round %d unusable (%s): the seed starts again", seed, round_no, exc)
             return False
+        if old_exchange:
+            log.warning("checkpoint of seed %d round %d holds no exchange state: its nodes go on with empty pools "
+                        "and their peers as newcomers", seed, round_no)
         return True
 
     def _save(self, seed: int, round_no: int) -> None:
         for m in self.members:
             save_checkpoint(m.node.home.checkpoints, round_no, m.node.policy,
-                            {"seed": seed, "config": m.arm.label, "node": m.index, "levels": m.node.levels.to_json()},
+                            {"seed": seed, "config": m.arm.label, "node": m.index, "levels": m.node.levels.to_json(),
+                             "exchange": exchange_state(m.exchange)},
                             keep=2)
 
     @property
@@ -345,9 +369,43 @@ class Experiment:
                          "right": sum(x >= 1.0 for x in g.rewards), "responses": len(g.rewards)})
         return rows
 
+    def _turn(self, seed: int, first: int, deadline: float | None, bar) -> tuple[int, bool]:
+        """A turn of ``seed``: rounds from ``first`` to its next checkpoint (or the deadline), which
+        it saves. Returns the last round run and whether the deadline passed."""
+        s = self.s
+        r = first
+        while True:
+            def step(arm: Arm, r: int = r) -> None:
+                bar.set_postfix_str(f"config {arm.label} seed {seed} round {r}")
+                bar.update(1)
+            self._append_rows(self.run_round(seed, r, step))
+            every = s.node.eval_every
+            if every and (r + 1) % every == 0:
+                for arm in self.arms:
+                    self._append_rows(self._yardstick_rows([m for m in self.members if m.arm == arm],
+                                                           arm.label, seed, r + 1), "yardstick.csv")
+            out_of_time = deadline is not None and time.time() >= deadline
+            if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1 or out_of_time:
+                self._save(seed, r)
+                return r, out_of_time
+            r += 1
+
+    def report(self) -> Path:
+        """Write summary.md and rewards.png from the run's tables as they stand (a run stopped or
+        still going), running nothing; returns the summary path."""
+        meta = self.out / "experiment.json"
+        if not (self.out / "rounds.csv").exists() or not meta.exists():
+            raise ExperimentError(f"{self.out} holds no experiment's tables: nothing to report")
+        self._check_out_dir()
+        return write_reports(self.out, self.s)
+
     # ---- the whole run -----------------------------------------------------------------------
     def run(self) -> Path:
-        """Run or resume every seed, then write summary.md and rewards.png; returns the summary path."""
+        """Run or resume every seed, then write summary.md and rewards.png; returns the summary path.
+
+        Seeds take turns of ``checkpoint_every`` rounds, the one furthest behind first, each turn
+        resuming its seed from its checkpoint (exact: see :func:`exchange_state`), so every seed has
+        rows early and a stopped run leaves them about equally far."""
         from tqdm import tqdm
 
         self._check_out_dir()
@@ -360,42 +418,38 @@ class Experiment:
         t_start = time.time()
         deadline = None if s.time_limit_minutes is None else t_start + 60 * s.time_limit_minutes
         rounds_run = 0
+        started: set[int] = set()  # the seeds that ran in this invocation
         with tqdm(total=total, initial=min(start, total), disable=not self.progress, unit="config-round",
                   dynamic_ncols=True) as bar:
-            for seed in range(s.seeds):
-                if deadline is not None and time.time() >= deadline:
+            completed = {seed: self._completed_round(seed) for seed in range(s.seeds)}
+            current: int | None = None  # the seed whose nodes are built now
+            while deadline is None or time.time() < deadline:
+                # The seed furthest behind takes the next turn, so seeds progress together.
+                behind = [seed for seed in range(s.seeds) if completed[seed] + 1 < s.rounds]
+                if not behind:
                     break
-                completed = self._completed_round(seed)
-                if completed + 1 >= s.rounds:
-                    continue
+                seed = min(behind, key=lambda sd: (completed[sd], sd))
                 if not self.bases:
                     self._load()
-                self._build_members(seed)
-                self._score_untrained()
-                if completed >= 0 and not self._restore(seed, completed):
+                if current != seed:
                     self._build_members(seed)
-                    completed = -1
-                first = completed + 1
-                redone = sum(1 for (sd, rd) in done_rows if sd == seed and first <= rd < s.rounds)
-                bar.update(-min(redone * len(self.arms), bar.n))
-                self._truncate_csv(seed, first)
-                for r in range(first, s.rounds):
-                    def step(arm: Arm, r: int = r, seed: int = seed) -> None:
-                        bar.set_postfix_str(f"config {arm.label} seed {seed} round {r}")
-                        bar.update(1)
-                    self._append_rows(self.run_round(seed, r, step))
-                    rounds_run += 1
-                    every = s.node.eval_every
-                    if every and (r + 1) % every == 0:
-                        for arm in self.arms:
-                            self._append_rows(self._yardstick_rows([m for m in self.members if m.arm == arm],
-                                                                   arm.label, seed, r + 1), "yardstick.csv")
-                    out_of_time = deadline is not None and time.time() >= deadline
-                    if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1 or out_of_time:
-                        self._save(seed, r)
-                    if out_of_time:
-                        log.warning("time limit reached after round %d of seed %d; rerun to continue", r, seed)
-                        break
+                    self._score_untrained()
+                    if completed[seed] >= 0 and not self._restore(seed, completed[seed]):
+                        self._build_members(seed)
+                        completed[seed] = -1
+                        started.discard(seed)  # its rows are all redone
+                    current = seed
+                first = completed[seed] + 1
+                if seed not in started:  # rows past its checkpoint are redone
+                    started.add(seed)
+                    redone = sum(1 for (sd, rd) in done_rows if sd == seed and first <= rd < s.rounds)
+                    bar.update(-min(redone * len(self.arms), bar.n))
+                    self._truncate_csv(seed, first)
+                completed[seed], out_of_time = self._turn(seed, first, deadline, bar)
+                rounds_run += completed[seed] + 1 - first
+                if out_of_time:
+                    log.warning("time limit reached after round %d of seed %d; rerun to continue",
+                                completed[seed], seed)
         info = {"peak_rss_mb": peak_rss_mb(), "wall_seconds": round(time.time() - t_start, 1),
                 "rounds_run": rounds_run, "adapters": len(self.members),
                 "model": ", ".join(b.name for b in self.bases.values()) or None, "device": s.node.device}

@@ -129,6 +129,13 @@ def canonical_json(value: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
+def group_fields(g: Group) -> dict[str, Any]:
+    """A group as a bundle carries it (its rewards as they stand); :func:`parse_group` reads it back."""
+    return {"family": g.question.family, "question": g.question.question, "answer": g.question.answer,
+            "metadata": dict(g.question.metadata), "responses": list(g.responses),
+            "rewards": [float(r) for r in g.rewards], "level": g.level}
+
+
 def encode_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, groups: list[Group],
                   created: float | None = None) -> bytes:
     """The signed wire bytes of a bundle of ``groups`` (their rewards go along as the sender's).
@@ -141,15 +148,7 @@ def encode_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, 
         "sender": identity.peer_id,
         "model": model,
         "created": float(time.time() if created is None else created),
-        "groups": [{
-            "family": g.question.family,
-            "question": g.question.question,
-            "answer": g.question.answer,
-            "metadata": dict(g.question.metadata),
-            "responses": list(g.responses),
-            "rewards": [float(r) for r in g.rewards],
-            "level": g.level,
-        } for g in groups],
+        "groups": [group_fields(g) for g in groups],
     }
     body = canonical_json(payload)
     signature = identity.sign(SIGNING_DOMAIN + body)
@@ -258,7 +257,9 @@ def _text(value: Any, limit: int, reason: str, what: str) -> str:
     return value
 
 
-def _parse_group(raw: Any, sender: str, limits: BundleLimits, version: int) -> Group:
+def parse_group(raw: Any, sender: str, limits: BundleLimits = BundleLimits(), version: int = VERSION) -> Group:
+    """The group of a bundle's ``groups`` entry from ``sender`` (source ``sender``), every field's
+    type and size checked; raises :class:`BundleRejected`."""
     if not isinstance(raw, dict) or raw.keys() != _GROUP_KEYS[version]:
         raise BundleRejected("bad_field", "a group does not have exactly the group fields")
     level = raw.get("level")
@@ -307,7 +308,7 @@ def parse_payload(payload: dict, digest: str, limits: BundleLimits = BundleLimit
         raise BundleRejected("too_many_groups", f"{len(groups)} > {limits.max_groups}")
     sender = payload["sender"]
     return Bundle(swarm, round_no, sender, model, float(created),
-                  [_parse_group(g, sender, limits, version) for g in groups], digest)
+                  [parse_group(g, sender, limits, version) for g in groups], digest)
 
 
 class BundleVerifier:

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from swarmnode.records import Group
+from swarmnode.swarm.bundle import BundleRejected, group_fields, parse_group
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 
@@ -92,6 +93,18 @@ class OwnRewards:
 
     def means(self) -> dict[str, float]:
         return {family: statistics.fmean(rewards) for family, rewards in self._by_family.items() if rewards}
+
+    def to_json(self) -> list:
+        """The recent rewards, ``[[family, [reward, ...]], ...]``, for :meth:`restore`."""
+        return [[family, list(rewards)] for family, rewards in self._by_family.items()]
+
+    def restore(self, state: list) -> None:
+        """Take the rewards of :meth:`to_json`; ValueError when ``state`` is not of its form."""
+        try:
+            by_family = {str(f): deque((float(x) for x in rewards), maxlen=self.window) for f, rewards in state}
+        except (TypeError, ValueError):
+            raise ValueError("own rewards are not [[family, [reward, ...]], ...]") from None
+        self._by_family = by_family
 
 
 def _mean(group: Group) -> float:
@@ -215,6 +228,35 @@ class ExternalPool:
             out.append(candidates[peer].pop(i))
             weights[peer].pop(i)
         return out
+
+    def to_json(self) -> dict:
+        """The pool's contents, JSON-ready, for :meth:`restore`: each peer's groups oldest first, in
+        the order the pool keeps peers (draws depend on it), as bundles carry groups (with this
+        node's rewards), with their declared rounds and arrival numbers."""
+        with self._lock:
+            return {"seq": self._seq, "peers": [
+                {"peer": peer, "rounds": [e.round_no for e in queue], "seqs": [e.seq for e in queue],
+                 "groups": [group_fields(e.group) for e in queue]} for peer, queue in self._by_peer.items()]}
+
+    def restore(self, state: Mapping) -> None:
+        """Replace the contents with those of :meth:`to_json`; every group is read by the bundle
+        format's own checks. ValueError (and the pool unchanged) when ``state`` is not of that form."""
+        by_peer: dict[str, deque[_Entry]] = {}
+        try:
+            for row in state["peers"]:
+                peer, rounds, seqs, groups = str(row["peer"]), row["rounds"], row["seqs"], row["groups"]
+                if not len(rounds) == len(seqs) == len(groups) > 0:
+                    raise ValueError(f"peer {peer}: rounds, seqs and groups differ in length or are empty")
+                by_peer[peer] = deque(_Entry(int(r), int(q), parse_group(g, peer))
+                                      for r, q, g in zip(rounds, seqs, groups))
+            seq = int(state["seq"])
+        except (KeyError, TypeError, ValueError, BundleRejected) as exc:
+            raise ValueError(f"pool state is damaged ({type(exc).__name__}: {exc})") from None
+        with self._lock:
+            self._by_peer = by_peer
+            self._by_round = Counter(e.round_no for q in by_peer.values() for e in q)
+            self._total = sum(map(len, by_peer.values()))
+            self._seq = seq
 
     def groups(self) -> list[Group]:
         """Every pooled group, in arrival order."""

@@ -160,6 +160,28 @@ class Standing:
                 self._established.add(peer)
             return promoted
 
+    def to_json(self) -> dict:
+        """The peers' records, JSON-ready, for :meth:`restore` (least recently heard first)."""
+        with self._lock:
+            return {"round": self._round, "qualified": self._qualified,
+                    "rows": [[peer, sorted(r.rounds), r.qualified, r.established] for peer, r in self._rows.items()]}
+
+    def restore(self, state: Mapping) -> None:
+        """Take the records of :meth:`to_json`; ValueError (records unchanged) when ``state`` is
+        not of that form."""
+        try:
+            rows = OrderedDict((str(peer), _Record({int(x) for x in rounds}, None if q is None else int(q),
+                                                   established is True))
+                               for peer, rounds, q, established in state["rows"])
+            round_no = None if state["round"] is None else int(state["round"])
+            qualified = int(state["qualified"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"standing state is damaged ({type(exc).__name__}: {exc})") from None
+        with self._lock:
+            self._rows, self._round, self._qualified = rows, round_no, qualified
+            self._established.clear()  # the same set: is_established reads it
+            self._established.update(p for p, r in rows.items() if r.established)
+
     def _trim(self) -> None:
         """Forget the least recently heard newcomer, else established peer, past ``max_peers``."""
         while len(self._rows) > self.max_peers:
