@@ -2,11 +2,10 @@
 
 No Python module wraps either, and both are the C library's own: on another C library
 (macOS, Windows, musl) the functions are absent and every call here does nothing and returns
-False. The parameter numbers are ``malloc.h``'s (``M_TRIM_THRESHOLD`` -1, ``M_MMAP_THRESHOLD``
--3); the behaviour the callers rely on, including the dynamic thresholds described in
-``mallopt(3)``, was checked on the releases in :data:`CHECKED_ON`. A C library is not a
-package ``pyproject.toml`` can bound: :func:`version` names the one a process runs on, so a
-report from another release can be told apart.
+False. The parameter number is ``malloc.h``'s (``M_MMAP_THRESHOLD`` -3); the behaviour the
+callers rely on, including the dynamic thresholds described in ``mallopt(3)``, was checked on
+the releases in :data:`CHECKED_ON` (``tests/test_memtrim.py`` checks it wherever it runs). A C
+library is not a package ``pyproject.toml`` can bound.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import ctypes.util
 import functools
 
 CHECKED_ON = ("2.36",)  # Debian 12's glibc
-M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 
 
@@ -29,15 +27,6 @@ def _function(name: str):
     except OSError:
         return None
     return getattr(libc, name, None) if libc is not None else None
-
-
-def version() -> str | None:
-    """glibc's release (``gnu_get_libc_version``), or None on another C library."""
-    fn = _function("gnu_get_libc_version")
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_char_p
-    return fn().decode()
 
 
 def mallopt(parameter: int, value: int) -> bool:

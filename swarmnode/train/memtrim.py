@@ -1,6 +1,6 @@
 """Keep a round's freed memory from staying resident (glibc; elsewhere these do nothing).
 
-Three glibc behaviours make a PyTorch process on CPU hold far more memory than it uses:
+Two glibc behaviours make a PyTorch process on CPU hold far more memory than it uses:
 
 - glibc serves blocks above its mmap threshold with their own ``mmap`` (unmapped when
   freed), the rest from its heaps. Each time an mmapped block is freed it raises that
@@ -10,38 +10,23 @@ Three glibc behaviours make a PyTorch process on CPU hold far more memory than i
   threshold held at 128 KiB, 1.6 GB. Fresh mmapped pages are zero-filled, though, which
   made generation (many short-lived per-step tensors) 1.28x slower, so
   :func:`large_blocks_mmapped` holds the low threshold around training only.
-- The same raising sets the trim threshold (free memory at a heap's top that ``free``
-  returns to the OS) to twice the mmap threshold, 64 MiB: up to 64 MiB of freed heap then
-  stays resident beside the live tensors, in training too, where the large tensors are
-  mmapped and never reuse it. :func:`hold_free_heap_low`, called once a process holds a
-  model, sets the trim threshold to ``TRIM_THRESHOLD_BYTES`` for good (and the mmap
-  threshold to the 32 MiB glibc's raising ends at, since setting either stops the raising).
-- Freed heap blocks in the middle of a heap stay resident. ``malloc_trim(0)``
-  (:func:`release_free_memory`, a few milliseconds) returns them between the phases of a
-  round, so the next phase does not stack its own peak on top, and every few decoding
-  steps, whose keys and values grow by concatenation and leave the blocks they outgrew behind.
-"""
+- Freed heap blocks stay resident. ``malloc_trim(0)`` (:func:`release_free_memory`, a few
+  milliseconds) returns them between the phases of a round, so the next phase does not
+  stack its own peak on top, and every few decoding steps, whose keys and values grow by
+  concatenation and leave the blocks they outgrew behind.
 
+What else glibc's allocator leaves at a round's peak, and the settings tried against it
+(arenas, trim threshold): docs/performance.md, "glibc's allocator at the peak".
+"""
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
 
-from swarmnode.compat.glibc import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, malloc_trim, mallopt
+from swarmnode.compat.glibc import M_MMAP_THRESHOLD, malloc_trim, mallopt
 
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 HEAP_THRESHOLD_BYTES = 32 * 2**20  # the value glibc's raising ends at on 64-bit systems
-TRIM_THRESHOLD_BYTES = 2**20  # free heap top above this goes back to the OS at once
-
-
-def hold_free_heap_low() -> bool:
-    """Process-wide, for good: free heap top above ``TRIM_THRESHOLD_BYTES`` goes back to the OS.
-
-    Also fixes the mmap threshold at ``HEAP_THRESHOLD_BYTES`` (where glibc's own raising
-    would take it: generation keeps its heap allocations). Idempotent; True where glibc
-    accepted both settings, False elsewhere (nothing changed).
-    """
-    return mallopt(M_MMAP_THRESHOLD, HEAP_THRESHOLD_BYTES) and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
 
 
 @contextlib.contextmanager

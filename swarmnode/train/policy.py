@@ -24,7 +24,7 @@ from swarmnode.train.fallback import fell_back
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
 from swarmnode.train.logprob import chosen_logprobs
-from swarmnode.train.memtrim import hold_free_heap_low, large_blocks_mmapped, release_free_memory
+from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.train.model import BaseModel
 from swarmnode.train.sampler import TokenTexts, end_ids, sample
 from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
@@ -60,9 +60,6 @@ class Policy:
                  shared: "Policy | None" = None):
         from peft import LoraConfig, get_peft_model
 
-        # Process-wide, before the first round: without it up to 64 MiB of freed heap stays
-        # resident beside a round's tensors (see memtrim).
-        hold_free_heap_low()
         self.cfg = cfg
         self.adapter = adapter
         self.tokenizer = base.tokenizer
