@@ -96,6 +96,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_PROTOCOL,
     FirstHand,
     Libp2pPull,
+    PullDials,
     PushPacer,
     push_targets,
 )
@@ -142,9 +143,10 @@ class Libp2pTransport(Transport):
         self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
         self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
-        self._host_rng = random.Random()  # host thread only, as are the next two
+        self._host_rng = random.Random()  # host thread only, as are the next three
         self._first_hand = FirstHand(rng=self._host_rng)
         self._pacer = PushPacer()
+        self._pull_dials = PullDials()
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
@@ -309,7 +311,7 @@ class Libp2pTransport(Transport):
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
-        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted)
+        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted, self._pull_dials)
 
     # -- trio side (the host thread) -------------------------------------------------------
 
@@ -442,6 +444,7 @@ class Libp2pTransport(Transport):
         except Exception as exc:
             log.debug("libp2p transport: dialing %s failed: %r", maddr, exc)
             return False
+        self._pull_dials.kept(str(info.peer_id))  # joined or met in the peer exchange: never closed for a pull
         return True
 
     async def _answer_bundle(self, _asker: str, request: bytes) -> bytes:
