@@ -161,9 +161,11 @@ def test_a_small_swarm_gets_its_bundles_and_no_node_more_than_k_a_round(transpor
 
 def test_a_run_depends_on_its_seed_only():
     s = replace(Scenario(transport="libp2p", nodes=60, relays=2, warmup_s=120.0, measure_s=120.0), seed=5)
-    first, again, other = run(s), run(s), run(replace(s, seed=6))
+    told: list[float] = []
+    first, again, other = run(s), run(s, progress=lambda now, _end: told.append(now)), run(replace(s, seed=6))
     for key in ("rx_bytes", "bundles_mean", "latency_p95_s", "events_run"):
-        assert first[key] == again[key]
+        assert first[key] == again[key], "the same run, with its progress told or not"
+    assert told == [60.0, 120.0, 180.0]
     assert first["events_run"] != other["events_run"]
 
 
