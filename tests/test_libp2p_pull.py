@@ -371,7 +371,7 @@ def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     assert {name for name, raw in bad.items() if parse_request(raw) is not None} == set()
 
 
-def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers():
+def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers_not_bootstrap_peers():
     rng = random.Random(0)
     assert ExchangeRound("me", [], rng).ask == []
     assert ExchangeRound("me", [f"p{i}" for i in range(PEER_TARGET)], rng).ask == []
@@ -384,6 +384,9 @@ def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers
         turn.dialed(f"/ip4/1.2.3.4/tcp/1/p2p/n{i}")
     assert turn.enough() and not turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
     assert sorted(answer_order(["a", "b", "c"], "b", rng)) == ["a", "c"], "everyone but the asker"
+    joined = ExchangeRound("me", ["relay1"], rng, bootstrap={"relay1", "relay2"})
+    assert not joined.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/relay2"), "a bootstrap peer is the join loop's to dial"
+    assert joined.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
 
 
 @pytest.mark.slow

@@ -120,6 +120,7 @@ class Libp2pNode(SimNode):
         self.tick_at: float | None = None  # the pass scheduled next, if any
         self.tick_token = 0  # only the pass scheduled last runs
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
+        self.bootstrap_ids = {peer_id(b) for b in world.bootstrap}
         self.joining = JoinLoop(self.bootstrap, rng)
 
     # -- connections ------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class Libp2pNode(SimNode):
 
     def _exchange_peers(self) -> None:
         """One ExchangeRound: ask a few connected peers for theirs, dial until enough."""
-        turn = ExchangeRound(self.peer_id, self.connected_ids(), self.rng)
+        turn = ExchangeRound(self.peer_id, self.connected_ids(), self.rng, self.bootstrap_ids)
         asks = [self.world.index[p] for p in turn.ask]
         self._ask_next(turn, asks)
 

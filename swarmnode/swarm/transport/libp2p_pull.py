@@ -422,9 +422,10 @@ class Libp2pTransport(Transport):
     async def _exchange_peers(self, host: Any) -> None:
         """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p_peers.ExchangeRound`:
         ask the peers it names for theirs, dial the ones it finds worth it."""
+        bootstrap = {p for m in self.bootstrap if (p := peer_id_of(m))}  # dialed by the join loop only
         await trio.sleep(EXCHANGE_FIRST)
         while True:
-            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng)
+            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng, bootstrap)
             for peer in turn.ask:
                 for maddr in await ask_peers(host, peer):
                     if turn.enough():
