@@ -75,7 +75,7 @@ def first_token_logprobs(policy: Policy, question: str, responses: list[str]) ->
             prompt, completion = policy.split_response(question, response)
             p = policy.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             c = policy.tokenizer(completion, add_special_tokens=False)["input_ids"]
-            logits = policy.model(input_ids=torch.tensor([p + c[:1]])).logits[0, len(p) - 1]
+            logits = policy.model(input_ids=torch.tensor([p + c[:1]], device=policy.device)).logits[0, len(p) - 1]
             out.append(torch.log_softmax(logits.float(), dim=-1)[c[0]].item())
     return out
 

@@ -55,9 +55,10 @@ def test_trainable_output_layer_is_refused():
 
 def _reference_logp(policy, prompt, completion):
     """Log-probs of ``completion`` from one plain forward of prompt + completion with full logits."""
-    ids = torch.tensor([prompt + completion])
+    ids = torch.tensor([prompt + completion], device=policy.device)
     logits = policy.model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1:-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+    chosen = torch.tensor(completion, device=policy.device)[:, None]
+    return torch.log_softmax(logits, dim=-1).gather(-1, chosen)[:, 0]
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)

@@ -43,7 +43,7 @@ def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) ->
     out: list[int] = []
     with torch.no_grad():
         for _ in range(max_new):
-            tok = int(policy.model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax())
+            tok = int(policy.model(input_ids=torch.tensor([ids + out], device=policy.device)).logits[0, -1].argmax())
             out.append(tok)
             if tok == eos or stop in policy.tokenizer.decode(out):
                 break
@@ -80,7 +80,7 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     assert bool(calls) == shared_prefix
     before = len(calls)
     with torch.no_grad():  # the sampling is over: a forward calls the model's own attention again
-        policy.model(input_ids=torch.tensor([[1, 2, 3]]))
+        policy.model(input_ids=torch.tensor([[1, 2, 3]], device=policy.device))
     assert len(calls) == before
 
 
@@ -127,7 +127,7 @@ def _forcing(policy, sequence: list[int]):
     calls = []
 
     def hook(module, inputs, output):
-        bias = torch.zeros(output.shape[-1])
+        bias = torch.zeros(output.shape[-1], device=output.device)
         bias[sequence[min(len(calls), len(sequence) - 1)]] = 50.0
         calls.append(1)
         return output + bias
