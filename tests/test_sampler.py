@@ -25,14 +25,16 @@ STOP = "</answer>"
 def policy(request, tmp_path_factory):
     model_dir = build_tiny_model(tmp_path_factory.mktemp(request.param), arch=request.param)
     base = load_base_model(str(model_dir), torch.device(TEST_DEVICE))
-    torch.manual_seed(0)
-    with torch.no_grad():  # larger weights than the init's, so greedy paths differ between prompts
+    # Larger weights than the init's, so greedy paths differ between prompts; drawn on the CPU
+    # whatever the test device, so every device decodes the same model.
+    cpu = torch.Generator().manual_seed(0)
+    with torch.no_grad():
         for p in base.model.parameters():
-            p.normal_(0, 0.3)
+            p.copy_(torch.randn(p.shape, generator=cpu) * 0.3)
     pol = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
     with torch.no_grad():
         for p in pol.params:
-            p.normal_(0, 0.05)
+            p.copy_(torch.randn(p.shape, generator=cpu) * 0.05)
     pol.model.eval()
     return pol
 
