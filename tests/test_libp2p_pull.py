@@ -459,3 +459,9 @@ def test_a_peer_exchange_answer_names_the_peers_in_random_order():
     got = run_checks("libp2p_peer_answer")
     assert got["peers named"] == [6] and not got["asker named"]
     assert got["first named"] > 1, "ten answers all began with the same peer"
+
+
+@pytest.mark.slow
+def test_a_host_that_ends_on_an_error_is_started_again_and_pulls():
+    got = run_checks("libp2p_host_revival")
+    assert got == {"host ended": True, "new host": True, "joined again": True, "pulled after": True}

@@ -121,8 +121,22 @@ DIAL_TIMEOUT = 5.0
 STOP_TIMEOUT = 10.0
 PEER_REFRESH = 0.5
 PULL_INTERVAL = 1.0
+# A host that ends on an error is started again after a pause that doubles from 1 s up to
+# this; a host that ran this long since its last start counts as healthy (the pause starts over).
+REVIVE_MAX_PAUSE = 60.0
+# How long a host's connections and listeners may take to close when it ends.
+CLOSE_TIMEOUT = 3.0
 # What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
 OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
+
+
+async def _close_network(host: Any) -> None:
+    """Close every connection and listener of ``host``, shielded and bounded. py-libp2p's own
+    shutdown runs inside the cancelled scope and never gets this far, and a host that ended on
+    an error left its sockets open: its peers kept writing to connections nobody read, and
+    failed every stream to the node when it came back."""
+    with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+        await host.get_network().close()
 
 
 class Libp2pTransport(Transport):
@@ -150,6 +164,9 @@ class Libp2pTransport(Transport):
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
+        self._host_args: tuple[multiaddr.Multiaddr, list[multiaddr.Multiaddr] | None] | None = None
+        self._host_started = 0.0
+        self._revive_pause = 0.0
         self._host: Any = None
         self._pull_task: asyncio.Task | None = None
         self._peers: list[str] = []
@@ -173,14 +190,42 @@ class Libp2pTransport(Transport):
         except Exception as exc:
             raise TransportError(f"bad --listen/--announce multiaddr: {exc}") from None
         batch_window_updates()
+        self._host_args = (listen, announce)
+        try:
+            await self._start_host()
+        except TransportError:
+            await self._stop()
+            raise
+        self._pull_task = asyncio.create_task(self._pull_loop(), name="libp2p-pull")
+
+    async def _start_host(self) -> None:
+        listen, announce = self._host_args
         try:
             await self._bridge.start(lambda: self._host_main(listen, announce), STARTUP_TIMEOUT)
         except Exception as exc:
-            await self._stop()
             if isinstance(exc, asyncio.TimeoutError):
                 raise TransportError(f"the libp2p host did not start within {STARTUP_TIMEOUT:.0f} s") from None
             raise TransportError(f"the libp2p host could not listen on {self.listen}: {exc}") from None
-        self._pull_task = asyncio.create_task(self._pull_loop(), name="libp2p-pull")
+        self._host_started = time.monotonic()
+
+    async def _revive(self) -> None:
+        """The host ended on an error (the bridge logged it): start a new one on the same
+        addresses, with the same stores and pull plan, after a pause that doubles with every
+        failure in a row, so a node out of its network keeps training and comes back to it."""
+        healthy = time.monotonic() - self._host_started >= REVIVE_MAX_PAUSE
+        self._revive_pause = 1.0 if healthy or not self._revive_pause else min(2 * self._revive_pause,
+                                                                               REVIVE_MAX_PAUSE)
+        log.warning("libp2p transport: starting the host again in %.0f s", self._revive_pause)
+        await asyncio.sleep(self._revive_pause)
+        await self._bridge.stop(STOP_TIMEOUT)
+        self._peers = []
+        try:
+            await self._start_host()
+        except TransportError as exc:
+            await self._bridge.stop(STOP_TIMEOUT)
+            log.warning("libp2p transport: %s", exc)
+            return
+        log.info("libp2p transport: the host runs again, listening on %s", ", ".join(self.addresses()) or "nothing")
 
     async def _stop(self) -> None:
         if self._pull_task is not None:
@@ -255,6 +300,9 @@ class Libp2pTransport(Transport):
 
     async def _pull_loop(self) -> None:
         while True:
+            if not self._bridge.running():
+                await self._revive()
+                continue
             try:
                 await self._pull_once()
             except Exception as exc:  # the host stopping under a pull; the next round tries again
@@ -337,10 +385,13 @@ class Libp2pTransport(Transport):
             async with host.run([listen]):
                 self._host = host
                 self._addresses = self._own_addresses(host)
-                async with trio.open_nursery() as nursery:
-                    self._bridge.ready(nursery)
-                    nursery.start_soon(self._refresh_peers, host)
-                    nursery.start_soon(self._exchange_peers, host)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._bridge.ready(nursery)
+                        nursery.start_soon(self._refresh_peers, host)
+                        nursery.start_soon(self._exchange_peers, host)
+                finally:
+                    await _close_network(host)
         finally:
             self._peers = []
 
