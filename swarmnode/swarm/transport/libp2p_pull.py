@@ -369,6 +369,7 @@ class Libp2pTransport(Transport):
             host = new_host(key_pair=key_pair, announce_addrs=announce)
             release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
             keep_own_keys(host)  # else the host fails once it has met 1,000 peers
+            self._pull_dials = PullDials()  # a host started again has none of the last one's connections
             own_id = host.get_id()
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
