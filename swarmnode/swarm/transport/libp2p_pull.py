@@ -96,6 +96,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_PROTOCOL,
     FirstHand,
     Libp2pPull,
+    PullDials,
     PushPacer,
     push_targets,
 )
@@ -156,9 +157,10 @@ class Libp2pTransport(Transport):
         self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
         self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
-        self._host_rng = random.Random()  # host thread only, as are the next two
+        self._host_rng = random.Random()  # host thread only, as are the next three
         self._first_hand = FirstHand(rng=self._host_rng)
         self._pacer = PushPacer()
+        self._pull_dials = PullDials()
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
@@ -357,7 +359,7 @@ class Libp2pTransport(Transport):
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
-        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted)
+        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted, self._pull_dials)
 
     # -- trio side (the host thread) -------------------------------------------------------
 
@@ -367,6 +369,7 @@ class Libp2pTransport(Transport):
             host = new_host(key_pair=key_pair, announce_addrs=announce)
             release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
             keep_own_keys(host)  # else the host fails once it has met 1,000 peers
+            self._pull_dials = PullDials()  # a host started again has none of the last one's connections
             own_id = host.get_id()
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
@@ -471,9 +474,10 @@ class Libp2pTransport(Transport):
     async def _exchange_peers(self, host: Any) -> None:
         """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p_peers.ExchangeRound`:
         ask the peers it names for theirs, dial the ones it finds worth it."""
+        bootstrap = {p for m in self.bootstrap if (p := peer_id_of(m))}  # dialed by the join loop only
         await trio.sleep(EXCHANGE_FIRST)
         while True:
-            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng)
+            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng, bootstrap)
             for peer in turn.ask:
                 for maddr in await ask_peers(host, peer):
                     if turn.enough():
@@ -493,6 +497,7 @@ class Libp2pTransport(Transport):
         except Exception as exc:
             log.debug("libp2p transport: dialing %s failed: %r", maddr, exc)
             return False
+        self._pull_dials.kept(str(info.peer_id))  # joined or met in the peer exchange: never closed for a pull
         return True
 
     async def _answer_bundle(self, _asker: str, request: bytes) -> bytes:
