@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--round-s S] [--slots-held] [--seed 0] [--json PATH]
+        [--round-s S] [--slots-held] [--seed 0] [--json PATH] [--progress]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -31,7 +31,8 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,14 @@ def _least_squares(rows: list[list[float]], targets: list[float]) -> list[float]
     return [atb[i] / ata[i][i] if ata[i][i] else 0.0 for i in range(k)]
 
 
+def _progress(s: Scenario) -> Callable[[float, float], None]:
+    def say(now: float, end: float) -> None:
+        print(f"swarm_sim: {s.transport}, {s.nodes} nodes: {now:.0f} of {end:.0f} simulated s after "
+              f"{time.process_time():.0f} CPU-s", file=sys.stderr, flush=True)
+
+    return say
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=None)
@@ -165,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    parser.add_argument("--progress", action="store_true",
+                        help="say on stderr, every simulated minute, how far a run got and its CPU time so far")
     parser.add_argument("--fit", metavar="DIR", type=Path,
                         help="fit the cost models' overheads to swarm_scale.py's JSON files in DIR (see fit())")
     args = parser.parse_args(argv)
@@ -199,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|" + "---|" * len(COLUMNS), flush=True)
     results = []
     for s in scenarios:
-        r = run(s)
+        r = run(s, progress=_progress(s) if args.progress else None)
         results.append(r)
         print(table_row(r), flush=True)
     if args.json:

@@ -302,3 +302,15 @@ def test_a_partial_runs_yardstick_is_the_last_one_every_seed_has():
     got = summarize_yardstick(rows, {0: 11, 1: 7})
     assert got[("4/4", "m")][0] == pytest.approx(0.3) and got[("base", "m")] == (0.1, None)
     assert yardstick_round(rows, {0: 11, 1: 11}) == 10 and yardstick_round(rows, {0: 4, 1: 4}) is None
+
+
+def test_the_experiment_takes_a_catalogue_model_from_model_file_as_start_does(tmp_path, monkeypatch, capsys):
+    from swarmnode.cli import main
+
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # never the network: the file given is all there is
+    wrong = tmp_path / "wrong.gguf"
+    wrong.write_bytes(b"GGUF not the model")
+    assert main(["experiment", "--model", "qwen2.5-coder-0.5b", "--model-file", str(wrong), "--nodes", "2",
+                 "--configs", "2/0", "--rounds", "1", "--out", str(tmp_path / "exp"), "--no-progress"]) == 2
+    assert f"model_file {wrong} is not Qwen2.5-Coder-0.5B-Instruct" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from swarmnode.records import Group, Question
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.model import BaseModel, load_base_model
 from swarmnode.train.policy import MICRO_BATCH_TOKENS, Policy
+from tinymodel import TEST_DEVICE
 
 
 def test_advantages_are_normalised_within_each_group():
@@ -54,14 +55,14 @@ def test_training_set_drops_zero_advantage_and_fills_from_local():
 def policy(tiny_model_dir):
     torch.manual_seed(0)
     cfg = NodeConfig(lora_r=4, lora_alpha=8, learning_rate=0.01, micro_batch=2, max_grad_norm=0.0)
-    return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu")), cfg)
+    return Policy(load_base_model(str(tiny_model_dir), torch.device(TEST_DEVICE)), cfg)
 
 
 @pytest.fixture()
 def bf16_policy(tiny_model_dir):
     torch.manual_seed(0)
     cfg = NodeConfig(lora_r=4, lora_alpha=8, learning_rate=0.01, micro_batch=2, max_grad_norm=0.0)
-    return Policy(load_base_model(str(tiny_model_dir), torch.device("cpu"), torch.bfloat16), cfg)
+    return Policy(load_base_model(str(tiny_model_dir), torch.device(TEST_DEVICE), torch.bfloat16), cfg)
 
 
 def first_token_logprobs(policy: Policy, question: str, responses: list[str]) -> list[float]:
@@ -74,7 +75,7 @@ def first_token_logprobs(policy: Policy, question: str, responses: list[str]) ->
             prompt, completion = policy.split_response(question, response)
             p = policy.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             c = policy.tokenizer(completion, add_special_tokens=False)["input_ids"]
-            logits = policy.model(input_ids=torch.tensor([p + c[:1]])).logits[0, len(p) - 1]
+            logits = policy.model(input_ids=torch.tensor([p + c[:1]], device=policy.device)).logits[0, len(p) - 1]
             out.append(torch.log_softmax(logits.float(), dim=-1)[c[0]].item())
     return out
 

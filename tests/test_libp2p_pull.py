@@ -58,6 +58,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_EVERY_MAX,
     FirstHand,
     Libp2pPull,
+    PullDials,
     PushPacer,
     SampleSchedule,
     sources_to_ask,
@@ -176,6 +177,20 @@ def test_a_pull_asks_the_sources_it_reaches_then_those_the_announcement_gives_ad
         [("author", ()), ("h2", a.addresses[1][1])], 1)
     bare = Announcement("author", SW, 1, 10, "00" * 32, ("author", "h1"))
     assert sources_to_ask("me", "author", bare, lambda p: False) == ([], 2), "no address, no ask; counted"
+
+
+def test_a_connection_a_pull_dialed_is_closed_after_its_pass_unless_the_node_dialed_the_peer_on_purpose():
+    dials = PullDials()
+    dials.kept("relay")  # joined through it
+    for source in ("author", "holder", "gone", "relay"):
+        dials.dialing(source)  # a pull of this pass found it not connected
+    dials.kept("holder")  # ... and the peer exchange dialed this one meanwhile
+    assert dials.to_close({"relay", "author", "holder", "inbound"}) == ["author"], \
+        "only what a pull dialed, is still connected and was not dialed on purpose"
+    assert dials.to_close({"author", "holder", "inbound"}) == [], "the next pass closes only what it dialed"
+    dials.dialing("relay")  # a kept peer whose connection went (forgotten above), dialed again by a pull
+    dials.dialing("holder")  # connected all along since it was kept
+    assert dials.to_close({"relay", "holder"}) == ["relay"]
 
 
 def test_a_sample_answer_keeps_what_checks_out_and_counts_the_rest():
@@ -356,7 +371,7 @@ def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     assert {name for name, raw in bad.items() if parse_request(raw) is not None} == set()
 
 
-def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers():
+def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers_not_bootstrap_peers():
     rng = random.Random(0)
     assert ExchangeRound("me", [], rng).ask == []
     assert ExchangeRound("me", [f"p{i}" for i in range(PEER_TARGET)], rng).ask == []
@@ -369,6 +384,9 @@ def test_a_peer_exchange_asks_only_while_short_of_peers_and_dials_only_strangers
         turn.dialed(f"/ip4/1.2.3.4/tcp/1/p2p/n{i}")
     assert turn.enough() and not turn.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
     assert sorted(answer_order(["a", "b", "c"], "b", rng)) == ["a", "c"], "everyone but the asker"
+    joined = ExchangeRound("me", ["relay1"], rng, bootstrap={"relay1", "relay2"})
+    assert not joined.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/relay2"), "a bootstrap peer is the join loop's to dial"
+    assert joined.worth_dialing("/ip4/1.2.3.4/tcp/1/p2p/n0")
 
 
 @pytest.mark.slow
@@ -417,12 +435,16 @@ def test_pushes_are_first_hand_and_paced_and_samples_pass_them_on():
 
 
 @pytest.mark.slow
-def test_a_node_pulls_from_a_source_it_met_only_in_an_announcement():
+def test_a_node_pulls_from_a_source_it_met_only_in_an_announcement_and_closes_that_connection_after():
     got = run_checks("libp2p_announced_source")
     assert got["address known before"] == [] and not got["connected before"], "the puller had no way to the author"
     listening = [a.rsplit("/p2p/", 1)[0] for a in got["author listens"]]
     assert got["announced"] and set(got["announced"]) <= set(listening), "the author announced where it listens"
-    assert got["connected after"], "the puller dialed the author by the announced address"
+    assert not got["connected after"], "the connection dialed only to pull is closed after the pull"
+    assert not got["author still connected"], "... at the author's end too"
+    assert got["author's inbound slots taken"] == 0, "the author gave the pull's inbound slot back"
+    assert got["held by"][1:] == [got["hub"]] and got["hub connected after"], \
+        "a peer the puller joined through stays connected after a pull from it"
     assert got["rejected"] == []
 
 
@@ -437,3 +459,9 @@ def test_a_peer_exchange_answer_names_the_peers_in_random_order():
     got = run_checks("libp2p_peer_answer")
     assert got["peers named"] == [6] and not got["asker named"]
     assert got["first named"] > 1, "ten answers all began with the same peer"
+
+
+@pytest.mark.slow
+def test_a_host_that_ends_on_an_error_is_started_again_and_pulls():
+    got = run_checks("libp2p_host_revival")
+    assert got == {"host ended": True, "new host": True, "joined again": True, "pulled after": True}

@@ -17,7 +17,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-from tinymodel import ARCHITECTURES, build_tiny_model
+from tinymodel import ARCHITECTURES, TEST_DEVICE, build_tiny_model
 
 
 def _reference(hidden, weight, targets):
@@ -55,9 +55,10 @@ def test_trainable_output_layer_is_refused():
 
 def _reference_logp(policy, prompt, completion):
     """Log-probs of ``completion`` from one plain forward of prompt + completion with full logits."""
-    ids = torch.tensor([prompt + completion])
+    ids = torch.tensor([prompt + completion], device=policy.device)
     logits = policy.model(input_ids=ids, use_cache=False).logits[0, len(prompt) - 1:-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+    chosen = torch.tensor(completion, device=policy.device)[:, None]
+    return torch.log_softmax(logits, dim=-1).gather(-1, chosen)[:, 0]
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)
@@ -68,7 +69,7 @@ def arch_dir(request, tmp_path_factory):
 @pytest.mark.parametrize("plain_head,checkpoint,attention", [(True, False, "sdpa"), (False, False, "sdpa"),
                                                               (True, True, "sdpa"), (True, True, "eager")])
 def test_shared_prompt_logp_matches_separate_forwards(arch_dir, monkeypatch, plain_head, checkpoint, attention):
-    base = load_base_model(str(arch_dir), torch.device("cpu"))
+    base = load_base_model(str(arch_dir), torch.device(TEST_DEVICE))
     # Eager attention's explicit mask fails loudly if a replayed prompt layer sees other keys.
     base.model.set_attn_implementation(attention)
     policy = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
@@ -113,7 +114,7 @@ def test_soft_capped_logits_take_the_full_logits_path_and_say_so(tmp_path, caplo
     monkeypatch.setattr(fallback, "_reported", set())
     caplog.set_level(logging.INFO, logger="swarmnode.train")
     base = load_base_model(str(build_tiny_model(tmp_path, arch="gemma3", final_logit_softcapping=0.5)),
-                           torch.device("cpu"))
+                           torch.device(TEST_DEVICE))
     policy = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
     assert policy._plain_output_layer() is None and policy._plain_output_layer() is None
     assert [r.getMessage() for r in caplog.records].count(

@@ -16,7 +16,7 @@ from swarmnode.train import prefixattn
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
 from swarmnode.train.sampler import end_ids, sample
-from tinymodel import ARCHITECTURES, build_tiny_model
+from tinymodel import ARCHITECTURES, TEST_DEVICE, build_tiny_model
 
 STOP = "</answer>"
 
@@ -24,15 +24,17 @@ STOP = "</answer>"
 @pytest.fixture(scope="module", params=ARCHITECTURES)
 def policy(request, tmp_path_factory):
     model_dir = build_tiny_model(tmp_path_factory.mktemp(request.param), arch=request.param)
-    base = load_base_model(str(model_dir), torch.device("cpu"))
-    torch.manual_seed(0)
-    with torch.no_grad():  # larger weights than the init's, so greedy paths differ between prompts
+    base = load_base_model(str(model_dir), torch.device(TEST_DEVICE))
+    # Larger weights than the init's, so greedy paths differ between prompts; drawn on the CPU
+    # whatever the test device, so every device decodes the same model.
+    cpu = torch.Generator().manual_seed(0)
+    with torch.no_grad():
         for p in base.model.parameters():
-            p.normal_(0, 0.3)
+            p.copy_(torch.randn(p.shape, generator=cpu) * 0.3)
     pol = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
     with torch.no_grad():
         for p in pol.params:
-            p.normal_(0, 0.05)
+            p.copy_(torch.randn(p.shape, generator=cpu) * 0.05)
     pol.model.eval()
     return pol
 
@@ -43,7 +45,7 @@ def _greedy_reference(policy, prompt: str, max_new: int, eos: int, stop: str) ->
     out: list[int] = []
     with torch.no_grad():
         for _ in range(max_new):
-            tok = int(policy.model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax())
+            tok = int(policy.model(input_ids=torch.tensor([ids + out], device=policy.device)).logits[0, -1].argmax())
             out.append(tok)
             if tok == eos or stop in policy.tokenizer.decode(out):
                 break
@@ -75,12 +77,12 @@ def test_rows_match_uncached_greedy_decoding_with_early_ends(policy, monkeypatch
     assert max(ends[eos]) > min(ends[eos]), free
     refs = [_greedy_reference(policy, p, max_new, eos, stop) for p in prompts]
     rows = sample(policy.model, policy.tokenizer, prompts, 2, max_new_tokens=max_new, temperature=1e-4,
-                  stop_string=stop, eos_ids={eos}, token_texts=policy.token_texts, device=torch.device("cpu"))
+                  stop_string=stop, eos_ids={eos}, token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
     assert rows == [r for r in refs for _ in range(2)]
     assert bool(calls) == shared_prefix
     before = len(calls)
     with torch.no_grad():  # the sampling is over: a forward calls the model's own attention again
-        policy.model(input_ids=torch.tensor([[1, 2, 3]]))
+        policy.model(input_ids=torch.tensor([[1, 2, 3]], device=policy.device))
     assert len(calls) == before
 
 
@@ -108,7 +110,7 @@ def test_states_are_held_in_bf16_and_the_logits_stay_close(policy, monkeypatch):
         monkeypatch.setattr(prefixattn, "storage_dtype", storage)
         model = _Recording(policy.model)
         rows = sample(model, policy.tokenizer, prompts, 2, max_new_tokens=8, temperature=1e-4, stop_string=STOP,
-                      eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+                      eos_ids=(), token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
         runs[name] = (rows, model)
     layer = runs["bf16"][1].caches[-1].layers[0]
     assert layer.prefix_keys.dtype == layer.keys.dtype == layer.values.dtype == torch.bfloat16
@@ -127,7 +129,7 @@ def _forcing(policy, sequence: list[int]):
     calls = []
 
     def hook(module, inputs, output):
-        bias = torch.zeros(output.shape[-1])
+        bias = torch.zeros(output.shape[-1], device=output.device)
         bias[sequence[min(len(calls), len(sequence) - 1)]] = 50.0
         calls.append(1)
         return output + bias
@@ -141,7 +143,7 @@ def test_completions_end_at_the_stop_string(policy):
     try:
         torch.manual_seed(0)
         rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 3, max_new_tokens=10, temperature=1.0,
-                      stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+                      stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
     finally:
         handle.remove()
     assert rows == [[stop_id]] * 3
@@ -158,7 +160,7 @@ def test_a_stop_string_split_across_tokens_ends_the_row_at_its_last_piece(policy
     try:
         torch.manual_seed(0)
         rows = sample(policy.model, tok, [policy.prompt("q")], 2, max_new_tokens=10, temperature=1.0,
-                      stop_string=stop, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+                      stop_string=stop, eos_ids=(), token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
     finally:
         handle.remove()
     assert rows == [pieces[:3]] * 2
@@ -172,7 +174,7 @@ def test_every_end_of_text_id_ends_a_row(policy):
         try:
             rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=10,
                           temperature=1.0, stop_string=STOP, eos_ids=ends, token_texts=policy.token_texts,
-                          device=torch.device("cpu"))
+                          device=torch.device(TEST_DEVICE))
         finally:
             handle.remove()
         assert rows == [[end]] * 2
@@ -182,7 +184,7 @@ def test_should_stop_ends_every_row(policy):
     torch.manual_seed(0)
     rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=50, temperature=1.0,
                   stop_string=STOP, eos_ids=(), token_texts=policy.token_texts,
-                  device=torch.device("cpu"), should_stop=lambda: True)
+                  device=torch.device(TEST_DEVICE), should_stop=lambda: True)
     assert [len(r) for r in rows] == [1, 1]
 
 
@@ -195,7 +197,7 @@ def test_long_decoding_returns_free_heap_every_few_steps(policy, monkeypatch):
     steps = 3 * sampler.TRIM_EVERY_STEPS + 1
     rows = sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=steps, temperature=1.0,
                   stop_string="never in these rows", eos_ids=(), token_texts=policy.token_texts,
-                  device=torch.device("cpu"))
+                  device=torch.device(TEST_DEVICE))
     assert [len(r) for r in rows] == [steps, steps]
     assert len(trims) == 3
 
@@ -225,6 +227,6 @@ def test_a_model_the_shared_prefix_cannot_compute_falls_back_and_says_so_once(po
     caplog.set_level(logging.INFO, logger="swarmnode.train")
     for _ in range(2):
         sample(policy.model, policy.tokenizer, [policy.prompt("q")], 2, max_new_tokens=2, temperature=1.0,
-               stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device("cpu"))
+               stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
     said = [r.getMessage() for r in caplog.records if "a test says so" in r.getMessage()]
     assert len(said) == 1 and policy.model.config.model_type in said[0], said

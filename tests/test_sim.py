@@ -13,9 +13,11 @@ import pytest
 from swarmnode.swarm.sim.dht import STALE_S, Space, key_id
 from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.network import Hosts, Network, Place
-from swarmnode.swarm.sim.run import run
+from swarmnode.swarm.sim.node import peer_id
+from swarmnode.swarm.sim.run import build, run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
 from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop
+from swarmnode.swarm.transport.libp2p_spread import PullDials
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -159,9 +161,11 @@ def test_a_small_swarm_gets_its_bundles_and_no_node_more_than_k_a_round(transpor
 
 def test_a_run_depends_on_its_seed_only():
     s = replace(Scenario(transport="libp2p", nodes=60, relays=2, warmup_s=120.0, measure_s=120.0), seed=5)
-    first, again, other = run(s), run(s), run(replace(s, seed=6))
+    told: list[float] = []
+    first, again, other = run(s), run(s, progress=lambda now, _end: told.append(now)), run(replace(s, seed=6))
     for key in ("rx_bytes", "bundles_mean", "latency_p95_s", "events_run"):
-        assert first[key] == again[key]
+        assert first[key] == again[key], "the same run, with its progress told or not"
+    assert told == [60.0, 120.0, 180.0]
     assert first["events_run"] != other["events_run"]
 
 
@@ -173,3 +177,22 @@ def test_a_node_dials_two_bootstrap_peers_at_a_time_drawn_at_random_and_none_whi
     assert {m for d in drawn for m in d} == set(many), "every bootstrap peer gets its turn"
     assert loop.to_dial(True) == []
     assert JoinLoop(many[:2], random.Random(1)).to_dial(False) == many[:2]
+
+
+def test_between_passes_a_libp2p_node_holds_only_connections_it_dialed_on_purpose_or_was_dialed_by(monkeypatch):
+    """A connection a pull dialed is closed after its pass (PullDials): in a swarm whose private
+    nodes leave their bundles at the relays, what a node dialed and still holds while its pull
+    loop is idle is a bootstrap peer or one the peer exchange dialed."""
+    kept: dict[int, set[str]] = {}
+    keep = PullDials.kept
+    monkeypatch.setattr(PullDials, "kept", lambda self, peer: (kept.setdefault(id(self), set()).add(peer),
+                                                               keep(self, peer))[1])
+    s = replace(Scenario(transport="libp2p", nodes=60, relays=4, warmup_s=300.0, measure_s=300.0), seed=2)
+    world = build(s)
+    world.engine.run(s.warmup_s + s.measure_s)
+    assert world.meter.events.get("pull_connections_closed", 0) > 0
+    idle = [n for n in world.nodes if not n.relay and n.online and not n.loop_busy]
+    assert len(idle) > 30
+    held = {(n.idx, other) for n in idle for other in world.hosts.dialed[n.idx]}
+    stray = {(i, o) for i, o in held if peer_id(o) not in kept.get(id(world.nodes[i].dials), set())}
+    assert held and not stray, stray

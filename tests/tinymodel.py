@@ -17,10 +17,14 @@ The architectures mirror what the fast paths must hold for:
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 ARCHITECTURES = ("llama", "qwen2", "gemma3")
+# Where the model-level tests put their tiny models: the CPU, unless SWARMNODE_TEST_DEVICE
+# names another (``cuda``, ``mps``) to check the same paths on an accelerator.
+TEST_DEVICE = os.environ.get("SWARMNODE_TEST_DEVICE", "cpu")
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -45,6 +45,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.experiment.report import TABLES, peak_rss_mb, read_rows, write_reports
 from swarmnode.experiment.settings import Arm, Cohort, ExperimentError, Settings
 from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
+from swarmnode.node.modelchoice import prepare
 from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
@@ -196,6 +197,8 @@ class Experiment:
         device = pick_device(self.s.node.device)
         for cohort in self.s.cohorts:
             try:
+                # Fetched, checked and its license shown as `swarmnode start` does (model_file too).
+                prepare(dataclasses.replace(self.s.node, model=cohort.model))
                 self.bases[cohort.model] = base = load_base_model(cohort.model, device,
                                                                   pick_dtype(device, self.s.node.dtype))
             except ModelError as exc:

@@ -170,6 +170,6 @@ PROFILES: dict[str, dict[str, Any]] = {
                              learning_rate=2e-4, micro_batch=32)),
     # The paper's controlled experiment: 8 nodes, 8 questions, 8 completions, the nine families.
     "paper": dict(nodes=8, configs="8/0,6/2,4/4,2/6", rounds=2000, seeds=1, checkpoint_every=10,
-                  node=dict(questions=8, completions=8, max_new_tokens=256, model="Qwen/Qwen2.5-0.5B-Instruct",
+                  node=dict(questions=8, completions=8, max_new_tokens=256, model="qwen2.5-coder-0.5b",
                             tasks=None, learning_rate=1e-4, micro_batch=16)),
 }

@@ -25,6 +25,7 @@ from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
 from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
+from swarmnode.train.merged import adapter_merged, merges_on
 from swarmnode.train.model import BaseModel
 from swarmnode.train.sampler import TokenTexts, end_ids, sample
 from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
@@ -117,9 +118,10 @@ class Policy:
         """
         self.activate()
         self.model.eval()
-        rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
-                      temperature=temperature, stop_string=ANSWER_CLOSE, eos_ids=self._ends,
-                      token_texts=self.token_texts, device=self.device, should_stop=should_stop)
+        with adapter_merged(self.model, merges_on(self.device)):
+            rows = sample(self.model, self.tokenizer, prompts, n, max_new_tokens=max_new_tokens,
+                          temperature=temperature, stop_string=ANSWER_CLOSE, eos_ids=self._ends,
+                          token_texts=self.token_texts, device=self.device, should_stop=should_stop)
         release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
         texts = [[self.tokenizer.decode(row, skip_special_tokens=True) for row in group] for group in ids]

@@ -22,7 +22,9 @@ How the real transport's loops map to events:
   ``PEER_TARGET`` connections; the join loop checks for a bootstrap peer every 5 s;
 * a pull asks the sources :func:`sources_to_ask` gives: connected, or with an address the
   node learned (a peer it was connected to) or the announcement gives (a public source's,
-  signed by the author); it dials one that is not connected.
+  signed by the author); it dials one that is not connected, and once the pulls of the pass
+  are done closes the connections :class:`PullDials` says were opened only to pull (a peer
+  dialed to join or from the peer exchange is kept).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from swarmnode.swarm.transport.libp2p_peers import (
 from swarmnode.swarm.transport.libp2p_spread import (
     FirstHand,
     Libp2pPull,
+    PullDials,
     PushPacer,
     push_targets,
     sources_to_ask,
@@ -82,6 +85,7 @@ class Libp2pCosts:
     request: int = 75  # a bundle request
     address: int = 87  # one multiaddr in a peer-exchange answer
     handshake: int = 3500  # a new connection, each way: TCP, multistream, noise XX, yamux, identify
+    close: int = 160  # closing a connection, each way: yamux's go-away frame, noise, TCP's FIN and ACK (estimated)
     upkeep_per_connection_s: float = 0.0  # bytes a second each way an open connection costs when idle
     handshake_rtts: int = 4
 
@@ -107,6 +111,7 @@ class Libp2pNode(SimNode):
         self.pull = Libp2pPull(self.peer_id, k, rng=rng)
         self.first_hand = FirstHand(rng=rng)
         self.pacer = PushPacer()
+        self.dials = PullDials()
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
@@ -115,6 +120,7 @@ class Libp2pNode(SimNode):
         self.tick_at: float | None = None  # the pass scheduled next, if any
         self.tick_token = 0  # only the pass scheduled last runs
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
+        self.bootstrap_ids = {peer_id(b) for b in world.bootstrap}
         self.joining = JoinLoop(self.bootstrap, rng)
 
     # -- connections ------------------------------------------------------------------------
@@ -189,18 +195,21 @@ class Libp2pNode(SimNode):
         world.meter.count("join_attempts", world.now)
         pending = {"left": len(dial), "ok": False}
 
-        def settled(ok: bool) -> None:
+        def settled(ok: bool, other: int) -> None:
+            if ok:
+                self.dials.kept(peer_id(other))
             pending["left"] -= 1
             pending["ok"] |= ok
             if not pending["left"]:
                 self.after(self.joining.wait(True, pending["ok"]), self._keep_joined)
 
         for maddr in dial:
-            self.dial(world.index[peer_id_of(maddr) or ""], settled)
+            other = world.index[peer_id_of(maddr) or ""]
+            self.dial(other, lambda ok, other=other: settled(ok, other))
 
     def _exchange_peers(self) -> None:
         """One ExchangeRound: ask a few connected peers for theirs, dial until enough."""
-        turn = ExchangeRound(self.peer_id, self.connected_ids(), self.rng)
+        turn = ExchangeRound(self.peer_id, self.connected_ids(), self.rng, self.bootstrap_ids)
         asks = [self.world.index[p] for p in turn.ask]
         self._ask_next(turn, asks)
 
@@ -231,9 +240,10 @@ class Libp2pNode(SimNode):
             if not turn.worth_dialing(maddr):
                 continue
 
-            def dialed(ok: bool, maddr: str = maddr) -> None:
+            def dialed(ok: bool, maddr: str = maddr, other: int = other) -> None:
                 if ok:
                     turn.dialed(maddr)
+                    self.dials.kept(peer_id(other))
                 self._dial_listed(turn, listed, asks)
 
             self.dial(other, dialed)
@@ -380,6 +390,7 @@ class Libp2pNode(SimNode):
             if world.hosts.connected(self.idx, source):
                 self._ask_bundle(author, round_no, source, sources, pending)
             else:
+                self.dials.dialing(peer_id(source))
                 self.dial(source, lambda ok: (self._ask_bundle(author, round_no, source, sources, pending) if ok
                                               else self._try_sources(author, round_no, sources, pending)))
             return
@@ -404,7 +415,18 @@ class Libp2pNode(SimNode):
     def _pulled(self, pending: dict) -> None:
         pending["left"] -= 1
         if not pending["left"]:
+            self._close_pull_only()
             self._end_pass(True)
+
+    def _close_pull_only(self) -> None:
+        """The pulls of the pass are done: close the connections opened only for them."""
+        world = self.world
+        for source in self.dials.to_close(ConnectedIds(world, self.idx)):
+            other = world.index[source]
+            world.net.transfer(self.idx, other, self.costs.close)
+            world.net.transfer(other, self.idx, self.costs.close)
+            world.hosts.close(self.idx, other)
+            world.meter.count("pull_connections_closed", world.now)
 
     def _end_pass(self, pulled: bool) -> None:
         """The pass is over: the next one at the loop's next tick if this one pulled (more may
@@ -423,6 +445,7 @@ class Libp2pNode(SimNode):
     # -- life -------------------------------------------------------------------------------
 
     def went_away(self) -> None:
+        self.dials = PullDials()  # its connections are gone, and with them what it knew of them
         self.loop_busy = False
         self.tick_at = None
         self.tick_token += 1

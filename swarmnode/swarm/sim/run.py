@@ -10,8 +10,10 @@ benchmark's layout). Nodes come online spread over ``join_s`` seconds (all at on
 
 from __future__ import annotations
 
+import math
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from swarmnode.swarm.sim.dht import Space
@@ -29,6 +31,8 @@ from swarmnode.swarm.sim.scenario import (
     draw_hardware,
     draw_places,
 )
+
+PROGRESS_S = 60.0
 
 
 def build(s: Scenario, libp2p_costs: Libp2pCosts | None = None,
@@ -68,13 +72,19 @@ def build(s: Scenario, libp2p_costs: Libp2pCosts | None = None,
     return world
 
 
-def run(s: Scenario, libp2p_costs: Libp2pCosts | None = None, hivemind_costs: HivemindCosts | None = None
-        ) -> dict[str, Any]:
-    """Run ``s`` to the end of its window; the meter's summary, with how the run went."""
+def run(s: Scenario, libp2p_costs: Libp2pCosts | None = None, hivemind_costs: HivemindCosts | None = None,
+        progress: Callable[[float, float], None] | None = None) -> dict[str, Any]:
+    """Run ``s`` to the end of its window; the meter's summary, with how the run went.
+    ``progress(now, end)`` is called every :data:`PROGRESS_S` simulated seconds (the run is
+    the same with it or without)."""
     started = time.monotonic()
     world = build(s, libp2p_costs, hivemind_costs)
     engine, meter = world.engine, world.meter
     engine.at(meter.start, meter.snapshot, world.net, False)
+    if progress is not None:
+        for step in range(1, math.ceil(meter.end / PROGRESS_S)):
+            engine.run(step * PROGRESS_S)
+            progress(engine.now, meter.end)
     engine.run(meter.end)
     meter.snapshot(world.net, True)
     for node in world.nodes:

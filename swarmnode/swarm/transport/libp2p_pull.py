@@ -96,6 +96,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     SAMPLE_PROTOCOL,
     FirstHand,
     Libp2pPull,
+    PullDials,
     PushPacer,
     push_targets,
 )
@@ -120,8 +121,22 @@ DIAL_TIMEOUT = 5.0
 STOP_TIMEOUT = 10.0
 PEER_REFRESH = 0.5
 PULL_INTERVAL = 1.0
+# A host that ends on an error is started again after a pause that doubles from 1 s up to
+# this; a host that ran this long since its last start counts as healthy (the pause starts over).
+REVIVE_MAX_PAUSE = 60.0
+# How long a host's connections and listeners may take to close when it ends.
+CLOSE_TIMEOUT = 3.0
 # What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
 OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
+
+
+async def _close_network(host: Any) -> None:
+    """Close every connection and listener of ``host``, shielded and bounded. py-libp2p's own
+    shutdown runs inside the cancelled scope and never gets this far, and a host that ended on
+    an error left its sockets open: its peers kept writing to connections nobody read, and
+    failed every stream to the node when it came back."""
+    with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+        await host.get_network().close()
 
 
 class Libp2pTransport(Transport):
@@ -142,12 +157,16 @@ class Libp2pTransport(Transport):
         self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
         self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
-        self._host_rng = random.Random()  # host thread only, as are the next two
+        self._host_rng = random.Random()  # host thread only, as are the next three
         self._first_hand = FirstHand(rng=self._host_rng)
         self._pacer = PushPacer()
+        self._pull_dials = PullDials()
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
+        self._host_args: tuple[multiaddr.Multiaddr, list[multiaddr.Multiaddr] | None] | None = None
+        self._host_started = 0.0
+        self._revive_pause = 0.0
         self._host: Any = None
         self._pull_task: asyncio.Task | None = None
         self._peers: list[str] = []
@@ -171,14 +190,42 @@ class Libp2pTransport(Transport):
         except Exception as exc:
             raise TransportError(f"bad --listen/--announce multiaddr: {exc}") from None
         batch_window_updates()
+        self._host_args = (listen, announce)
+        try:
+            await self._start_host()
+        except TransportError:
+            await self._stop()
+            raise
+        self._pull_task = asyncio.create_task(self._pull_loop(), name="libp2p-pull")
+
+    async def _start_host(self) -> None:
+        listen, announce = self._host_args
         try:
             await self._bridge.start(lambda: self._host_main(listen, announce), STARTUP_TIMEOUT)
         except Exception as exc:
-            await self._stop()
             if isinstance(exc, asyncio.TimeoutError):
                 raise TransportError(f"the libp2p host did not start within {STARTUP_TIMEOUT:.0f} s") from None
             raise TransportError(f"the libp2p host could not listen on {self.listen}: {exc}") from None
-        self._pull_task = asyncio.create_task(self._pull_loop(), name="libp2p-pull")
+        self._host_started = time.monotonic()
+
+    async def _revive(self) -> None:
+        """The host ended on an error (the bridge logged it): start a new one on the same
+        addresses, with the same stores and pull plan, after a pause that doubles with every
+        failure in a row, so a node out of its network keeps training and comes back to it."""
+        healthy = time.monotonic() - self._host_started >= REVIVE_MAX_PAUSE
+        self._revive_pause = 1.0 if healthy or not self._revive_pause else min(2 * self._revive_pause,
+                                                                               REVIVE_MAX_PAUSE)
+        log.warning("libp2p transport: starting the host again in %.0f s", self._revive_pause)
+        await asyncio.sleep(self._revive_pause)
+        await self._bridge.stop(STOP_TIMEOUT)
+        self._peers = []
+        try:
+            await self._start_host()
+        except TransportError as exc:
+            await self._bridge.stop(STOP_TIMEOUT)
+            log.warning("libp2p transport: %s", exc)
+            return
+        log.info("libp2p transport: the host runs again, listening on %s", ", ".join(self.addresses()) or "nothing")
 
     async def _stop(self) -> None:
         if self._pull_task is not None:
@@ -253,6 +300,9 @@ class Libp2pTransport(Transport):
 
     async def _pull_loop(self) -> None:
         while True:
+            if not self._bridge.running():
+                await self._revive()
+                continue
             try:
                 await self._pull_once()
             except Exception as exc:  # the host stopping under a pull; the next round tries again
@@ -309,7 +359,7 @@ class Libp2pTransport(Transport):
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
-        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted)
+        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted, self._pull_dials)
 
     # -- trio side (the host thread) -------------------------------------------------------
 
@@ -319,6 +369,7 @@ class Libp2pTransport(Transport):
             host = new_host(key_pair=key_pair, announce_addrs=announce)
             release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
             keep_own_keys(host)  # else the host fails once it has met 1,000 peers
+            self._pull_dials = PullDials()  # a host started again has none of the last one's connections
             own_id = host.get_id()
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
@@ -335,10 +386,13 @@ class Libp2pTransport(Transport):
             async with host.run([listen]):
                 self._host = host
                 self._addresses = self._own_addresses(host)
-                async with trio.open_nursery() as nursery:
-                    self._bridge.ready(nursery)
-                    nursery.start_soon(self._refresh_peers, host)
-                    nursery.start_soon(self._exchange_peers, host)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._bridge.ready(nursery)
+                        nursery.start_soon(self._refresh_peers, host)
+                        nursery.start_soon(self._exchange_peers, host)
+                finally:
+                    await _close_network(host)
         finally:
             self._peers = []
 
@@ -420,9 +474,10 @@ class Libp2pTransport(Transport):
     async def _exchange_peers(self, host: Any) -> None:
         """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p_peers.ExchangeRound`:
         ask the peers it names for theirs, dial the ones it finds worth it."""
+        bootstrap = {p for m in self.bootstrap if (p := peer_id_of(m))}  # dialed by the join loop only
         await trio.sleep(EXCHANGE_FIRST)
         while True:
-            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng)
+            turn = ExchangeRound(self.identity.peer_id, host.get_connected_peers(), self._host_rng, bootstrap)
             for peer in turn.ask:
                 for maddr in await ask_peers(host, peer):
                     if turn.enough():
@@ -442,6 +497,7 @@ class Libp2pTransport(Transport):
         except Exception as exc:
             log.debug("libp2p transport: dialing %s failed: %r", maddr, exc)
             return False
+        self._pull_dials.kept(str(info.peer_id))  # joined or met in the peer exchange: never closed for a pull
         return True
 
     async def _answer_bundle(self, _asker: str, request: bytes) -> bytes:

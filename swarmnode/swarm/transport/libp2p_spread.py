@@ -18,6 +18,8 @@ simulation of many nodes in virtual time run the same code:
   its connections and its own asking, never by the swarm's size;
 * a pull asks the bundle's sources in turn (:func:`sources_to_ask`): one the node can reach
   already, else by the addresses the announcement gives it, and none it has no address of;
+* a connection a pull dialed is closed once the pulls of its pass are done, unless the node
+  dialed that peer on purpose (:class:`PullDials`);
 * what it hears (pushed or sampled) feeds its :class:`~swarmnode.swarm.transport.pull.PullPlan`
   under the :class:`~swarmnode.swarm.transport.pull.OnlyFresh` policy: only rounds heard of
   within the freshness window are drawn, and a sample passes on only what was pushed within
@@ -29,7 +31,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
 from swarmnode.swarm.transport.libp2p_holding import pull_sources
@@ -71,6 +73,46 @@ def sources_to_ask(own_peer_id: str, author: str, announcement: Announcement,
         elif addrs := announcement.addresses_of(source):
             out.append((source, addrs))
     return out, len(sources) - len(out)
+
+
+class PullDials:
+    """Which of a node's connections it opened only to pull, and when it closes them.
+
+    A node dials a peer for one of three reasons: to join (a bootstrap peer,
+    :mod:`~swarmnode.swarm.transport.joining`), from the peer exchange
+    (:mod:`~swarmnode.swarm.transport.libp2p_peers`), or to pull from a source it is not
+    connected to (:func:`sources_to_ask`). It keeps the first two: they carry its pushes,
+    samples, asks by name and peer exchanges. A connection is *pull-only* when a pull of the
+    current pass of the pull loop dialed it (:meth:`dialing`: the source was not connected
+    when the pull asked it) and the node has not dialed that peer on purpose since
+    (:meth:`kept`). Once every pull of the pass is done, the node closes its pull-only
+    connections (:meth:`to_close`); a peer connected when the pull asked it, one the node
+    dialed on purpose or one that dialed the node, is never closed for a pull. Kept open, a
+    pull's connections pile up at the sources most pulled from, the public peers that hold
+    private nodes' bundles (relays first, since a private node leaves its bundles with its
+    bootstrap peers): each takes one of the 250 inbound slots py-libp2p gives a host, until
+    the source refuses every dial. Not thread-safe: the node uses it where it dials.
+    """
+
+    def __init__(self) -> None:
+        self._kept: set[str] = set()  # peers dialed on purpose, while connected
+        self._dialed: set[str] = set()  # sources the pulls of this pass dialed
+
+    def kept(self, peer: str) -> None:
+        """The node dialed ``peer`` to join or from the peer exchange, and it answered."""
+        self._kept.add(peer)
+
+    def dialing(self, source: str) -> None:
+        """A pull of this pass asks ``source``, which the node is not connected to: it dials it."""
+        self._dialed.add(source)
+
+    def to_close(self, connected: Collection[str]) -> list[str]:
+        """The pulls of this pass are done: the pull-only connections to close, among the
+        peers ``connected`` now. Forgets the pass's dials, and the kept peers no longer connected."""
+        close = sorted(p for p in self._dialed if p in connected and p not in self._kept)
+        self._dialed.clear()
+        self._kept = {p for p in self._kept if p in connected}
+        return close
 
 
 class PushPacer:

@@ -38,7 +38,7 @@ from swarmnode.swarm.transport.libp2p_peers import (
     encode_answer,
     parse_peer_answer,
 )
-from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, sources_to_ask
+from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -156,10 +156,11 @@ async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[
     return took
 
 
-async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement) -> Pulled:
+async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement,
+                      dials: PullDials) -> Pulled:
     """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p_spread.sources_to_ask`:
     connected or dialable, or dialed by the addresses the announcement gives), until one
-    serves ``author``'s announced bundle."""
+    serves ``author``'s announced bundle; a source not connected when asked is told to ``dials``."""
     connected = set(host.get_connected_peers())
 
     def reachable(source: str) -> bool:
@@ -172,6 +173,8 @@ async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: An
         peer = ID.from_base58(source)
         if addrs:
             learn_addresses(host, peer, addrs)
+        if peer not in host.get_connected_peers():
+            dials.dialing(source)
         data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size)
         if not data:
             continue
@@ -191,14 +194,22 @@ def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
         log.debug("libp2p transport: cannot use the announced addresses %s of %s: %r", addrs, peer, exc)
 
 
-async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
-    """One :class:`Pulled` per (author, announcement), pulled concurrently."""
+async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]],
+                       dials: PullDials) -> list[Pulled]:
+    """One :class:`Pulled` per (author, announcement), pulled concurrently; then the
+    connections they opened only to pull are closed (:class:`~swarmnode.swarm.transport.libp2p_spread.PullDials`),
+    which gives their inbound slots back at the sources."""
     results = [Pulled(None)] * len(wanted)
 
     async def pull(i: int, author: str, announcement: Announcement) -> None:
-        results[i] = await pull_bundle(host, own_peer_id, author, announcement)
+        results[i] = await pull_bundle(host, own_peer_id, author, announcement, dials)
 
     async with trio.open_nursery() as nursery:
         for i, (author, announcement) in enumerate(wanted):
             nursery.start_soon(pull, i, author, announcement)
+    for source in dials.to_close({str(p) for p in host.get_connected_peers()}):
+        try:
+            await host.disconnect(ID.from_base58(source))
+        except Exception as exc:  # a connection already going: nothing left to close
+            log.debug("libp2p transport: closing the pull's connection to %s failed: %r", source, exc)
     return results

@@ -38,7 +38,9 @@ class TrioThread:
     async def start(self, main: Callable[[], Awaitable[None]], timeout: float) -> None:
         """Run ``main()`` inside ``trio.run`` and wait until it calls :meth:`ready`. Raises what
         ``main`` raised before that, or ``asyncio.TimeoutError`` after ``timeout`` seconds
-        (then call :meth:`stop`)."""
+        (then call :meth:`stop`). Once stopped, it may be started again."""
+        self._ready = concurrent.futures.Future()
+        self._token = self._cancel = self._nursery = None
         self._thread = threading.Thread(target=self._run, args=(main,), name=self.name, daemon=True)
         self._thread.start()
         await asyncio.wait_for(asyncio.wrap_future(self._ready), timeout)
@@ -47,6 +49,12 @@ class TrioThread:
         """Called by ``main`` in the trio thread once it is up; :meth:`start_soon` runs tasks in ``nursery``."""
         self._nursery = nursery
         self._ready.set_result(None)
+
+    def running(self) -> bool:
+        """Whether the trio program got ready and runs still (False before :meth:`start`, after
+        :meth:`stop`, and once it ended on an error)."""
+        thread, ready = self._thread, self._ready
+        return thread is not None and thread.is_alive() and ready.done() and ready.exception() is None
 
     def in_thread(self) -> bool:
         return threading.current_thread() is self._thread
