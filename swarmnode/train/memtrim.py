@@ -14,30 +14,19 @@ Two glibc behaviours make a PyTorch process on CPU hold far more memory than it 
   milliseconds) returns them between the phases of a round, so the next phase does not
   stack its own peak on top, and every few decoding steps, whose keys and values grow by
   concatenation and leave the blocks they outgrew behind.
-"""
 
+What else glibc's allocator leaves at a round's peak, and the settings tried against it
+(arenas, trim threshold): docs/performance.md, "glibc's allocator at the peak".
+"""
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 from typing import Iterator
 
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
+from swarmnode.compat.glibc import M_MMAP_THRESHOLD, malloc_trim, mallopt
+
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 HEAP_THRESHOLD_BYTES = 32 * 2**20  # the value glibc's raising ends at on 64-bit systems
-
-
-@functools.lru_cache(maxsize=None)
-def _glibc(function: str):
-    """``function`` of glibc, or None where the C library has no such function."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return getattr(libc, function, None) if libc is not None else None
 
 
 @contextlib.contextmanager
@@ -48,19 +37,13 @@ def large_blocks_mmapped() -> Iterator[None]:
     would have taken it (a set threshold is never raised again). Not reentrant across
     threads: the threshold is process-wide.
     """
-    mallopt = _glibc("mallopt")
-    if mallopt is None:
-        yield
-        return
-    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     try:
         yield
     finally:
-        mallopt(_M_MMAP_THRESHOLD, HEAP_THRESHOLD_BYTES)
+        mallopt(M_MMAP_THRESHOLD, HEAP_THRESHOLD_BYTES)
 
 
 def release_free_memory() -> None:
     """Return free heap pages to the OS (glibc); a no-op where that is not available."""
-    trim = _glibc("malloc_trim")
-    if trim is not None:
-        trim(0)
+    malloc_trim()
