@@ -289,8 +289,10 @@ def test_hivemind_doors_on_two_real_dht_nodes():
                                              "pinged a new node gets a copy by default": True,
                                              "a new node gets a copy by default": True,
                                              "routed a new node gets a copy by default": True,
-                                             "pinged no copy once turned off": True, "no copy once turned off": True,
-                                             "routed no copy once turned off": True}
+                                             "ids held of a peer claiming five a new node gets a copy by default": 5,
+                                             "pinged no copy once guarded": True, "no copy once guarded": True,
+                                             "routed no copy once guarded": True,
+                                             "ids held of a peer claiming five no copy once guarded": 1}
 
 
 @pytest.mark.slow

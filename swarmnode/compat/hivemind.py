@@ -27,8 +27,8 @@ from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 __all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
-           "connect", "local_storage", "ping", "record_key_id", "replace_storage", "routed_peers", "start_dht",
-           "without_join_replication"]
+           "connect", "guard_routing_table", "local_storage", "ping", "record_key_id", "replace_storage",
+           "routed_peers", "start_dht"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"
@@ -156,33 +156,47 @@ def compact_expirations(storage: Any) -> int:
     return stale
 
 
-def without_join_replication(node: DHTNode) -> None:
-    """Have ``node`` stop sending its stored records to every DHT node it meets for the first time.
+def guard_routing_table(node: DHTNode) -> None:
+    """Have ``node`` hold each peer at one node id, and stop sending its stored records to
+    every DHT node it meets for the first time.
 
-    On every request it answers or gets an answer to, hivemind's DHT checks whether the other
-    side's node id is new to its routing table; if so, it sends that node, in one
-    ``call_store`` built at once, every record it holds that the newcomer is nearer to than
-    its own neighbours (all of them while it has none). The node id is whatever the caller
-    writes in its request, so a peer claiming a new one in every ping makes a node serialise
-    its storage again each time and hold it until sent. This project's records are stored
-    again by their owners every round and read from any of the nearest nodes, so nothing
-    depends on that copy.
+    A node id is whatever a caller writes in its request, and hivemind adds each one it has
+    not seen to the routing table under the caller's PeerID. A stranger claiming a new id in
+    every ping, near the keys it wants, then fills the table with ids that all lead to it,
+    and every lookup of those keys, the node's own and those of peers that ask it for
+    neighbours, stores and reads its records there: one peer takes the keys' replicas and
+    can drop or delay them. Here a peer's new id replaces the one it held, so a peer takes
+    one place in the table, as many as the PeerIDs (and connections) it brings.
+
+    The copy on meeting: on every request it answers or gets an answer to, hivemind's DHT
+    checks whether the other side's node id is new to its routing table; if so, it sends that
+    node, in one ``call_store`` built at once, every record it holds that the newcomer is
+    nearer to than its own neighbours (all of them while it has none). A peer claiming a new
+    id in every ping makes a node serialise its storage again each time and hold it until
+    sent. This project's records are stored again by their owners every round and read from
+    any of the nearest nodes, so nothing depends on that copy.
 
     Contract (checked on 1.1.12): ``DHTProtocol`` calls ``self.update_routing_table(node_id,
     peer_id, responded)`` (an attribute, looked up per call) for every request; besides that
     copy it resolves a missing ``node_id`` from the routing table, adds a responding node with
     ``routing_table.add_or_update_node`` (which returns a node to ping when its bucket is
-    full; pinged with ``call_ping``) and deletes a node that did not respond.
+    full; pinged with ``call_ping``) and deletes a node that did not respond;
+    ``routing_table.get(peer_id=...)`` is the id last added for that peer, and deleting an id
+    drops it from its bucket and from both lookups.
     """
     protocol = node.protocol
 
     async def update_routing_table(node_id: DHTID | None, peer_id: PeerID, responded: bool = True) -> None:
-        node_id = node_id if node_id is not None else protocol.routing_table.get(peer_id=peer_id)
+        table = protocol.routing_table
+        held = table.get(peer_id=peer_id)
+        node_id = node_id if node_id is not None else held
         if responded:
-            to_ping = protocol.routing_table.add_or_update_node(node_id, peer_id)
+            if held is not None and held != node_id and held in table:
+                del table[held]
+            to_ping = table.add_or_update_node(node_id, peer_id)
             if to_ping is not None:
                 asyncio.create_task(protocol.call_ping(to_ping[1]))
-        elif node_id is not None and node_id in protocol.routing_table:
-            del protocol.routing_table[node_id]
+        elif node_id is not None and node_id in table:
+            del table[node_id]
 
     protocol.update_routing_table = update_routing_table

@@ -8,6 +8,7 @@ import json
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.validation import RecordValidatorBase
+from hivemind.proto import dht_pb2
 from hivemind.utils import get_dht_time
 
 from swarmnode.compat.hivemind import (
@@ -15,12 +16,12 @@ from swarmnode.compat.hivemind import (
     DHTLocalStorage,
     DictionaryDHTValue,
     connect,
+    guard_routing_table,
     local_storage,
     ping,
     record_key_id,
     replace_storage,
     routed_peers,
-    without_join_replication,
 )
 
 
@@ -70,11 +71,11 @@ async def main():
                                                    and (after is None or "signer" not in after.value))
     for node in (a, b):
         await node.shutdown()
-    for label, turn_off in (("a new node gets a copy by default", False), ("no copy once turned off", True)):
+    for label, guarded in (("a new node gets a copy by default", False), ("no copy once guarded", True)):
         lone = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
         await lone.store("compat/copy", b"x", get_dht_time() + 60)  # no neighbours: kept by itself
-        if turn_off:
-            without_join_replication(lone)
+        if guarded:
+            guard_routing_table(lone)
         newcomer = await DHTNode.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
         address = (await lone.get_visible_maddrs())[0]
         await connect(newcomer, lone.peer_id, [address.decapsulate(f"/p2p/{lone.peer_id}")])
@@ -84,8 +85,14 @@ async def main():
             if copied:
                 break
             await asyncio.sleep(0.1)
-        out[label] = copied and not turn_off or not copied and turn_off
+        out[label] = copied and not guarded or not copied and guarded
         out["routed " + label] = newcomer.peer_id in routed_peers(lone)
+        for _ in range(4):  # the newcomer claims four more node ids, as a stranger may in its pings
+            claim = dht_pb2.PingRequest(peer=dht_pb2.NodeInfo(node_id=DHTID.generate().to_bytes()))
+            await newcomer.protocol.get_stub(lone.peer_id).rpc_ping(claim, timeout=5)
+        await asyncio.sleep(0.5)  # the routing-table updates run as tasks
+        table = lone.protocol.routing_table.uid_to_peer_id
+        out["ids held of a peer claiming five " + label] = sum(p == newcomer.peer_id for p in table.values())
         for node in (lone, newcomer):
             await node.shutdown()
     print(json.dumps(out))

@@ -22,11 +22,11 @@ from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.compat.hivemind import (
     connect,
+    guard_routing_table,
     local_storage,
     ping,
     replace_storage,
     routed_peers,
-    without_join_replication,
 )
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
@@ -58,10 +58,11 @@ async def bound_storage(_dht: Any, node: DHTNode, *, swarm: str) -> None:
 
 def bound_node(node: DHTNode, swarm: str) -> None:
     """Put :func:`~swarmnode.swarm.transport.hivemind_storage.bounded_storage` in place of the
-    DHT protocol's unbounded storage and cache, and stop its copying of everything it holds to
-    each node id it has not met (:func:`~swarmnode.compat.hivemind.without_join_replication`)."""
+    DHT protocol's unbounded storage and cache; hold each peer at one node id in its routing
+    table, and stop its copying of everything it holds to each node id it has not met
+    (:func:`~swarmnode.compat.hivemind.guard_routing_table`)."""
     replace_storage(node, *bounded_storage(SwarmRecordValidator(swarm)))
-    without_join_replication(node)
+    guard_routing_table(node)
 
 
 async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
