@@ -121,6 +121,7 @@ class Libp2pNode(SimNode):
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
         self.own: Announcement | None = None  # the latest this node announced, for asks by name
+        self.asks_by_name = world.scenario.extra.get("asks_by_name", True)  # False: an older release's node
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
         self.loop_busy = False
         self.loop_free = rng.uniform(0.0, PULL_INTERVAL)  # when the loop's sleep ends: loops start at any phase
@@ -378,7 +379,7 @@ class Libp2pNode(SimNode):
     def _ask_named(self, established: Any) -> None:
         """The pass's asks by name, all at once; the pulls once every one is answered."""
         world = self.world
-        asks = self.pull.named_asks(world.now, self.connected_ids(), established)
+        asks = self.pull.named_asks(world.now, self.connected_ids(), established) if self.asks_by_name else {}
         if not asks:
             self._choose(established)
             return
@@ -482,7 +483,7 @@ class Libp2pNode(SimNode):
         if connected and plan.wants_announcements(established):
             sampling = self.pull.sampling
             due.append(sampling.last + sampling.every)
-        named = self.pull.next_named_ask(connected, established)
+        named = self.pull.next_named_ask(connected, established) if self.asks_by_name else None
         if named is not None:
             due.append(named)
         if due:
