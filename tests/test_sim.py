@@ -236,3 +236,14 @@ def test_libp2p_nodes_ask_established_authors_by_name_and_hear_of_their_rounds_s
     for _source, wanted, found in asked:
         named = dict(wanted)
         assert all(a.author in named and a.round > named[a.author] for a in found)
+
+
+def test_nodes_of_an_older_release_make_no_asks_by_name_and_a_run_tells_bundles_by_round_length():
+    s = replace(Scenario(transport="libp2p", nodes=40, relays=4, warmup_s=300.0, measure_s=300.0), seed=4)
+    older = run(replace(s, extra={"asks_by_name": False}))
+    assert "named_asks" not in older["events"], older["events"]
+    current = run(s)
+    by_round = current["by_round_s"]
+    assert set(by_round) == {f"{h.round_s:g}" for h in s.hardware}
+    assert sum(c["nodes"] for c in by_round.values()) == current["nodes_measured"]
+    assert all(c["established_mean"] is not None and c["bundles_p5"] <= c["bundles_mean"] for c in by_round.values())
