@@ -7,7 +7,7 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--round-s S] [--slots-held] [--seed 0] [--json PATH] [--progress]
+        [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--seed 0] [--json PATH] [--progress]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -171,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slots-held", action="store_true",
                         help="libp2p: a host's inbound slot stays taken until the host stops, as py-libp2p 0.8.1 "
                              "holds it (default: free again when its connection closes)")
+    parser.add_argument("--no-standing", action="store_true",
+                        help="nodes without a standing: a transport then counts as established the peers whose "
+                             "bundles arrived and those connected (default: Standing, 3 rounds of probation)")
+    parser.add_argument("--no-asks-by-name", action="store_true",
+                        help="libp2p: nodes that do not ask by name (/swarmnode/latest/3.0.0), as older releases; "
+                             "they still answer")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -199,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s = replace(s, hardware=(Hardware("one class", 1.0, args.round_s),))
             if args.slots_held:
                 s = replace(s, inbound_held=True)
+            if args.no_standing:
+                s = replace(s, extra={**s.extra, "standing": False})
+            if args.no_asks_by_name:
+                s = replace(s, extra={**s.extra, "asks_by_name": False})
             scenarios.append(s)
     try:
         for s in scenarios:

@@ -304,6 +304,9 @@ def test_a_request_by_name_names_a_few_peer_ids_and_its_answer_only_newer_rounds
         "nothing the asker knows of already"
     assert named_answer(wanted[1:2], names[0], own, lambda author: first_hand.latest(author, 25.0)) == [], \
         "only what was pushed within the ttl"
+    held = {names[1]: _announcement(2)}
+    assert named_answer(wanted, names[0], None, held.get, round_of=lambda a: a.round) == [held[names[1]]], \
+        "announcements themselves, their rounds read by round_of (the simulator's)"
     goods = [_announcement(i).signed(identity_for(i)) for i in (1, 2, 5)]
     got, bad_entries = parse_sample(canonical_json(goods), SW, set(names))
     assert [a.author for a in got] == names[:2] and bad_entries == 1, "an author not named is a bad entry"
@@ -348,6 +351,36 @@ def test_a_request_by_name_names_at_most_a_request_full_and_the_steady_authors_f
     pull.heard([Announcement("a0", SW, 3, 10, "00" * 32, ("a0", "relay"))], 5.0)
     asks = pull.named_asks(10.0, ["relay"], lambda _peer: True)
     assert len(asks["relay"]) == MAX_NAMES and asks["relay"][0] == ("a0", 3)
+
+
+def test_when_the_next_ask_by_name_is_due_agrees_with_the_asks_themselves():
+    """next_named_ask, for a caller that does not ask every second (the simulator): the time
+    named_asks first names someone, given the same peers connected."""
+    pull = Libp2pPull("me", 8, rng=random.Random(0))
+
+    def everyone(_peer: str) -> bool:
+        return True
+
+    def heard_of(author: str, round_no: int, t: float) -> None:
+        pull.heard([Announcement(author, SW, round_no, 10, "00" * 32, (author, "relay"))], t)
+
+    assert pull.next_named_ask(["relay"], everyone) is None, "no one watched"
+    heard_of("p", 1, 0.0)
+    pull.plan.note_delivered("p")
+    heard_of("p", 2, 4.0)
+    assert pull.next_named_ask(["relay"], everyone) is None, "no period measured, and this node's round unknown"
+    heard_of("p", 3, 12.0)  # a period of 8 s: due from 16 s
+    assert pull.next_named_ask(["relay"], everyone) == 16.0
+    assert pull.next_named_ask(["elsewhere"], everyone) is None, "no source connected"
+    assert pull.next_named_ask(["relay"], lambda peer: peer != "p") is None, "only established authors"
+    assert pull.named_asks(15.9, ["relay"], everyone) == {} and pull.named_asks(16.0, ["relay"], everyone)
+    assert pull.next_named_ask(["relay"], everyone) == 18.0, "then every 2 s at most (an eighth of 8 s is less)"
+    assert pull.named_asks(17.9, ["relay"], everyone) == {} and pull.named_asks(18.0, ["relay"], everyone)
+    pull.plan.budget = 0
+    assert pull.next_named_ask(["relay"], everyone) is None, "nothing left to pull this round"
+    pull.plan.budget = 8
+    pull.named_asks(36.5, ["relay"], everyone)
+    assert pull.next_named_ask(["relay"], everyone) is None, "past its 3 periods: no longer watched"
 
 
 def test_holders_sources_and_the_checks_of_a_pulled_bundle():

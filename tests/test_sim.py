@@ -7,16 +7,20 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from swarmnode.swarm.sim.dht import STALE_S, Space, key_id
 from swarmnode.swarm.sim.engine import Engine
+from swarmnode.swarm.sim.libp2p_node import Libp2pNode
 from swarmnode.swarm.sim.network import Hosts, Network, Place
 from swarmnode.swarm.sim.node import peer_id
 from swarmnode.swarm.sim.run import build, run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.announce import Announcement
 from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop
+from swarmnode.swarm.transport.libp2p_named import NamedWatch
 from swarmnode.swarm.transport.libp2p_spread import PullDials
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -196,3 +200,50 @@ def test_between_passes_a_libp2p_node_holds_only_connections_it_dialed_on_purpos
     held = {(n.idx, other) for n in idle for other in world.hosts.dialed[n.idx]}
     stray = {(i, o) for i, o in held if peer_id(o) not in kept.get(id(world.nodes[i].dials), set())}
     assert held and not stray, stray
+
+
+def test_libp2p_nodes_ask_established_authors_by_name_and_hear_of_their_rounds_so(monkeypatch):
+    """The simulated node asks by name with the transport's rules (NamedWatch): every author
+    asked for is established with the asker and the peer asked is its author or a holder of
+    its last announcement; the answers name only authors asked for, each of a later round
+    than the one named, and bring news."""
+    asked: list[tuple[str, list[tuple[str, int]], list[Announcement]]] = []
+    answer = Libp2pNode.answer_named
+
+    def recording(self: Libp2pNode, wanted: list[tuple[str, int]]) -> tuple[int, Any]:
+        size, found = answer(self, wanted)
+        asked.append((self.peer_id, wanted, found))
+        return size, found
+
+    monkeypatch.setattr(Libp2pNode, "answer_named", recording)
+    watched = NamedWatch.asks
+    unfit: list = []
+
+    def checked(self: NamedWatch, now: float, connected: Any, established: Any, round_s: float) -> dict:
+        out = watched(self, now, connected, established, round_s)
+        for source, wanted in out.items():
+            for author, _ in wanted:
+                held = self._watched[author]
+                if not established(author) or source not in held.sources or source not in set(connected):
+                    unfit.append((source, author))
+        return out
+
+    monkeypatch.setattr(NamedWatch, "asks", checked)
+    s = replace(Scenario(transport="libp2p", nodes=60, relays=4, warmup_s=600.0, measure_s=300.0), seed=2)
+    r = run(s)
+    assert r["events"].get("named_asks", 0) > 0 and r["events"].get("named_news", 0) > 0, r["events"]
+    assert asked and not unfit, unfit[:5]
+    for _source, wanted, found in asked:
+        named = dict(wanted)
+        assert all(a.author in named and a.round > named[a.author] for a in found)
+
+
+def test_nodes_of_an_older_release_make_no_asks_by_name_and_a_run_tells_bundles_by_round_length():
+    s = replace(Scenario(transport="libp2p", nodes=40, relays=4, warmup_s=300.0, measure_s=300.0), seed=4)
+    older = run(replace(s, extra={"asks_by_name": False}))
+    assert "named_asks" not in older["events"], older["events"]
+    current = run(s)
+    by_round = current["by_round_s"]
+    assert set(by_round) == {f"{h.round_s:g}" for h in s.hardware}
+    assert sum(c["nodes"] for c in by_round.values()) == current["nodes_measured"]
+    assert all(c["established_mean"] is not None and c["bundles_p5"] <= c["bundles_mean"] for c in by_round.values())

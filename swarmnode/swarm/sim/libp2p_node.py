@@ -3,7 +3,8 @@
 What it decides, it decides with the code the real transport runs
 (:mod:`~swarmnode.swarm.transport.libp2p_spread`: :class:`Libp2pPull` and its
 :class:`PullPlan`, :func:`push_targets`, :class:`PushPacer`, :class:`FirstHand`,
-:func:`sources_to_ask`;
+:func:`sources_to_ask`; :mod:`~swarmnode.swarm.transport.libp2p_named`: the
+:class:`NamedWatch` of :class:`Libp2pPull` and :func:`named_answer`;
 :mod:`~swarmnode.swarm.transport.libp2p_holding`: :func:`choose_holders`,
 :class:`BundleStore`; :func:`~swarmnode.swarm.transport.announce.source_addresses`;
 :mod:`~swarmnode.swarm.transport.libp2p_peers`: :class:`ExchangeRound`, :func:`answer_order`; the bootstrap rule of
@@ -14,10 +15,13 @@ with the bytes :class:`Libp2pCosts` says it costs, and connections live in
 
 How the real transport's loops map to events:
 
-* the pull loop (``PULL_INTERVAL`` apart, each pass awaiting its sample and its pulls) runs a
-  pass only when something changed (an announcement heard, a round published) or a sample is
-  due, at the loop's next tick; a pass that would find nothing is skipped, as it costs nothing
-  on the wire;
+* the pull loop (``PULL_INTERVAL`` apart, each pass awaiting its sample, its asks by name
+  and its pulls, in that order) runs a pass only when something changed (an announcement
+  heard, a round published), a sample is due or an ask by name is (:meth:`Libp2pPull.next_named_ask`
+  with the peers connected when the last pass ended), at the loop's next tick; a pass that
+  would find nothing is skipped, as it costs nothing on the wire. So an ask by name whose
+  only source connects after a pass waits for the next pass something else brings on,
+  where the transport's loop would see it within a second;
 * the peer exchange runs every ``EXCHANGE_EVERY`` while the node has fewer than
   ``PEER_TARGET`` connections; the join loop checks for a bootstrap peer every 5 s;
 * a pull asks the sources :func:`sources_to_ask` gives: connected, or with an address the
@@ -45,6 +49,7 @@ from swarmnode.swarm.transport.libp2p_holding import (
     BundleStore,
     choose_holders,
 )
+from swarmnode.swarm.transport.libp2p_named import named_answer
 from swarmnode.swarm.transport.libp2p_peers import (
     EXCHANGE_EVERY,
     EXCHANGE_FIRST,
@@ -83,6 +88,7 @@ class Libp2pCosts:
     addresses: int = 11  # the field of its sources' addresses, when it has one
     source_address: int = 86  # each source it gives an address: its PeerID and one /ip4/.../tcp/... address
     request: int = 75  # a bundle request
+    named: int = 61  # each [PeerID, round] pair of a request by name (a 52-character PeerID, a 4-digit round)
     address: int = 87  # one multiaddr in a peer-exchange answer
     handshake: int = 3500  # a new connection, each way: TCP, multistream, noise XX, yamux, identify
     close: int = 160  # closing a connection, each way: yamux's go-away frame, noise, TCP's FIN and ACK (estimated)
@@ -114,6 +120,8 @@ class Libp2pNode(SimNode):
         self.dials = PullDials()
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
+        self.own: Announcement | None = None  # the latest this node announced, for asks by name
+        self.asks_by_name = world.scenario.extra.get("asks_by_name", True)  # False: an older release's node
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
         self.loop_busy = False
         self.loop_free = rng.uniform(0.0, PULL_INTERVAL)  # when the loop's sleep ends: loops start at any phase
@@ -285,6 +293,7 @@ class Libp2pNode(SimNode):
         listening = {p: [address(world.index[p])] for p in sources if world.net.places[world.index[p]].public}
         announcement = Announcement(self.peer_id, SWARM, round_no, world.scenario.bundle_bytes, "", sources,
                                     source_addresses(listening))
+        self.own = announcement
         for target in push_targets(self.connected_ids(), self.rng):
             other = world.index[target]
             self.exchange(other, self.costs.announcement_bytes(announcement),
@@ -314,6 +323,13 @@ class Libp2pNode(SimNode):
         """SAMPLE: what was pushed here lately, never the asker's own."""
         sample = self.first_hand.sample(self.world.now, exclude=(peer_id(asker),))
         return 2 + sum(self.costs.announcement_bytes(a) + 1 for a in sample), sample
+
+    def answer_named(self, wanted: list[tuple[str, int]]) -> tuple[int, Any]:
+        """LATEST: anything newer of the authors ``wanted`` names (its own, or pushed here lately)."""
+        now = self.world.now
+        answer = named_answer(wanted, self.peer_id, self.own, lambda author: self.first_hand.latest(author, now),
+                              round_of=lambda a: a.round)
+        return 2 + sum(self.costs.announcement_bytes(a) + 1 for a in answer), answer
 
     def answer_bundle(self, author: str, round_no: int) -> tuple[int, Any]:
         """BUNDLE: the bundle if this node serves it."""
@@ -348,7 +364,7 @@ class Libp2pNode(SimNode):
         established = plan.established(self.established(), self.connected_ids())
         asked = self.pull.sample_peer(world.now, self.connected_ids(), established)
         if asked is None:
-            self._choose(established)
+            self._ask_named(established)
             return
         other = world.index[asked]
 
@@ -356,9 +372,32 @@ class Libp2pNode(SimNode):
             if sample is not None:  # no answer (a time-out): nothing to judge, as the transport does
                 world.meter.signatures(self.idx, world.now, len(sample))
                 self.pull.sampled(sample, world.now)
-            self._choose(established)
+            self._ask_named(established)
 
         self.exchange(other, 0, lambda _asker: world.nodes[other].answer_sample(self.idx), reply)
+
+    def _ask_named(self, established: Any) -> None:
+        """The pass's asks by name, all at once; the pulls once every one is answered."""
+        world = self.world
+        asks = self.pull.named_asks(world.now, self.connected_ids(), established) if self.asks_by_name else {}
+        if not asks:
+            self._choose(established)
+            return
+        pending = {"left": len(asks)}
+
+        def reply(answer: list[Announcement] | None) -> None:
+            if answer:
+                world.meter.signatures(self.idx, world.now, len(answer))
+                world.meter.count("named_news", world.now, self.pull.heard(answer, world.now))
+            pending["left"] -= 1
+            if not pending["left"]:
+                self._choose(established)
+
+        for source, wanted in asks.items():
+            other = world.index[source]
+            world.meter.count("named_asks", world.now)
+            self.exchange(other, 1 + self.costs.named * len(wanted),
+                          lambda _asker, o=other, w=wanted: world.nodes[o].answer_named(w), reply)
 
     def _choose(self, established: Any) -> None:
         plan = self.pull.plan
@@ -438,9 +477,17 @@ class Libp2pNode(SimNode):
         established = plan.established(self.established(), self.connected_ids())
         if pulled and plan.budget >= 1:
             self.poke()
-        elif self.world.hosts.peers[self.idx] and plan.wants_announcements(established):
+            return
+        due = []
+        connected = self.connected_ids()
+        if connected and plan.wants_announcements(established):
             sampling = self.pull.sampling
-            self._pass_at(max(self.loop_free, sampling.last + sampling.every))
+            due.append(sampling.last + sampling.every)
+        named = self.pull.next_named_ask(connected, established) if self.asks_by_name else None
+        if named is not None:
+            due.append(named)
+        if due:
+            self._pass_at(max(self.loop_free, min(due)))
 
     # -- life -------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,7 @@ from swarmnode.swarm.sim.dht import Space
 from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.hivemind_node import HivemindCosts, HivemindNode
 from swarmnode.swarm.sim.libp2p_node import Libp2pCosts, Libp2pNode
-from swarmnode.swarm.sim.meter import Meter
+from swarmnode.swarm.sim.meter import Meter, percentile
 from swarmnode.swarm.sim.network import Hosts, Network
 from swarmnode.swarm.sim.node import SimNode, World, peer_id
 from swarmnode.swarm.sim.scenario import (
@@ -105,10 +106,30 @@ def run(s: Scenario, libp2p_costs: Libp2pCosts | None = None, hivemind_costs: Hi
         "relay_refused": sum(hosts.refused[r] for r in relays),
         "connections_mean": sum(len(hosts.peers[n]) for n in nodes) / len(nodes),
         "connections_max": max(len(hosts.peers[h]) for h in range(len(world.nodes))),
+        "by_round_s": _by_round(world),
         "events_run": engine.events_run,
         "wall_s": time.monotonic() - started,
     })
     return summary
+
+
+def _by_round(world: World) -> dict[str, dict[str, float | None]]:
+    """By the nodes' round length (their hardware class), over the nodes that published in the
+    window: bundles a round (mean, 5th percentile) and the peers established with a node at
+    the end (mean; None without standing)."""
+    meter = world.meter
+    classes: dict[float, list[SimNode]] = {}
+    for node in world.nodes:
+        if not node.relay and meter.published[node.idx]:
+            classes.setdefault(node.round_s, []).append(node)
+    out: dict[str, dict[str, float | None]] = {}
+    for round_s, members in sorted(classes.items()):
+        bundles = [len(meter.receipts[n.idx]) / meter.published[n.idx] for n in members]
+        standing = [n.standing.stats()["established"] for n in members if n.standing is not None]
+        out[f"{round_s:g}"] = {"nodes": len(members), "bundles_mean": statistics.fmean(bundles),
+                               "bundles_p5": percentile(bundles, 5),
+                               "established_mean": statistics.fmean(standing) if standing else None}
+    return out
 
 
 def _role(world: World, host: int) -> str:

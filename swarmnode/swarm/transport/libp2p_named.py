@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement, is_count, is_peer_id
@@ -45,6 +45,7 @@ NAMED_RETRY_S = 2.0         # seconds between two asks for one author, at least
 NAMED_ROUNDS = 3            # periods without a word of an author before it is no longer asked for
 
 Wanted = list[tuple[str, int]]  # (author, the newest round known of it)
+W = TypeVar("W")
 
 
 def named_request(wanted: Wanted) -> bytes:
@@ -64,13 +65,19 @@ def parse_named_request(raw: bytes) -> Wanted | None:
     return [(author, round_no) for author, round_no in pairs]
 
 
-def named_answer(wanted: Wanted, own_peer_id: str, own: dict[str, Any] | None,
-                 latest: Callable[[str], dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The wire objects answering a request for ``wanted``: for each (author, round), ``own``
+def wire_round(wire: dict[str, Any]) -> int:
+    """The round of a signed announcement's wire object."""
+    return wire["announcement"]["round"]
+
+
+def named_answer(wanted: Wanted, own_peer_id: str, own: W | None, latest: Callable[[str], W | None],
+                 round_of: Callable[[W], int] = wire_round) -> list[W]:
+    """The announcements answering a request for ``wanted``: for each (author, round), ``own``
     (this node's latest signed announcement, if any) when the author is this node, else
-    ``latest(author)`` (the one the author pushed here lately, or None), if of a later round."""
+    ``latest(author)`` (the one the author pushed here lately, or None), if of a later round.
+    The transport passes wire objects; ``round_of`` reads the round of whatever is passed."""
     found = ((own if author == own_peer_id else latest(author), round_no) for author, round_no in wanted)
-    return [wire for wire, known in found if wire is not None and wire["announcement"]["round"] > known]
+    return [item for item, known in found if item is not None and round_of(item) > known]
 
 
 @dataclass
@@ -119,22 +126,50 @@ class NamedWatch:
         present = set(connected)
         out: dict[str, Wanted] = {}
         for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
-            period = max(watched.period or round_s, NAMED_RETRY_S)
-            if period == float("inf"):
+            timing = _timing(watched, round_s)
+            if timing is None:
                 continue
-            if now > watched.heard + NAMED_ROUNDS * period:
+            due, until = timing
+            if now > until:
                 del self._watched[author]  # gone, or much slower: heard of again, it is watched again
                 continue
-            # From half a period on: a round heard of late makes the next one look due later.
-            if (now < watched.heard + period / 2 or now < watched.asked + max(NAMED_RETRY_S, period / 8)
-                    or not established(author)):
+            if now < due or not established(author):
                 continue
-            source = next((p for p in watched.sources if p in present and p != self.own_peer_id), None)
+            source = self._source(watched, present)
             if source is None or len(out.get(source, ())) >= MAX_NAMES:
                 continue
             out.setdefault(source, []).append((author, watched.round))
             watched.asked = now
         return out
 
+    def next_ask(self, connected: Iterable[str], established: Callable[[str], bool], round_s: float) -> float | None:
+        """When :meth:`asks` would next name an author if the peers ``connected`` stayed so
+        (at or before now: at its next call), or None for never. For a caller that does not
+        ask every second, as a simulation does; it marks nothing."""
+        present = set(connected)
+        times = []
+        for author, watched in self._watched.items():
+            timing = _timing(watched, round_s)
+            if (timing is not None and timing[0] <= timing[1] and established(author)
+                    and self._source(watched, present) is not None):
+                times.append(timing[0])
+        return min(times, default=None)
+
+    def _source(self, watched: Watched, present: set[str]) -> str | None:
+        """The first of ``watched``'s sources among the peers ``present``, never this node."""
+        return next((p for p in watched.sources if p in present and p != self.own_peer_id), None)
+
     def __len__(self) -> int:
         return len(self._watched)
+
+
+def _timing(watched: Watched, round_s: float) -> tuple[float, float] | None:
+    """(from when, until when) ``watched``'s author is asked for, None for never (its period
+    unknown and ``round_s`` not finite). From half a period after its last round was heard
+    of, since a round heard of late makes the next one look due later; at most once every
+    :data:`NAMED_RETRY_S` or an eighth of the period; until :data:`NAMED_ROUNDS` periods."""
+    period = max(watched.period or round_s, NAMED_RETRY_S)
+    if period == float("inf"):
+        return None
+    due = max(watched.heard + period / 2, watched.asked + max(NAMED_RETRY_S, period / 8))
+    return due, watched.heard + NAMED_ROUNDS * period

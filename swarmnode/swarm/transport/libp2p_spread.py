@@ -271,6 +271,14 @@ class Libp2pPull:
             return {}
         return self.named.asks(now, connected, established, self.plan.round_s)
 
+    def next_named_ask(self, connected: Sequence[str], established: Callable[[str], bool]) -> float | None:
+        """When :meth:`named_asks` would next ask for someone if ``connected`` stayed so (see
+        :meth:`~swarmnode.swarm.transport.libp2p_named.NamedWatch.next_ask`); None while this
+        round has no pull left to spend (the next round's publish is the next chance)."""
+        if self.plan.budget < 1:
+            return None
+        return self.named.next_ask(connected, established, self.plan.round_s)
+
     def sampled(self, announcements: Iterable[Announcement], now: float,
                 blocked: Callable[[str], bool] = lambda _peer: False) -> int:
         """A sample's announcements that checked out, heard at ``now``; returns :meth:`heard`'s count."""
