@@ -281,6 +281,19 @@ def test_what_a_node_hears_feeds_its_plan_and_a_sample_is_asked_for_only_when_ne
     assert pull.sample_peer(9.0, ["x"], everyone) is None, "candidates enough for the budget"
 
 
+@pytest.mark.parametrize("established, crowd_most", [(0, 8), (3, 5), (10, 2)])
+def test_a_crowd_of_fresh_keys_gets_what_the_established_authors_heard_of_leave_of_k(established, crowd_most):
+    pull = Libp2pPull("me", 8, rng=random.Random(1))
+    honest, crowd = [f"h{i}" for i in range(established)], [f"c{i}" for i in range(50)]
+    pull.heard([Announcement(a, SW, 1, 10, "00" * 32, (a,)) for a in honest + crowd], 0.0)
+    chosen = []
+    for _ in range(6):  # several passes of one round
+        chosen += [peer for peer, _ in pull.plan.choose(lambda peer: peer in honest)]
+    assert len(chosen) == 8 and len(set(chosen)) == 8, "the round's K is spent, once a peer"
+    assert len(set(chosen) & set(crowd)) <= crowd_most
+    assert len(set(chosen) & set(honest)) >= min(established, 8 - 2), "the established keep their fetches"
+
+
 def test_a_request_by_name_names_a_few_peer_ids_and_its_answer_only_newer_rounds_of_those():
     names = [identity_for(i).peer_id for i in range(1, 4)]
     wanted = [(name, 2) for name in names]
@@ -429,8 +442,8 @@ def test_fifty_announcing_sybils_get_no_more_than_the_pull_plan_allows():
     for i, row in enumerate(got["per_round"]):
         assert row["total"] <= k and row["repeats"] == 0, row
         assert row["honest"] == 3, f"round {i}: every established peer is pulled ({row})"
-        # a crowd of fresh keys shares a quarter of K
-        assert row["sybils"] <= k // 4, row
+        # a crowd of fresh keys gets what the three established peers leave of K
+        assert row["sybils"] <= k - 3, row
     # a pull that finds nothing is spent and counted against its announcer
     assert got["rejected"] == {"missing_payload": got["pulled"]}
     assert got["requests"] == [[got["alice"], 2], None, None, None, None]
