@@ -102,7 +102,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
             logits.append(out.logits[:, -1, :])
             caches.append(out.past_key_values)
             del out
-        cache = prefixattn.SharedPrefixCache(caches, attn, n)
+        cache = prefixattn.SharedPrefixCache(caches, attn, n, capacity=max_new_tokens - 1)
         attending = prefixattn.decoding(model, cache)
         del caches
         logits = torch.cat(logits).repeat_interleave(n, dim=0)
