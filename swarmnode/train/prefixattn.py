@@ -194,7 +194,8 @@ def _per_run(cache: SharedPrefixCache, x_prefix: torch.Tensor, x_own: torch.Tens
         states = prefix[prompt].to(x.dtype)
         res = torch.matmul(xs, states.transpose(-1, -2) if transpose else states)
         prefix_out.append(res.reshape(x.shape[1], b - a, x.shape[2], res.shape[-1]).transpose(0, 1))
-        states = own[a:b].to(x.dtype)
+        # Contiguous: the view's token-major strides would otherwise carry over to the copy.
+        states = own[a:b].to(x.dtype, memory_format=torch.contiguous_format)
         own_out.append(torch.matmul(x_own[a:b], states.transpose(-1, -2) if transpose else states))
     return torch.cat(prefix_out), torch.cat(own_out)
 
