@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 import mmap
 from collections.abc import Iterator
 
@@ -70,25 +69,43 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.float32 else dtype
 
 
-def _reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An uninitialised tensor whose CPU memory comes from an anonymous mapping of its own:
-    the OS backs each page only once it is written and takes the mapping back when the tensor
-    goes, so room kept for tokens not generated yet costs no resident memory and leaves no
-    block behind in the heap. Other devices get ``torch.empty``."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if device.type != "cpu" or nbytes == 0:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)
+class _Room:
+    """Room for ``capacity`` tokens of each of ``rows`` rows, token-major within a row; ``states``
+    is it as [rows, kv heads, capacity, d].
+
+    On the CPU the room is an anonymous memory mapping of its own: the OS backs a page only
+    once it is written and takes the mapping back when the room goes, so room for tokens not
+    generated yet costs nothing resident and leaves no block behind in the heap; :meth:`keep`
+    hands back the pages of the rows it drops. Other devices get ``torch.empty``.
+    """
+
+    def __init__(self, rows: int, capacity: int, kv_heads: int, dim: int, dtype: torch.dtype,
+                 device: torch.device):
+        shape = (rows, capacity, kv_heads, dim)
+        self.row_bytes = capacity * kv_heads * dim * dtype.itemsize
+        self.map = mmap.mmap(-1, rows * self.row_bytes) if device.type == "cpu" and rows * self.row_bytes else None
+        whole = (torch.frombuffer(self.map, dtype=dtype).view(shape) if self.map is not None
+                 else torch.empty(shape, dtype=dtype, device=device))
+        self.states = whole.transpose(1, 2)
+
+    def keep(self, indices: torch.Tensor, length: int) -> None:
+        """Keep rows ``indices`` (their first ``length`` tokens), moved to the front in that order."""
+        kept = len(indices)
+        self.states[:kept, :, :length] = self.states[indices, :, :length]
+        self.states = self.states[:kept]
+        if self.map is not None and hasattr(self.map, "madvise"):
+            start = -(-kept * self.row_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            if start < len(self.map):
+                self.map.madvise(mmap.MADV_DONTNEED, start, len(self.map) - start)
 
 
 class _RowLayer(CacheLayer):
     """One layer: the shared prompt states, and each row's generated states, both held in
     :func:`storage_dtype`.
 
-    The rows' states live in room for ``capacity`` tokens a row (:func:`_reserve`), token-major
-    within a row so that a row's written part spans whole pages but its last; a decoding step
-    writes its own token into it and copies nothing else. ``keys``/``values`` are that room as
-    [rows, kv heads, capacity, d] views; ``length`` tokens of it are written.
+    The rows' states live in room for ``capacity`` tokens a row (:class:`_Room`), so that a
+    decoding step writes its own token and copies nothing else, and rows that end give their
+    pages back. ``keys``/``values`` are the rooms' states; ``length`` tokens of them are written.
     """
 
     def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, capacity: int):
@@ -96,10 +113,7 @@ class _RowLayer(CacheLayer):
         stored = storage_dtype(prefix_keys.dtype)
         self.prefix_keys, self.prefix_values = prefix_keys.to(stored), prefix_values.to(stored)
         self.capacity, self.length = capacity, 0
-
-    def _room(self, rows: int, like: torch.Tensor) -> torch.Tensor:
-        _, kv_heads, _, dim = like.shape
-        return _reserve((rows, self.capacity, kv_heads, dim), storage_dtype(like.dtype), like.device).transpose(1, 2)
+        self.rooms: tuple[_Room, _Room] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Store the step's states; return every row's own states so far, in :func:`storage_dtype`
@@ -108,9 +122,11 @@ class _RowLayer(CacheLayer):
         if end > self.capacity:
             raise ValueError(f"this cache has room for {self.capacity} generated tokens a row, not {end}: "
                              "give SharedPrefixCache the decoding steps it will run")
-        if not self.stored():
-            rows = key_states.shape[0]
-            self.hold(self._room(rows, key_states), self._room(rows, value_states))
+        if self.rooms is None:
+            rows, kv_heads, _, dim = key_states.shape
+            stored = storage_dtype(key_states.dtype)
+            self.rooms = tuple(_Room(rows, self.capacity, kv_heads, dim, stored, key_states.device) for _ in range(2))
+            self.hold(self.rooms[0].states, self.rooms[1].states)
         self.keys[:, :, self.length:end] = key_states
         self.values[:, :, self.length:end] = value_states
         self.length = end
@@ -120,15 +136,10 @@ class _RowLayer(CacheLayer):
         return self.prefix_keys.shape[-2] + self.length
 
     def keep_rows(self, indices: torch.Tensor) -> None:
-        """Move the kept rows' written states to room of their own; the old room is unmapped."""
-        if not self.stored():
-            return
-        kept = []
-        for states in (self.keys, self.values):
-            room = self._room(len(indices), states)
-            room[:, :, :self.length] = states[indices, :, :self.length]
-            kept.append(room)
-        self.keys, self.values = kept
+        if self.rooms is not None:
+            for room in self.rooms:
+                room.keep(indices, self.length)
+            self.keys, self.values = self.rooms[0].states, self.rooms[1].states
 
 
 def _left_padded(states: torch.Tensor, width: int) -> torch.Tensor:
