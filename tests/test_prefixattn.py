@@ -60,6 +60,13 @@ def test_room_is_resident_only_where_written_and_dropped_rows_give_it_back():
     assert _resident_bytes() - before < 8 * 2**20
     room.states[:, :, :2048] = 2.0  # half of every row: 64 MiB
     assert _resident_bytes() - before > 60 * 2**20
-    room.keep(torch.tensor([5, 63]), 2048)
+    room.keep([5, 63], 2048)
     assert _resident_bytes() - before < 8 * 2**20
     assert room.states.shape == (2, 1, 4096, 256) and float(room.states[:, :, :2048].sum()) == 2 * 2048 * 256 * 2.0
+
+
+def test_rows_are_kept_in_their_order_only():
+    layer = _layer(capacity=2)
+    layer.update(torch.randn(4, 3, 1, 8), torch.randn(4, 3, 1, 8))
+    with pytest.raises(ValueError, match="ascend"):
+        layer.keep_rows(torch.tensor([3, 0]))

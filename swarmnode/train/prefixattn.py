@@ -70,8 +70,8 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class _Room:
-    """Room for ``capacity`` tokens of each of ``rows`` rows, token-major within a row; ``states``
-    is it as [rows, kv heads, capacity, d].
+    """Room for ``capacity`` tokens of each of ``rows`` rows: ``rows`` [rows, capacity, kv heads, d]
+    (token-major within a row), and ``states``, the same memory as [rows, kv heads, capacity, d].
 
     On the CPU the room is an anonymous memory mapping of its own: the OS backs a page only
     once it is written and takes the mapping back when the room goes, so room for tokens not
@@ -84,15 +84,22 @@ class _Room:
         shape = (rows, capacity, kv_heads, dim)
         self.row_bytes = capacity * kv_heads * dim * dtype.itemsize
         self.map = mmap.mmap(-1, rows * self.row_bytes) if device.type == "cpu" and rows * self.row_bytes else None
-        whole = (torch.frombuffer(self.map, dtype=dtype).view(shape) if self.map is not None
-                 else torch.empty(shape, dtype=dtype, device=device))
-        self.states = whole.transpose(1, 2)
+        self.rows = (torch.frombuffer(self.map, dtype=dtype).view(shape) if self.map is not None
+                     else torch.empty(shape, dtype=dtype, device=device))
+        self.states = self.rows.transpose(1, 2)
 
-    def keep(self, indices: torch.Tensor, length: int) -> None:
-        """Keep rows ``indices`` (their first ``length`` tokens), moved to the front in that order."""
+    def keep(self, indices: list[int], length: int) -> None:
+        """Keep rows ``indices`` (ascending; their first ``length`` tokens), moved to the front in order.
+
+        Row by row, each written part one contiguous block, and only the rows that move: a
+        row only ever moves towards the front, onto a row already moved or dropped.
+        """
         kept = len(indices)
-        self.states[:kept, :, :length] = self.states[indices, :, :length]
-        self.states = self.states[:kept]
+        for slot, row in enumerate(indices):
+            if row != slot:
+                self.rows[slot, :length] = self.rows[row, :length]
+        self.rows = self.rows[:kept]
+        self.states = self.rows.transpose(1, 2)
         if self.map is not None and hasattr(self.map, "madvise"):
             start = -(-kept * self.row_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
             if start < len(self.map):
@@ -137,8 +144,11 @@ class _RowLayer(CacheLayer):
 
     def keep_rows(self, indices: torch.Tensor) -> None:
         if self.rooms is not None:
+            rows = indices.tolist()
+            if rows != sorted(rows):
+                raise ValueError("rows are kept in their order: indices must ascend")
             for room in self.rooms:
-                room.keep(indices, self.length)
+                room.keep(rows, self.length)
             self.keys, self.values = self.rooms[0].states, self.rooms[1].states
 
 
