@@ -142,10 +142,6 @@ class CacheLayer(DynamicLayer):
         """True once an update or :meth:`hold` stored states (possibly zero tokens of them)."""
         return self.is_initialized
 
-    def stored_tokens(self) -> int:
-        """Tokens this layer's own ``keys`` hold (0 before anything was stored)."""
-        return self.keys.shape[-2] if self.is_initialized and self.keys.numel() else 0
-
     def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Make ``keys``/``values`` this layer's states, with the dtype and device bookkeeping of a first update."""
         if not self.is_initialized:

@@ -12,8 +12,8 @@ Two glibc behaviours make a PyTorch process on CPU hold far more memory than it 
   :func:`large_blocks_mmapped` holds the low threshold around training only.
 - Freed heap blocks stay resident. ``malloc_trim(0)`` (:func:`release_free_memory`, a few
   milliseconds) returns them between the phases of a round, so the next phase does not
-  stack its own peak on top, and every few decoding steps, whose keys and values grow by
-  concatenation and leave the blocks they outgrew behind.
+  stack its own peak on top, and every few decoding steps, whose per-step tensors leave
+  free blocks behind.
 
 What else glibc's allocator leaves at a round's peak, and the settings tried against it
 (arenas, trim threshold): docs/performance.md, "glibc's allocator at the peak".

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import mmap
 from collections.abc import Iterator
 
 import torch
@@ -68,26 +69,87 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.float32 else dtype
 
 
-class _RowLayer(CacheLayer):
-    """One layer: the shared prompt states, and each row's generated states (grown by
-    concatenation), both held in :func:`storage_dtype`."""
+class _Room:
+    """Room for ``capacity`` tokens of each of ``rows`` rows: ``rows`` [rows, capacity, kv heads, d]
+    (token-major within a row), and ``states``, the same memory as [rows, kv heads, capacity, d].
 
-    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor):
+    On the CPU the room is an anonymous memory mapping of its own: the OS backs a page only
+    once it is written and takes the mapping back when the room goes, so room for tokens not
+    generated yet costs nothing resident and leaves no block behind in the heap; :meth:`keep`
+    hands back the pages of the rows it drops. Other devices get ``torch.empty``.
+    """
+
+    def __init__(self, rows: int, capacity: int, kv_heads: int, dim: int, dtype: torch.dtype,
+                 device: torch.device):
+        shape = (rows, capacity, kv_heads, dim)
+        self.row_bytes = capacity * kv_heads * dim * dtype.itemsize
+        self.map = mmap.mmap(-1, rows * self.row_bytes) if device.type == "cpu" and rows * self.row_bytes else None
+        self.rows = (torch.frombuffer(self.map, dtype=dtype).view(shape) if self.map is not None
+                     else torch.empty(shape, dtype=dtype, device=device))
+        self.states = self.rows.transpose(1, 2)
+
+    def keep(self, indices: list[int], length: int) -> None:
+        """Keep rows ``indices`` (ascending; their first ``length`` tokens), moved to the front in order.
+
+        Row by row, each written part one contiguous block, and only the rows that move: a
+        row only ever moves towards the front, onto a row already moved or dropped.
+        """
+        kept = len(indices)
+        for slot, row in enumerate(indices):
+            if row != slot:
+                self.rows[slot, :length] = self.rows[row, :length]
+        self.rows = self.rows[:kept]
+        self.states = self.rows.transpose(1, 2)
+        if self.map is not None and hasattr(self.map, "madvise"):
+            start = -(-kept * self.row_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            if start < len(self.map):
+                self.map.madvise(mmap.MADV_DONTNEED, start, len(self.map) - start)
+
+
+class _RowLayer(CacheLayer):
+    """One layer: the shared prompt states, and each row's generated states, both held in
+    :func:`storage_dtype`.
+
+    The rows' states live in room for ``capacity`` tokens a row (:class:`_Room`), so that a
+    decoding step writes its own token and copies nothing else, and rows that end give their
+    pages back. ``keys``/``values`` are the rooms' states; ``length`` tokens of them are written.
+    """
+
+    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, capacity: int):
         super().__init__()
         stored = storage_dtype(prefix_keys.dtype)
         self.prefix_keys, self.prefix_values = prefix_keys.to(stored), prefix_values.to(stored)
+        self.capacity, self.length = capacity, 0
+        self.rooms: tuple[_Room, _Room] | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        stored = storage_dtype(key_states.dtype)
-        keys, values = super().update(key_states.to(stored), value_states.to(stored))
-        return keys.to(key_states.dtype), values.to(value_states.dtype)
+        """Store the step's states; return every row's own states so far, in :func:`storage_dtype`
+        ([rows, kv heads, t, d] views: :func:`_attention` reads them in the model's dtype)."""
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise ValueError(f"this cache has room for {self.capacity} generated tokens a row, not {end}: "
+                             "give SharedPrefixCache the decoding steps it will run")
+        if self.rooms is None:
+            rows, kv_heads, _, dim = key_states.shape
+            stored = storage_dtype(key_states.dtype)
+            self.rooms = tuple(_Room(rows, self.capacity, kv_heads, dim, stored, key_states.device) for _ in range(2))
+            self.hold(self.rooms[0].states, self.rooms[1].states)
+        self.keys[:, :, self.length:end] = key_states
+        self.values[:, :, self.length:end] = value_states
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def get_seq_length(self) -> int:
-        return self.prefix_keys.shape[-2] + self.stored_tokens()
+        return self.prefix_keys.shape[-2] + self.length
 
     def keep_rows(self, indices: torch.Tensor) -> None:
-        if self.stored_tokens():
-            self.keys, self.values = self.keys[indices], self.values[indices]
+        if self.rooms is not None:
+            rows = indices.tolist()
+            if rows != sorted(rows):
+                raise ValueError("rows are kept in their order: indices must ascend")
+            for room in self.rooms:
+                room.keep(rows, self.length)
+            self.keys, self.values = self.rooms[0].states, self.rooms[1].states
 
 
 def _left_padded(states: torch.Tensor, width: int) -> torch.Tensor:
@@ -101,9 +163,11 @@ class SharedPrefixCache(LayeredCache):
     ``prompt_caches`` are the prefill caches of the prompts, one each and without padding, in
     order; ``prompt_mask`` [prompts, P] marks their real tokens, right-aligned (left padding):
     their states are put at those positions, zeros on the padding, which the bias masks.
+    ``capacity`` is the most tokens a row will add (the decoding steps to run); a step beyond
+    it is refused with ValueError.
     """
 
-    def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int):
+    def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int, capacity: int):
         dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
         width = prompt_mask.shape[1]
         layers = []
@@ -113,7 +177,7 @@ class SharedPrefixCache(LayeredCache):
             values = torch.cat([_left_padded(p.values, width) for p in parts])
             for part in parts:  # the prefills' copies go as the joined ones come
                 part.keys = part.values = None
-            layers.append(_RowLayer(keys, values))
+            layers.append(_RowLayer(keys, values, capacity))
         super().__init__(layers)
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
         self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
@@ -135,23 +199,33 @@ class SharedPrefixCache(LayeredCache):
         self._set_rows([self.rows[i] for i in indices.tolist()])
 
 
-def _per_prompt(cache: SharedPrefixCache, x: torch.Tensor, prefix: torch.Tensor, transpose: bool) -> torch.Tensor:
-    """For each run of rows sharing a prompt: x[rows] [r, kvh, m, *] times that prompt's ``prefix``
-    [kvh, P, d] (transposed when ``transpose``), as one matmul per prompt."""
-    out = []
+def _per_run(cache: SharedPrefixCache, x_prefix: torch.Tensor, x_own: torch.Tensor, prefix: torch.Tensor,
+             own: torch.Tensor, transpose: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each run of rows sharing a prompt: ``x_prefix[rows]`` [r, kvh, m, *] times that prompt's
+    ``prefix`` states [kvh, P, d], as one matmul per prompt, and ``x_own[rows]`` times the rows'
+    ``own`` states [r, kvh, t, d]; the states transposed when ``transpose``.
+
+    Both kinds of states are read in x's dtype one run at a time, so no copy of every row's
+    states in that dtype is ever made.
+    """
+    prefix_out, own_out = [], []
     for prompt, a, b in cache.runs:
-        xs = x[a:b].transpose(0, 1).reshape(x.shape[1], (b - a) * x.shape[2], x.shape[3])
+        x = x_prefix[a:b]
+        xs = x.transpose(0, 1).reshape(x.shape[1], (b - a) * x.shape[2], x.shape[3])
         states = prefix[prompt].to(x.dtype)
-        other = states.transpose(-1, -2) if transpose else states
-        res = torch.matmul(xs, other)
-        out.append(res.reshape(x.shape[1], b - a, x.shape[2], res.shape[-1]).transpose(0, 1))
-    return torch.cat(out)
+        res = torch.matmul(xs, states.transpose(-1, -2) if transpose else states)
+        prefix_out.append(res.reshape(x.shape[1], b - a, x.shape[2], res.shape[-1]).transpose(0, 1))
+        # Contiguous: the view's token-major strides would otherwise carry over to the copy.
+        states = own[a:b].to(x.dtype, memory_format=torch.contiguous_format)
+        own_out.append(torch.matmul(x_own[a:b], states.transpose(-1, -2) if transpose else states))
+    return torch.cat(prefix_out), torch.cat(own_out)
 
 
 def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
                dropout: float = 0.0, scaling: float | None = None, sliding_window: int | None = None,
                **kwargs) -> tuple[torch.Tensor, None]:
-    """query [R, H, 1, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache).
+    """query [R, H, 1, d]; key/value [R, kvh, t, d]: the rows' own states (prompt states are in the cache),
+    in the cache's storage dtype.
 
     ``sliding_window`` W (a sliding layer's): the query, at index P + t - 1 of every row, sees the
     keys at indices above P + t - 1 - W (transformers' ``sliding_window_overlay``).
@@ -170,11 +244,13 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
             own_first = max(first - layer.prefix_keys.shape[-2], 0)
             key, value = key[..., own_first:, :], value[..., own_first:, :]
     q = group_query_heads(query, kv_heads)
-    prefix_scores = _per_prompt(cache, q, prefix_keys, True) * scaling + bias[:, None, None, :]
-    own_scores = torch.matmul(q, key.transpose(-1, -2)) * scaling
+    prefix_scores, own_scores = _per_run(cache, q, q, prefix_keys, key, True)
+    prefix_scores = prefix_scores * scaling + bias[:, None, None, :]
+    own_scores = own_scores * scaling
     probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(query.dtype)
     prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
-    out = _per_prompt(cache, prefix_probs, prefix_values, False) + torch.matmul(own_probs, value)
+    prefix_out, own_out = _per_run(cache, prefix_probs, own_probs, prefix_values, value, False)
+    out = prefix_out + own_out
     return ungroup_query_heads(out, heads).transpose(1, 2).contiguous(), None
 
 

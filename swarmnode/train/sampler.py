@@ -26,10 +26,10 @@ from swarmnode.train import prefixattn
 from swarmnode.train.fallback import fell_back
 from swarmnode.train.memtrim import release_free_memory
 
-# Decoding steps between returns of free heap to the OS. Every step grows each row's keys and
-# values by concatenation, and the blocks freed behind them stay resident: every 8 steps
-# ``malloc_trim`` returned 20-47 MB and a default round's generation peak fell by 23 MB
-# (docs/performance.md, change 13), for a few milliseconds a trim.
+# Decoding steps between returns of free heap to the OS. A step's own tensors (logits, scores,
+# each prompt's rows' states read in fp32) leave free blocks resident behind them: with the
+# trim every 8 steps, 64 rows decoding 256 tokens peaked 20 MB lower, 2% slower
+# (docs/performance.md, change 14).
 TRIM_EVERY_STEPS = 8
 
 
@@ -102,7 +102,7 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
             logits.append(out.logits[:, -1, :])
             caches.append(out.past_key_values)
             del out
-        cache = prefixattn.SharedPrefixCache(caches, attn, n)
+        cache = prefixattn.SharedPrefixCache(caches, attn, n, capacity=max_new_tokens - 1)
         attending = prefixattn.decoding(model, cache)
         del caches
         logits = torch.cat(logits).repeat_interleave(n, dim=0)
