@@ -231,7 +231,7 @@ class Libp2pPull:
         # A libp2p node asks for its established authors by name, so those alive are among
         # the announcers it has heard of: newcomers may take what they leave of K from the
         # start, as hivemind's do once every shard is read. Held to a quarter, a node with
-        # few established peers, a slow one most, pulled 2 bundles a round for many rounds.
+        # few established peers (a slow one most) would pull 2 bundles a round for many rounds.
         self.plan.census_done = True
         self.sampling = SampleSchedule(rng)
         self.named = NamedWatch(own_peer_id)

@@ -18,8 +18,8 @@ The budget and the draw, the same for every transport:
   quarter of the round's K, or, once the transport has seen every announcer
   (``census_done``: hivemind, once it has read every shard; libp2p from the start, since it
   asks for its established peers by name), what the established announcers leave of K if
-  more. So a node that knows few peers yet fills its rounds with
-  newcomers, and a crowd of fresh keys never takes a fetch from an established peer;
+  more. So a node that knows few peers yet fills its rounds with newcomers, and a crowd of
+  fresh keys never takes a fetch from an established peer;
 * it remembers announcements for ``ttl`` seconds from when it last saw them, and at most
   ``memory`` of them (oldest out), so junk keys cannot grow it.
 
