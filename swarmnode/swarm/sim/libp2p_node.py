@@ -104,6 +104,10 @@ class Libp2pCosts:
         return (self.announcement + self.holder * max(0, len(a.holders) - 1)
                 + (self.addresses + self.source_address * given if given else 0))
 
+    def list_bytes(self, announcements: list[Announcement]) -> int:
+        """A JSON list of announcements, as a sample or an answer by name carries them."""
+        return 2 + sum(self.announcement_bytes(a) + 1 for a in announcements)
+
 
 _MSS = 1448  # TCP payload bytes a segment carries (1500-byte MTU, timestamps on)
 _SEGMENT_HEADERS = 66  # Ethernet 14 + IP 20 + TCP 32
@@ -322,14 +326,14 @@ class Libp2pNode(SimNode):
     def answer_sample(self, asker: int) -> tuple[int, Any]:
         """SAMPLE: what was pushed here lately, never the asker's own."""
         sample = self.first_hand.sample(self.world.now, exclude=(peer_id(asker),))
-        return 2 + sum(self.costs.announcement_bytes(a) + 1 for a in sample), sample
+        return self.costs.list_bytes(sample), sample
 
     def answer_named(self, wanted: list[tuple[str, int]]) -> tuple[int, Any]:
         """LATEST: anything newer of the authors ``wanted`` names (its own, or pushed here lately)."""
         now = self.world.now
         answer = named_answer(wanted, self.peer_id, self.own, lambda author: self.first_hand.latest(author, now),
                               round_of=lambda a: a.round)
-        return 2 + sum(self.costs.announcement_bytes(a) + 1 for a in answer), answer
+        return self.costs.list_bytes(answer), answer
 
     def answer_bundle(self, author: str, round_no: int) -> tuple[int, Any]:
         """BUNDLE: the bundle if this node serves it."""
