@@ -6,7 +6,9 @@ with the prefilled ``<answer>``), reward (the node's :class:`~swarmnode.train.ta
 Q questions x L completions x T max new tokens, stop at ``</answer>`` or EOS, temperature 1,
 LoRA r/alpha/targets, AdamW lr, beta 0, asymmetric clip, one update. Each run is its own
 process, so each side's peak RSS is its own; runs alternate swarmnode, TRL, swarmnode, TRL
-so a shared machine's noise hits both alike. Times exclude model loading on both sides.
+so a shared machine's noise hits both alike. Times exclude model loading on both sides. Each run
+reports wall seconds and CPU seconds (the process's, every thread): beside other work the wall
+time stretches with the competition, the CPU time much less, so its ratio is the steadier one.
 
 TRL is a benchmark-only dependency: ``pip install 'swarmnode[bench]'`` (trl, psutil).
 Usage, from the repository root::
@@ -34,14 +36,17 @@ import time
 from common import add_size_args, bench_config, build_solo_node, median, peak_rss_mb
 
 SIDES = ("swarmnode", "trl")
+MEASURES = ("seconds", "cpu_seconds", "tokens_per_second", "peak_rss_mb")
 
 
 def run_swarmnode(args: argparse.Namespace) -> dict:
     cfg = bench_config(questions=args.questions, completions=args.completions,
                        max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
     node = build_solo_node(cfg, seed=args.seed)
+    cpu0 = time.process_time()
     row = node.run_round(0)
-    return {"seconds": row.seconds, "tokens": row.tokens_generated, "reward_mean": row.reward_mean,
+    return {"seconds": row.seconds, "cpu_seconds": time.process_time() - cpu0,
+            "tokens": row.tokens_generated, "reward_mean": row.reward_mean,
             "seconds_generate": row.seconds_generate, "seconds_train": row.seconds_train}
 
 
@@ -96,12 +101,13 @@ def run_trl(args: argparse.Namespace) -> dict:
                           processing_class=tokenizer, peft_config=lora)
     # transformers needs the tokenizer to match stop strings; TRL's generate call does not pass it.
     trainer.model.generate = functools.partial(trainer.model.generate, tokenizer=tokenizer)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     trainer.train()
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
     logged = next(h for h in trainer.state.log_history if "completions/mean_length" in h)
     print("TRL's first completions:", [c for c, _ in seen[:3]], file=sys.stderr)
-    return {"seconds": seconds, "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds,
+            "tokens": logged["completions/mean_length"] * cfg.questions * cfg.completions,
             "reward_mean": sum(r for _, r in seen) / len(seen),
             "closed": sum(ANSWER_CLOSE in c for c, _ in seen) / len(seen)}
 
@@ -150,14 +156,14 @@ def main() -> None:
                 raise SystemExit(1)
             res = json.loads(last)
             runs[side].append(res)
-            print(f"pair {i + 1} {side:9s}: {res['seconds']:7.1f} s, {res['tokens']:6.0f} tokens, "
-                  f"{res['tokens_per_second']:6.1f} tok/s, peak RSS {res['peak_rss_mb']:6.0f} MB", flush=True)
-    med = {side: {k: median([r[k] for r in runs[side]]) for k in ("seconds", "tokens_per_second", "peak_rss_mb")}
-           for side in SIDES}
+            print(f"pair {i + 1} {side:9s}: {res['seconds']:7.1f} s ({res['cpu_seconds']:7.1f} CPU-s), "
+                  f"{res['tokens']:6.0f} tokens, {res['tokens_per_second']:6.1f} tok/s, "
+                  f"peak RSS {res['peak_rss_mb']:6.0f} MB", flush=True)
+    med = {side: {k: median([r[k] for r in runs[side]]) for k in MEASURES} for side in SIDES}
     print(f"\nmedians over {args.pairs} pairs, {args.questions} questions x {args.completions} completions x "
           f"{args.max_new_tokens} max new tokens, {args.threads} threads:")
     print(f"{'':20s}{'swarmnode':>12s}{'TRL':>12s}{'ratio':>8s}")
-    for k in ("seconds", "tokens_per_second", "peak_rss_mb"):
+    for k in MEASURES:
         a, b = med["swarmnode"][k], med["trl"][k]
         print(f"{k:20s}{a:12.1f}{b:12.1f}{a / b:8.2f}")
 
