@@ -106,6 +106,7 @@ def _pick_model(s: Settings) -> Settings:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)  # a library's deprecation notice is a log line, not two bare ones
     try:
         s = _pick_model(settings_from_args(args))
         if s.node.threads:
