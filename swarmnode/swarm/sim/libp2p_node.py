@@ -319,7 +319,8 @@ class Libp2pNode(SimNode):
         if not self.pacer.admit(peer_id(pusher), world.now):
             return 0, None
         world.meter.signatures(self.idx, world.now)
-        if self.first_hand.put(announcement, announcement, world.now) and self.pull.heard([announcement], world.now):
+        if (self.first_hand.put(announcement, announcement, world.now)
+                and self.pull.heard([announcement], world.now, pushed=True)):
             self.poke()
         return 0, None
 

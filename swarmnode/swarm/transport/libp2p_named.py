@@ -21,6 +21,10 @@ fetches a known peer's next round by its key:
   announcement (the author, then its holders) for anything newer, every
   :data:`NAMED_RETRY_S` or an eighth of the period at most, until it hears of a newer round
   or :data:`NAMED_ROUNDS` periods have passed (then it waits to hear of the author again).
+  An author that pushed its last round to this node itself is asked for only once its next
+  push is overdue, a period and a retry's wait after the last: its round was heard of
+  within a second of being made, so no newer one exists before then, and a connected
+  author pushes its next round to this node too unless it chose other peers.
   Authors heard of most lately are named first: those that keep their pace before those
   gone quiet.
 """
@@ -89,6 +93,7 @@ class Watched:
     sources: tuple[str, ...]  # who can answer for the author: itself, then its holders
     period: float | None = None  # seconds between its rounds, from the last two heard
     asked: float = float("-inf")  # when it was last asked for
+    pushed: bool = False  # the author pushed that round to this node itself
 
 
 class NamedWatch:
@@ -99,9 +104,10 @@ class NamedWatch:
         self.memory = memory
         self._watched: OrderedDict[str, Watched] = OrderedDict()  # least lately heard first
 
-    def heard(self, announcement: Announcement, now: float, known: bool) -> None:
+    def heard(self, announcement: Announcement, now: float, known: bool, pushed: bool = False) -> None:
         """``announcement`` was heard of at ``now``: watch its author if it is ``known`` (its
-        bundles arrived here before) or watched already."""
+        bundles arrived here before) or watched already. ``pushed``: the author pushed it here
+        itself (not a sample's or an answer's)."""
         author = announcement.author
         held = self._watched.get(author)
         if author == self.own_peer_id or (held is None and not known):
@@ -113,7 +119,7 @@ class NamedWatch:
             period = (now - held.heard) / (announcement.round - held.round)
         self._watched.pop(author, None)
         sources = tuple(dict.fromkeys((author, *announcement.holders)))
-        self._watched[author] = Watched(announcement.round, now, sources, period)
+        self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed)
         while len(self._watched) > self.memory:
             self._watched.popitem(last=False)
 
@@ -166,10 +172,13 @@ class NamedWatch:
 def _timing(watched: Watched, round_s: float) -> tuple[float, float] | None:
     """(from when, until when) ``watched``'s author is asked for, None for never (its period
     unknown and ``round_s`` not finite). From half a period after its last round was heard
-    of, since a round heard of late makes the next one look due later; at most once every
-    :data:`NAMED_RETRY_S` or an eighth of the period; until :data:`NAMED_ROUNDS` periods."""
+    of, since a round heard of late makes the next one look due later; from a period and a
+    retry's wait after it if the author pushed that round here itself, heard of as it was
+    made; at most once every :data:`NAMED_RETRY_S` or an eighth of the period; until
+    :data:`NAMED_ROUNDS` periods."""
     period = max(watched.period or round_s, NAMED_RETRY_S)
     if period == float("inf"):
         return None
-    due = max(watched.heard + period / 2, watched.asked + max(NAMED_RETRY_S, period / 8))
+    retry = max(NAMED_RETRY_S, period / 8)
+    due = max(watched.heard + (period + retry if watched.pushed else period / 2), watched.asked + retry)
     return due, watched.heard + NAMED_ROUNDS * period
