@@ -19,7 +19,7 @@ from swarmnode.swarm.sim.node import peer_id
 from swarmnode.swarm.sim.run import build, run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
 from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop
+from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.libp2p_named import NamedWatch
 from swarmnode.swarm.transport.libp2p_spread import PullDials
 
@@ -181,6 +181,15 @@ def test_a_node_dials_two_bootstrap_peers_at_a_time_drawn_at_random_and_none_whi
     assert {m for d in drawn for m in d} == set(many), "every bootstrap peer gets its turn"
     assert loop.to_dial(True) == []
     assert JoinLoop(many[:2], random.Random(1)).to_dial(False) == many[:2]
+
+
+def test_a_bootstrap_peer_is_in_reach_when_connected_whichever_side_is_the_longer():
+    many = [f"/ip4/10.0.0.{i}/tcp/1/p2p/Qm{i}" for i in range(10)]
+    assert not bootstrap_in_reach([], many) and not bootstrap_in_reach(["Qx"], many)
+    assert bootstrap_in_reach(["Qx", "Qm7"], many), "fewer peers than bootstrap peers"
+    assert bootstrap_in_reach([f"Qx{i}" for i in range(20)] + ["Qm3"], many), "more peers than bootstrap peers"
+    assert not bootstrap_in_reach([f"Qx{i}" for i in range(20)], many)
+    assert bootstrap_in_reach(["Qx"], ["/ip4/10.0.0.1/tcp/1"]), "an address without a PeerID: any peer will do"
 
 
 def test_between_passes_a_libp2p_node_holds_only_connections_it_dialed_on_purpose_or_was_dialed_by(monkeypatch):

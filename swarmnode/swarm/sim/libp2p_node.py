@@ -134,6 +134,8 @@ class Libp2pNode(SimNode):
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
         self.bootstrap_ids = {peer_id(b) for b in world.bootstrap}
         self.joining = JoinLoop(self.bootstrap, rng)
+        self._ids: list[str] = []  # connected_ids() as of the host's ``_ids_at``-th connection change
+        self._ids_at = 0
 
     # -- connections ------------------------------------------------------------------------
 
@@ -141,7 +143,13 @@ class Libp2pNode(SimNode):
         return list(self.world.hosts.peers[self.idx])
 
     def connected_ids(self) -> list[str]:
-        return [peer_id(p) for p in self.world.hosts.peers[self.idx]]
+        """The PeerIDs of the connected peers; one list while they stay the same (a pass
+        asks for it several times), not to be changed."""
+        hosts = self.world.hosts
+        if self._ids_at != hosts.changes[self.idx]:
+            self._ids = [peer_id(p) for p in hosts.peers[self.idx]]
+            self._ids_at = hosts.changes[self.idx]
+        return self._ids
 
     def dial(self, other: int, then: Any = None) -> None:
         """Dial ``other``; ``then(ok)`` when it is settled."""
