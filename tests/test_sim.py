@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import subprocess
 import sys
@@ -161,6 +163,22 @@ def test_a_small_swarm_gets_its_bundles_and_no_node_more_than_k_a_round(transpor
     assert r["bundles_min"] >= 6.0, r  # 11 peers, K = 8: nearly every fetch finds its bundle
     assert r["bundles_max"] <= s.fetch_per_round, r
     assert r["latency_p95_s"] < 15.0 and r["fresh_share"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_run_is_the_same_whatever_the_string_hashing_of_its_process(tmp_path):
+    """Python salts its string hashes per process (PYTHONHASHSEED), so a set of PeerIDs
+    iterates in another order in each: nothing a simulated node decides may follow one. The
+    script itself, twice, under two hash seeds: every figure the same but its wall time."""
+    got = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"{hash_seed}.json"
+        subprocess.run([sys.executable, str(BENCHMARKS / "swarm_sim.py"), "--nodes", "60", "--transports", "hivemind",
+                        "libp2p", "--warmup-s", "300", "--measure-s", "300", "--json", str(out)],
+                       env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True, check=True, timeout=300)
+        got.append([{k: v for k, v in row.items() if k != "wall_s"} for row in json.loads(out.read_text())])
+    assert got[0] == got[1]
+    assert [row["transport"] for row in got[0]] == ["hivemind", "libp2p"] and got[0][1]["events"].get("named_asks")
 
 
 def test_a_run_depends_on_its_seed_only():
