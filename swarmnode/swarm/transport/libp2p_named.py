@@ -94,6 +94,14 @@ class Watched:
     period: float | None = None  # seconds between its rounds, from the last two heard
     asked: float = float("-inf")  # when it was last asked for
     pushed: bool = False  # the author pushed that round to this node itself
+    timing: tuple[float, tuple[float, float] | None] | None = None  # (round_s, _timing's) while asked stays
+
+    def when(self, round_s: float) -> tuple[float, float] | None:
+        """:func:`_timing` of this author, computed once for each ``asked`` and ``round_s``:
+        a node looks at every author it watches each pass, and few of them change."""
+        if self.timing is None or self.timing[0] != round_s:
+            self.timing = (round_s, _timing(self, round_s))
+        return self.timing[1]
 
 
 class NamedWatch:
@@ -132,7 +140,7 @@ class NamedWatch:
         present = set(connected)
         out: dict[str, Wanted] = {}
         for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
-            timing = _timing(watched, round_s)
+            timing = watched.when(round_s)
             if timing is None:
                 continue
             due, until = timing
@@ -145,7 +153,7 @@ class NamedWatch:
             if source is None or len(out.get(source, ())) >= MAX_NAMES:
                 continue
             out.setdefault(source, []).append((author, watched.round))
-            watched.asked = now
+            watched.asked, watched.timing = now, None
         return out
 
     def next_ask(self, connected: Iterable[str], established: Callable[[str], bool], round_s: float) -> float | None:
@@ -155,7 +163,7 @@ class NamedWatch:
         present = set(connected)
         times = []
         for author, watched in self._watched.items():
-            timing = _timing(watched, round_s)
+            timing = watched.when(round_s)
             if (timing is not None and timing[0] <= timing[1] and established(author)
                     and self._source(watched, present) is not None):
                 times.append(timing[0])
