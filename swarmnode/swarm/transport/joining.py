@@ -56,10 +56,11 @@ def bootstrap_in_reach(connected: Collection[str], bootstrap: Sequence[str]) -> 
     return any(i in connected for i in ids)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _peer_ids(bootstrap: tuple[str, ...]) -> frozenset[str | None]:
     """The PeerIDs ``bootstrap`` names, parsed once: a node looks every few seconds, and a
-    simulated swarm has thousands of nodes, each with the same list."""
+    simulated swarm has thousands of nodes with one list (and each of its relays, one
+    without itself)."""
     return frozenset(peer_id_of(m) for m in bootstrap)
 
 
