@@ -122,8 +122,9 @@ class Libp2pNode(SimNode):
         self.first_hand = FirstHand(rng=rng)
         self.pacer = PushPacer()
         self.dials = PullDials()
-        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
-        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
+        # The stores' room standing advances by the minute: of virtual time, not of the run's wall time.
+        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, clock=lambda: world.engine.now)
+        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes, clock=lambda: world.engine.now)
         self.own: Announcement | None = None  # the latest this node announced, for asks by name
         self.asks_by_name = world.scenario.extra.get("asks_by_name", True)  # False: an older release's node
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
