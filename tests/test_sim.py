@@ -274,3 +274,13 @@ def test_nodes_of_an_older_release_make_no_asks_by_name_and_a_run_tells_bundles_
     assert set(by_round) == {f"{h.round_s:g}" for h in s.hardware}
     assert sum(c["nodes"] for c in by_round.values()) == current["nodes_measured"]
     assert all(c["established_mean"] is not None and c["bundles_p5"] <= c["bundles_mean"] for c in by_round.values())
+
+
+def test_a_libp2p_nodes_bundle_stores_tell_the_simulated_time_not_the_wall_clock():
+    """A store's room promotes authors by the minute of its clock: on the wall clock, a run's
+    holders would depend on how fast the machine ran it."""
+    world = build(replace(Scenario(transport="libp2p", nodes=6, relays=1, warmup_s=60.0, measure_s=60.0), seed=1))
+    world.engine.run(90.0)
+    relay = world.nodes[0]
+    assert isinstance(relay, Libp2pNode)
+    assert relay.held._clock() == relay.served._clock() == world.engine.now == 90.0
