@@ -284,3 +284,10 @@ def test_a_libp2p_nodes_bundle_stores_tell_the_simulated_time_not_the_wall_clock
     relay = world.nodes[0]
     assert isinstance(relay, Libp2pNode)
     assert relay.held._clock() == relay.served._clock() == world.engine.now == 90.0
+
+
+def test_at_the_machine_benchmark_no_author_that_pushes_to_a_node_is_asked_for_by_name():
+    """Every author there is connected and pushes each round to every peer (8 nodes, 7 peers
+    each): a round heard of by push is followed by the next push, so no ask is made."""
+    r = run(swarm_sim.machine_scenario("libp2p", 8, seed=0))
+    assert r["bundles_min"] == 7.0 and "named_asks" not in r["events"], r["events"]
