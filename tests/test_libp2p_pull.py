@@ -354,6 +354,33 @@ def test_a_reader_asks_by_name_for_an_established_author_from_half_its_period_on
     assert len(pull.named) == 0, "silent for its rounds: no longer watched until heard of again"
 
 
+def test_an_author_that_pushed_its_round_here_is_asked_for_only_once_its_next_push_is_overdue():
+    """A round pushed here by its author was heard of as it was made: no newer one exists
+    before a period has passed, and a connected author pushes that one here too. So it is
+    asked for a period and a retry's wait after (not half a period), and not at all when its
+    push comes on time; an author heard of otherwise is asked for from half a period on."""
+    pull = Libp2pPull("me", 8, rng=random.Random(0))
+
+    def everyone(_peer: str) -> bool:
+        return True
+
+    def heard_of(author: str, round_no: int, t: float, pushed: bool) -> None:
+        pull.heard([Announcement(author, SW, round_no, 10, "00" * 32, (author, "relay"))], t, pushed=pushed)
+
+    for author in ("p", "q"):
+        pull.plan.note_delivered(author)
+        heard_of(author, 1, 0.0, pushed=author == "p")
+        heard_of(author, 2, 16.0, pushed=author == "p")  # a period of 16 s; retries 2 s apart
+    assert pull.named_asks(24.0, ["p", "q"], everyone) == {"q": [("q", 2)]}, "q was sampled: half a period"
+    assert pull.next_named_ask(["p"], everyone) == 16.0 + 16.0 + 2.0
+    heard_of("p", 3, 32.0, pushed=True)  # its push came on time: nothing asked
+    assert pull.named_asks(33.0, ["p"], everyone) == {}
+    assert pull.named_asks(49.9, ["p"], everyone) == {}
+    assert pull.named_asks(50.0, ["p"], everyone) == {"p": [("p", 3)]}, "no push this time: asked"
+    heard_of("p", 4, 52.0, pushed=False)  # heard of from someone else, a period of 20 s
+    assert pull.next_named_ask(["p"], everyone) == 52.0 + 20.0 / 2
+
+
 def test_a_request_by_name_names_at_most_a_request_full_and_the_steady_authors_first():
     pull = Libp2pPull("me", 8, rng=random.Random(0))
     authors = [f"a{i}" for i in range(MAX_NAMES + 4)]

@@ -122,8 +122,9 @@ class Libp2pNode(SimNode):
         self.first_hand = FirstHand(rng=rng)
         self.pacer = PushPacer()
         self.dials = PullDials()
-        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES)
-        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes)
+        # The stores' room standing advances by the minute: of virtual time, not of the run's wall time.
+        self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, clock=lambda: world.engine.now)
+        self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * world.scenario.bundle_bytes, clock=lambda: world.engine.now)
         self.own: Announcement | None = None  # the latest this node announced, for asks by name
         self.asks_by_name = world.scenario.extra.get("asks_by_name", True)  # False: an older release's node
         self.known: set[int] = set()  # public peers whose addresses this node learned (its peerstore)
@@ -134,6 +135,8 @@ class Libp2pNode(SimNode):
         self.bootstrap = [address(b) for b in world.bootstrap if b != idx]
         self.bootstrap_ids = {peer_id(b) for b in world.bootstrap}
         self.joining = JoinLoop(self.bootstrap, rng)
+        self._ids: list[str] = []  # connected_ids() as of the host's ``_ids_at``-th connection change
+        self._ids_at = 0
 
     # -- connections ------------------------------------------------------------------------
 
@@ -141,7 +144,13 @@ class Libp2pNode(SimNode):
         return list(self.world.hosts.peers[self.idx])
 
     def connected_ids(self) -> list[str]:
-        return [peer_id(p) for p in self.world.hosts.peers[self.idx]]
+        """The PeerIDs of the connected peers; one list while they stay the same (a pass
+        asks for it several times), not to be changed."""
+        hosts = self.world.hosts
+        if self._ids_at != hosts.changes[self.idx]:
+            self._ids = [peer_id(p) for p in hosts.peers[self.idx]]
+            self._ids_at = hosts.changes[self.idx]
+        return self._ids
 
     def dial(self, other: int, then: Any = None) -> None:
         """Dial ``other``; ``then(ok)`` when it is settled."""
@@ -319,7 +328,8 @@ class Libp2pNode(SimNode):
         if not self.pacer.admit(peer_id(pusher), world.now):
             return 0, None
         world.meter.signatures(self.idx, world.now)
-        if self.first_hand.put(announcement, announcement, world.now) and self.pull.heard([announcement], world.now):
+        if (self.first_hand.put(announcement, announcement, world.now)
+                and self.pull.heard([announcement], world.now, pushed=True)):
             self.poke()
         return 0, None
 

@@ -131,6 +131,7 @@ class Hosts:
     def __init__(self, n: int, *, max_total: int | None = None, max_inbound: int | None = None,
                  inbound_held: bool = False, low: int | None = None, high: int | None = None, grace: float = 0.0):
         self.peers: list[dict[int, float]] = [{} for _ in range(n)]  # peer -> when connected
+        self.changes = [0] * n  # connections opened and closed by each host, for caches of its peers
         self.dialed: list[set[int]] = [set() for _ in range(n)]  # peers this host dialed
         self.inbound = [0] * n
         self.inbound_ever = [0] * n
@@ -162,6 +163,8 @@ class Hosts:
             return False
         self.peers[a][b] = now
         self.peers[b][a] = now
+        self.changes[a] += 1
+        self.changes[b] += 1
         self.dialed[a].add(b)
         self.inbound[b] += 1
         self.inbound_ever[b] += 1
@@ -176,6 +179,8 @@ class Hosts:
             return
         del self.peers[a][b]
         del self.peers[b][a]
+        self.changes[a] += 1
+        self.changes[b] += 1
         dialer, listener = (a, b) if b in self.dialed[a] else (b, a)
         self.dialed[dialer].discard(listener)
         self.inbound[listener] -= 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Sequence
+from functools import lru_cache
 
 from swarmnode.swarm.address import peer_id_of
 
@@ -45,8 +46,22 @@ class Backoff:
 
 def bootstrap_in_reach(connected: Collection[str], bootstrap: Sequence[str]) -> bool:
     """Connected to a bootstrap peer (to any peer, for bootstrap addresses without a PeerID)."""
-    ids = {peer_id_of(m) for m in bootstrap}
-    return bool(connected) and (None in ids or any(i in connected for i in ids))
+    if not connected:
+        return False
+    ids = _peer_ids(tuple(bootstrap))
+    if None in ids:
+        return True
+    if len(connected) < len(ids):  # a node of a large swarm has many relays and a few peers
+        return any(p in ids for p in connected)
+    return any(i in connected for i in ids)
+
+
+@lru_cache(maxsize=1024)
+def _peer_ids(bootstrap: tuple[str, ...]) -> frozenset[str | None]:
+    """The PeerIDs ``bootstrap`` names, parsed once: a node looks every few seconds, and a
+    simulated swarm has thousands of nodes with one list (and each of its relays, one
+    without itself)."""
+    return frozenset(peer_id_of(m) for m in bootstrap)
 
 
 class JoinLoop:

@@ -21,6 +21,10 @@ fetches a known peer's next round by its key:
   announcement (the author, then its holders) for anything newer, every
   :data:`NAMED_RETRY_S` or an eighth of the period at most, until it hears of a newer round
   or :data:`NAMED_ROUNDS` periods have passed (then it waits to hear of the author again).
+  An author that pushed its last round to this node itself is asked for only once its next
+  push is overdue, a period and a retry's wait after the last: its round was heard of
+  within a second of being made, so no newer one exists before then, and a connected
+  author pushes its next round to this node too unless it chose other peers.
   Authors heard of most lately are named first: those that keep their pace before those
   gone quiet.
 """
@@ -89,6 +93,15 @@ class Watched:
     sources: tuple[str, ...]  # who can answer for the author: itself, then its holders
     period: float | None = None  # seconds between its rounds, from the last two heard
     asked: float = float("-inf")  # when it was last asked for
+    pushed: bool = False  # the author pushed that round to this node itself
+    timing: tuple[float, tuple[float, float] | None] | None = None  # (round_s, _timing's) while asked stays
+
+    def when(self, round_s: float) -> tuple[float, float] | None:
+        """:func:`_timing` of this author, computed once for each ``asked`` and ``round_s``:
+        a node looks at every author it watches each pass, and few of them change."""
+        if self.timing is None or self.timing[0] != round_s:
+            self.timing = (round_s, _timing(self, round_s))
+        return self.timing[1]
 
 
 class NamedWatch:
@@ -99,9 +112,10 @@ class NamedWatch:
         self.memory = memory
         self._watched: OrderedDict[str, Watched] = OrderedDict()  # least lately heard first
 
-    def heard(self, announcement: Announcement, now: float, known: bool) -> None:
+    def heard(self, announcement: Announcement, now: float, known: bool, pushed: bool = False) -> None:
         """``announcement`` was heard of at ``now``: watch its author if it is ``known`` (its
-        bundles arrived here before) or watched already."""
+        bundles arrived here before) or watched already. ``pushed``: the author pushed it here
+        itself (not a sample's or an answer's)."""
         author = announcement.author
         held = self._watched.get(author)
         if author == self.own_peer_id or (held is None and not known):
@@ -113,7 +127,7 @@ class NamedWatch:
             period = (now - held.heard) / (announcement.round - held.round)
         self._watched.pop(author, None)
         sources = tuple(dict.fromkeys((author, *announcement.holders)))
-        self._watched[author] = Watched(announcement.round, now, sources, period)
+        self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed)
         while len(self._watched) > self.memory:
             self._watched.popitem(last=False)
 
@@ -126,7 +140,7 @@ class NamedWatch:
         present = set(connected)
         out: dict[str, Wanted] = {}
         for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
-            timing = _timing(watched, round_s)
+            timing = watched.when(round_s)
             if timing is None:
                 continue
             due, until = timing
@@ -139,7 +153,7 @@ class NamedWatch:
             if source is None or len(out.get(source, ())) >= MAX_NAMES:
                 continue
             out.setdefault(source, []).append((author, watched.round))
-            watched.asked = now
+            watched.asked, watched.timing = now, None
         return out
 
     def next_ask(self, connected: Iterable[str], established: Callable[[str], bool], round_s: float) -> float | None:
@@ -149,7 +163,7 @@ class NamedWatch:
         present = set(connected)
         times = []
         for author, watched in self._watched.items():
-            timing = _timing(watched, round_s)
+            timing = watched.when(round_s)
             if (timing is not None and timing[0] <= timing[1] and established(author)
                     and self._source(watched, present) is not None):
                 times.append(timing[0])
@@ -166,10 +180,13 @@ class NamedWatch:
 def _timing(watched: Watched, round_s: float) -> tuple[float, float] | None:
     """(from when, until when) ``watched``'s author is asked for, None for never (its period
     unknown and ``round_s`` not finite). From half a period after its last round was heard
-    of, since a round heard of late makes the next one look due later; at most once every
-    :data:`NAMED_RETRY_S` or an eighth of the period; until :data:`NAMED_ROUNDS` periods."""
+    of, since a round heard of late makes the next one look due later; from a period and a
+    retry's wait after it if the author pushed that round here itself, heard of as it was
+    made; at most once every :data:`NAMED_RETRY_S` or an eighth of the period; until
+    :data:`NAMED_ROUNDS` periods."""
     period = max(watched.period or round_s, NAMED_RETRY_S)
     if period == float("inf"):
         return None
-    due = max(watched.heard + period / 2, watched.asked + max(NAMED_RETRY_S, period / 8))
+    retry = max(NAMED_RETRY_S, period / 8)
+    due = max(watched.heard + (period + retry if watched.pushed else period / 2), watched.asked + retry)
     return due, watched.heard + NAMED_ROUNDS * period

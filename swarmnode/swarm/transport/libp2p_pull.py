@@ -296,7 +296,7 @@ class Libp2pTransport(Transport):
     def _heard(self, announcements: list[Announcement]) -> int:
         """Announcements pushed to this node that checked out, on the event loop."""
         now = time.monotonic()
-        return self._pull.heard(announcements, now, lambda p: self._is_blocked(p, now))
+        return self._pull.heard(announcements, now, lambda p: self._is_blocked(p, now), pushed=True)
 
     async def _pull_loop(self) -> None:
         while True:

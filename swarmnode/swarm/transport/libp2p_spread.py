@@ -242,10 +242,11 @@ class Libp2pPull:
         self.sampling.new_round()
 
     def heard(self, announcements: Iterable[Announcement], now: float,
-              blocked: Callable[[str], bool] = lambda _peer: False) -> int:
+              blocked: Callable[[str], bool] = lambda _peer: False, pushed: bool = False) -> int:
         """Announcements that checked out (pushed or sampled) at ``now``: the plan keeps each
-        author's newest, but none of this node's own or of a ``blocked`` author. Returns how
-        many were newer than what it held."""
+        author's newest, but none of this node's own or of a ``blocked`` author. ``pushed``:
+        each was pushed here by its author (asked for by name later, :class:`NamedWatch`).
+        Returns how many were newer than what it held."""
         newer: dict[str, Announcement] = {}
         for announcement in announcements:
             author, held = announcement.author, self.plan.announced.get(announcement.author)
@@ -255,7 +256,7 @@ class Libp2pPull:
         if newer:
             self.plan.note_announced({author: a.round for author, a in newer.items()}, now, newer)
         for author, announcement in newer.items():
-            self.named.heard(announcement, now, author in self.plan.delivered)
+            self.named.heard(announcement, now, author in self.plan.delivered, pushed)
         return len(newer)
 
     def sample_peer(self, now: float, connected: Sequence[str], established: Callable[[str], bool]) -> str | None:
