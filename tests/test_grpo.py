@@ -159,7 +159,7 @@ def test_generate_returns_n_responses_per_prompt(policy):
 
 
 def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
-    lengths_a = [10, 300, 200, 5, 600, 2000]
+    lengths_a = [10, 300, 100, 5, 600, 2000]
     seqs = [([1, 2], [7] * n) for n in lengths_a] + [([3], [7] * 8) for _ in range(5)]
     owner = SimpleNamespace(cfg=NodeConfig(micro_batch=4))
     batches = Policy._micro_batches(owner, seqs, range(len(seqs)))
@@ -167,4 +167,4 @@ def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
     for b in batches:
         assert len({tuple(seqs[i][0]) for i in b}) == 1 and len(b) <= 4
         assert len(b) == 1 or len(b) * max(len(seqs[i][1]) for i in b) <= MICRO_BATCH_TOKENS
-    assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 200], [300], [600], [2000], [8] * 4, [8]]
+    assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 100], [300], [600], [2000], [8] * 4, [8]]
