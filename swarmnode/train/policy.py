@@ -38,9 +38,9 @@ DEFAULT_ADAPTER = "default"
 # micro-batch of the laptop set peaked 220 MB above every checkpointed one
 # (docs/performance.md, change 10).
 CHECKPOINT_ABOVE_TOKENS = 64
-# Padded completion tokens of one micro-batch at most: training peaks in its largest
-# micro-batch's backward (docs/performance.md, changes 8 and 15).
-MICRO_BATCH_TOKENS = 512
+# Padded completion tokens of one micro-batch at most: 8 x 256 tokens peaked 210 MB higher
+# than 4 x 256 (docs/performance.md, change 8).
+MICRO_BATCH_TOKENS = 1024
 
 
 @dataclass
