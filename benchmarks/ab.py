@@ -55,7 +55,9 @@ def main() -> None:
         for name, tree in trees.items():
             res = run_once(tree, argv)
             results[name].append(res)
-            print(f"run {i + 1} {name}: " + ", ".join(f"{k} {res[k]:.2f}" for k in KEYS if k in res), flush=True)
+            # every figure of the run, phase peaks too: a run cut short still leaves them
+            shown = [*KEYS, *sorted(k for k in res if k.startswith("peak_rss_mb_"))]
+            print(f"run {i + 1} {name}: " + ", ".join(f"{k} {res[k]:.2f}" for k in shown if k in res), flush=True)
     names = list(trees)
     print(f"\nmedians over {args.pairs} runs each ({' '.join(argv)}):")
     print(f"{'':20s}" + "".join(f"{n:>12s}" for n in names) + "".join(f"{n + '/' + names[0]:>16s}" for n in names[1:]))

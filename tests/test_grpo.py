@@ -159,7 +159,7 @@ def test_generate_returns_n_responses_per_prompt(policy):
 
 
 def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
-    lengths_a = [10, 300, 200, 5, 600, 2000]
+    lengths_a = [10, 300, 100, 5, 600, 2000]
     seqs = [([1, 2], [7] * n) for n in lengths_a] + [([3], [7] * 8) for _ in range(5)]
     owner = SimpleNamespace(cfg=NodeConfig(micro_batch=4))
     batches = Policy._micro_batches(owner, seqs, range(len(seqs)))
@@ -167,4 +167,31 @@ def test_micro_batches_share_a_prompt_and_cap_sequences_and_padded_tokens():
     for b in batches:
         assert len({tuple(seqs[i][0]) for i in b}) == 1 and len(b) <= 4
         assert len(b) == 1 or len(b) * max(len(seqs[i][1]) for i in b) <= MICRO_BATCH_TOKENS
-    assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 200], [300], [600], [2000], [8] * 4, [8]]
+    assert [[len(seqs[i][1]) for i in b] for b in batches] == [[5, 10, 100], [300], [600], [2000], [8] * 4, [8]]
+
+
+def test_the_micro_batch_cap_changes_the_grouping_not_the_update(tiny_model_dir, monkeypatch):
+    from swarmnode.train import policy as policy_module
+
+    rng = random.Random(0)
+    lengths = [[256, 256, 140, 90, 60, 40, 30, 20], [130, 120, 110, 100, 90, 80, 70, 60]]
+    results = []
+    for cap in (1024, 512):
+        monkeypatch.setattr(policy_module, "MICRO_BATCH_TOKENS", cap)
+        torch.manual_seed(0)
+        policy = Policy(load_base_model(str(tiny_model_dir), torch.device(TEST_DEVICE)),
+                        NodeConfig(lora_r=4, lora_alpha=8, learning_rate=0.01))
+        rng.seed(0)
+        vocab = policy.model.config.vocab_size
+        groups = [Group(Question("basic_arithmetic", f"Calculate {g} + 1.", str(g + 1)), ["x"] * 8,
+                        [rng.random() for _ in range(8)],
+                        token_ids=[[rng.randrange(5, vocab) for _ in range(n)] for n in lens])
+                  for g, lens in enumerate(lengths)]
+        seqs = policy._encode_pairs([(policy.prompt(g.question.question), ids) for g in groups for ids in g.token_ids])
+        loss = policy.train_step(groups)
+        results.append((len(policy._micro_batches(seqs, range(len(seqs)))), loss,
+                        torch.cat([p.detach().flatten() for p in policy.params])))
+    (n_wide, loss_wide, params_wide), (n_narrow, loss_narrow, params_narrow) = results
+    assert n_narrow > n_wide  # the groups really were split differently
+    assert loss_narrow == pytest.approx(loss_wide, rel=1e-6)
+    assert torch.allclose(params_narrow, params_wide, rtol=0, atol=1e-6)
