@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan
+from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan, fresh_window_s
 
 
 def everyone(_peer: str) -> bool:
@@ -220,3 +220,18 @@ def test_an_awaited_peer_whose_announcement_expired_is_asked_for_no_more():
     assert plan.choose(everyone) == []
     plan.note_announced({}, now=100.0 + plan.ttl + 2)
     assert not plan.freshness.awaited
+
+
+def test_the_windows_floor_never_takes_a_short_round_whole():
+    assert fresh_window_s(20.0) == 20.0 and fresh_window_s(20.0, most=0.75) == 15.0
+    assert fresh_window_s(60.0, most=0.75) == 20.0 and fresh_window_s(200.0, most=0.75) == 50.0
+    drawn = {}
+    for most in (None, 0.75):
+        plan = PullPlan("me", 2, memory=100, freshness=AwaitNext(share=0.25, most=most), rng=random.Random(3))
+        plan.next_round(now=0.0)
+        plan.next_round(now=20.0)  # 20 s rounds
+        plan.note_announced({"a": 4}, now=20.0, made={"a": -17.0})
+        plan.note_announced({"a": 5}, now=20.0, made={"a": 3.0})  # made 17 s ago: a round old on arrival
+        drawn[most] = (plan.choose(everyone), {p: (a.next, a.due) for p, a in plan.freshness.awaited.items()})
+    assert drawn[None] == ([("a", 5)], {}), "inside the 20 s floor"
+    assert drawn[0.75] == ([], {"a": (6, 23.0)}), "past 15 s: its next round awaited, asked for when due"

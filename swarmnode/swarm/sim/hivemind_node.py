@@ -45,11 +45,12 @@ from swarmnode.swarm.transport.hivemind_layout import (
 )
 from swarmnode.swarm.transport.hivemind_pull import (
     FETCH_TO_FIRST_COPY,
+    FRESH_MOST,
     READ_TO_FIRST_COPY,
     HivemindPull,
 )
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
+from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
 
 POLL_INTERVAL = 1.0
 DIAL_TIMEOUT = 5.0
@@ -384,5 +385,5 @@ class HivemindNode(SimNode):
         self.loop_free = self.world.now
 
     def fresh_window_s(self) -> float:
-        return max(FRESH_SHARE * self.round_s, FRESH_FLOOR_S)
+        return fresh_window_s(self.round_s, FRESH_SHARE, FRESH_MOST)
 
