@@ -252,14 +252,16 @@ def shard_peers(shard: int, n: int, prefix: str = "p") -> list[str]:
 
 def test_a_hivemind_read_holds_at_most_its_memory_established_peers_first_then_the_newest_rounds():
     pull = HivemindPull("me", rng=random.Random(1))
+    regular, stranger = shard_peers(4, 1, "regular") + shard_peers(4, 1, "stranger")
+    pull.read([4], {regular: (1, 50.0), stranger: (1, 0.0)}, 950.0, everyone)  # both in another shard
     crowd = {p: (1, float(i % 100)) for i, p in enumerate(shard_peers(3, 5000, "crowd"))}  # ages 0-99 s
     regulars = shard_peers(3, 10, "regular")
     crowd.update({p: (1, 110.0) for p in regulars})  # established, and older than any of the crowd
-    pull.read([3], crowd, 1000.0, set(regulars).__contains__)
+    pull.read([3], crowd, 1000.0, {regular, *regulars}.__contains__)
     held = pull.plan.announced
     assert len(held) == PLAN_MEMORY
-    assert set(regulars) <= set(held)
-    assert max(1000.0 - a.made for p, a in held.items() if p not in regulars) <= 6.0, "the newest rounds"
+    assert {regular, *regulars} <= set(held) and stranger not in held, "a newcomer's old round goes first"
+    assert max(1000.0 - a.made for p, a in held.items() if p not in regulars and p != regular) <= 6.0
 
 
 def test_a_hivemind_read_takes_what_was_stored_since_the_last_and_sees_again_what_it_holds():

@@ -19,7 +19,8 @@ returns all of the shard's N / 16 announcers): a read passes the plan only the a
 stored since the shard's last read (:meth:`HivemindPull.read_since`; one stored before was
 passed then, and if it is still the peer's latest it is still what the plan holds), and the
 plan holds at most :data:`PLAN_MEMORY` announcers: established peers first, then the rounds
-made last (:meth:`HivemindPull.read`). An announcement the plan holds is current while its
+made last, over all it holds (:meth:`HivemindPull.read`; a newcomer's round is drawn only
+while fresh, so the oldest are the least use). An announcement the plan holds is current while its
 shard holds no newer one of its peer and it has not expired, so a read of its shard counts as
 seeing it again, as a read of the whole shard did.
 
@@ -140,8 +141,8 @@ class HivemindPull:
         stored); all of it, or only what was stored since :meth:`read_since`. ``answered``: the
         shards whose read found a copy (None: all); the others are read again in full, their
         announcements not seen again. The plan sees again what it holds of the answered shards,
-        still stored, and takes the news, at most :data:`PLAN_MEMORY` of it all: ``established``
-        peers first, then the rounds made last."""
+        still stored, and takes the news; past :data:`PLAN_MEMORY` announcers it keeps, of all
+        it holds, ``established`` peers first, then the rounds made last."""
         answered = shards if answered is None else answered
         since = {s: self.read_since(s) for s in answered}
         self.read_at.update(dict.fromkeys(answered, now))
@@ -155,9 +156,15 @@ class HivemindPull:
             shard, made = shard_of(peer), now - age
             if made > since.get(shard, float("inf")):
                 seen[peer] = (round_no, made, shard)
-        if len(seen) > plan.memory:
-            kept = heapq.nsmallest(plan.memory, seen, key=lambda p: (not established(p), -seen[p][1], p))
-            seen = {p: seen[p] for p in kept}
+        held = plan.announced
+        if len(held) + sum(p not in held for p in seen) > plan.memory:
+            # Keep what may be drawn: an established peer's announcement whatever its age (its
+            # period, its next round awaited), a newcomer's while fresh; the oldest go first.
+            ranked = {p: (a.made, a.round) for p, a in held.items()}
+            ranked.update((p, (m, r)) for p, (r, m, _) in seen.items())
+            kept = set(heapq.nsmallest(plan.memory, ranked, key=lambda p: (not established(p), -ranked[p][0], p)))
+            plan.forget([p for p in held if p not in kept])
+            seen = {p: v for p, v in seen.items() if p in kept}
         plan.note_announced({p: r for p, (r, _, _) in seen.items()}, now,
                             details={p: s for p, (_, _, s) in seen.items()},
                             made={p: m for p, (_, m, _) in seen.items()})

@@ -355,6 +355,15 @@ class PullPlan:
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
 
+    def forget(self, peers: Iterable[str]) -> None:
+        """Drop what is held of ``peers``' announcements: for a transport that bounds what it
+        holds by a rule of its own rather than by when it saw them last."""
+        for peer in peers:
+            if self.announced.pop(peer, None) is not None:
+                self._dirty.add(peer)
+        self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
+        self.freshness.keep_only(self.announced)
+
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
         what is fresh is judged from it."""
