@@ -151,7 +151,7 @@ class HivemindPull:
         plan.census_done = self.shards.census_done()
         # peer -> (round, made, shard): what the plan holds of these shards and is still stored, then the news.
         seen = {p: (a.round, a.made, a.detail) for p, a in plan.announced.items()
-                if a.detail in since and a.made + plan.ttl > now}
+                if a.detail in since and a.made + plan.ttl > now} if since else {}
         for peer, (round_no, age) in announced.items():
             shard, made = shard_of(peer), now - age
             if made > since.get(shard, float("inf")):
