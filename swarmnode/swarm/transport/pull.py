@@ -77,6 +77,10 @@ FRESH_FLOOR_S = 20.0
 # where a round's fetches go to rounds made since the one before.
 FRESH_SHARE = 0.25
 
+# Asks for an awaited round: when due, then after a wait that starts here and doubles.
+AWAIT_ASKS = 5
+AWAIT_RETRY_S = 2.0
+
 
 def fresh_window_s(round_s: float, share: float = FRESH_SHARE, most: float | None = None) -> float:
     """The freshness window of a node with ``round_s`` rounds: ``share`` of its round, at least
@@ -84,9 +88,6 @@ def fresh_window_s(round_s: float, share: float = FRESH_SHARE, most: float | Non
     it, floor or not, so that what was fresh when drawn still arrives inside the round."""
     floor = FRESH_FLOOR_S if most is None else min(FRESH_FLOOR_S, most * round_s)
     return max(share * round_s, floor)
-# Asks for an awaited round: when due, then after a wait that starts here and doubles.
-AWAIT_ASKS = 5
-AWAIT_RETRY_S = 2.0
 
 
 @dataclass
