@@ -76,7 +76,6 @@ FRESH_FLOOR_S = 20.0
 # The freshness window's share of this node's round: bundles a quarter of a round old at most,
 # where a round's fetches go to rounds made since the one before.
 FRESH_SHARE = 0.25
-
 # Asks for an awaited round: when due, then after a wait that starts here and doubles.
 AWAIT_ASKS = 5
 AWAIT_RETRY_S = 2.0
