@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan
+from swarmnode.swarm.transport.hivemind_layout import shard_of
+from swarmnode.swarm.transport.hivemind_pull import PLAN_MEMORY, READ_OVERLAP_S, HivemindPull
+from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan, fresh_window_s
 
 
 def everyone(_peer: str) -> bool:
@@ -220,3 +222,75 @@ def test_an_awaited_peer_whose_announcement_expired_is_asked_for_no_more():
     assert plan.choose(everyone) == []
     plan.note_announced({}, now=100.0 + plan.ttl + 2)
     assert not plan.freshness.awaited
+
+
+def test_the_windows_floor_never_takes_a_short_round_whole():
+    assert fresh_window_s(20.0) == 20.0 and fresh_window_s(20.0, most=0.75) == 15.0
+    assert fresh_window_s(60.0, most=0.75) == 20.0 and fresh_window_s(200.0, most=0.75) == 50.0
+    drawn = {}
+    for most in (None, 0.75):
+        plan = PullPlan("me", 2, memory=100, freshness=AwaitNext(share=0.25, most=most), rng=random.Random(3))
+        plan.next_round(now=0.0)
+        plan.next_round(now=20.0)  # 20 s rounds
+        plan.note_announced({"a": 4}, now=20.0, made={"a": -17.0})
+        plan.note_announced({"a": 5}, now=20.0, made={"a": 3.0})  # made 17 s ago: a round old on arrival
+        drawn[most] = (plan.choose(everyone), {p: (a.next, a.due) for p, a in plan.freshness.awaited.items()})
+    assert drawn[None] == ([("a", 5)], {}), "inside the 20 s floor"
+    assert drawn[0.75] == ([], {"a": (6, 23.0)}), "past 15 s: its next round awaited, asked for when due"
+
+
+def shard_peers(shard: int, n: int, prefix: str = "p") -> list[str]:
+    """``n`` peer names whose announcements go to ``shard``."""
+    out, i = [], 0
+    while len(out) < n:
+        name = f"{prefix}{i}"
+        if shard_of(name) == shard:
+            out.append(name)
+        i += 1
+    return out
+
+
+def test_a_hivemind_read_holds_at_most_its_memory_established_peers_first_then_the_newest_rounds():
+    pull = HivemindPull("me", rng=random.Random(1))
+    regular, stranger = shard_peers(4, 1, "regular") + shard_peers(4, 1, "stranger")
+    pull.read([4], {regular: (1, 50.0), stranger: (1, 0.0)}, 950.0, everyone)  # both in another shard
+    crowd = {p: (1, float(i % 100)) for i, p in enumerate(shard_peers(3, 5000, "crowd"))}  # ages 0-99 s
+    regulars = shard_peers(3, 10, "regular")
+    crowd.update({p: (1, 110.0) for p in regulars})  # established, and older than any of the crowd
+    pull.read([3], crowd, 1000.0, {regular, *regulars}.__contains__)
+    held = pull.plan.announced
+    assert len(held) == PLAN_MEMORY
+    assert {regular, *regulars} <= set(held) and stranger not in held, "a newcomer's old round goes first"
+    assert max(1000.0 - a.made for p, a in held.items() if p not in regulars and p != regular) <= 6.0
+
+
+def test_a_hivemind_read_takes_what_was_stored_since_the_last_and_sees_again_what_it_holds():
+    """The transport passes a whole shard; a simulation only what was stored since read_since:
+    the plan comes out the same, and what it holds stays current while its shard holds it."""
+    a, b, c = shard_peers(5, 3)
+    plans = []
+    for incremental in (False, True):
+        pull = HivemindPull("me", rng=random.Random(1))
+        stored = {a: (1, 0.0), b: (1, 5.0)}  # peer -> (round, store time)
+
+        def read(now: float) -> None:
+            since = pull.read_since(5) if incremental else float("-inf")
+            pull.read([5], {p: (r, now - t) for p, (r, t) in stored.items() if t > since}, now, everyone)
+
+        read(50.0)
+        stored[c] = (1, 60.0)
+        stored[a] = (2, 70.0)
+        read(110.0)  # b's round, stored before 50 - 30 s, passed only in full: seen again all the same
+        plans.append({p: (e.round, e.made, e.seen) for p, e in pull.plan.announced.items()})
+        del stored[b]  # expired in the DHT, 120 s after it was stored
+        read(130.0)
+        plans.append({p: e.seen for p, e in pull.plan.announced.items()})
+    assert plans[0] == plans[2] == {a: (2, 70.0, 110.0), b: (1, 5.0, 110.0), c: (1, 60.0, 110.0)}
+    assert plans[1] == plans[3] == {a: 130.0, b: 110.0, c: 130.0}, "b not seen again once expired"
+
+
+def test_a_hivemind_shard_whose_read_found_nothing_is_read_in_full_next_time():
+    pull = HivemindPull("me", rng=random.Random(1))
+    pull.read([2, 7], {}, 100.0, everyone, answered=[7])
+    assert pull.read_since(2) == float("-inf") and pull.read_since(7) == 100.0 - READ_OVERLAP_S
+    assert pull.shards.seen == {2, 7}, "read, for the census"

@@ -122,6 +122,20 @@ def test_a_server_that_comes_back_is_known_again_and_one_gone_long_is_forgotten(
     assert 6 not in space.nearest(space.ids[6], 5)
 
 
+def test_a_shards_announcements_since_a_time_come_from_its_log_as_from_a_walk_over_the_shard():
+    space = Space(1, random.Random(5))
+    rng = random.Random(6)
+    kid = key_id("shard")
+    for t in range(3000):  # 50 peers, re-announcing: the log is cut many times over
+        space.put_announcement(0, kid, f"p{rng.randrange(50)}", t, expires=t + 120.0)
+        if t % 97 == 0:
+            record = space.holds(0, kid, float(t))
+            assert record is not None
+            for after in (float("-inf"), t - 200.0, t - 30.5, t + 119.5, t - 2.0 + 120.0):
+                walk = {p: v for p, v in space.shard_entries(record, float(t)).items() if v[1] > after}
+                assert space.expiring_after(record, after, float(t)) == walk
+
+
 def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_constraint(capsys):
     with pytest.raises(ScenarioError, match="^nat_share: every node is behind NAT and there is no relay"):
         Scenario(nodes=100, nat_share=1.0, relays=0).check()

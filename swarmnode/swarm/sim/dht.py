@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -63,9 +62,6 @@ def path_length(servers: int) -> int:
     return NUM_WORKERS * math.ceil(math.log2(servers / TABLE_HOLDS) / 5 + 1e-9)
 
 
-_serials = itertools.count()
-
-
 @dataclass
 class Record:
     """What one server holds under one key: a bundle marker, or an announcement shard."""
@@ -73,12 +69,11 @@ class Record:
     expires: float
     value: Any = None  # a bundle's (author, round)
     subkeys: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard: PeerID -> (round, expiry)
-    # A shard's stores in the order they came, (PeerID, round, expiry): a reader checks those
-    # since its last read of this copy only (:meth:`Space.stored_since`).
+    # A shard's stores in the order they came, (PeerID, round, expiry): a reader takes those
+    # since its last read only (:meth:`Space.expiring_after`).
     log: list[tuple[str, int, float]] = field(default_factory=list)
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
     earliest: float = float("inf")  # the earliest expiry among ``subkeys``
-    serial: int = field(default_factory=lambda: next(_serials))  # tells a copy made again from the one it replaced
 
 
 class Space:
@@ -168,17 +163,16 @@ class Space:
         record.earliest = min((v[1] for v in live.values()), default=float("inf"))
         return live
 
-    def stored_since(self, record: Record, mark: tuple[int, int] | None, now: float
-                     ) -> tuple[list[tuple[str, int, float]], tuple[int, int]]:
-        """The announcements of shard ``record`` still held at ``now`` that were stored after
-        ``mark`` (what this returned last for the same copy; None: every one), and the mark
-        to pass next time. An announcement held now and stored before the mark was held at
-        that read too: a reader that checked what it read then has checked it."""
+    def expiring_after(self, record: Record, expiry: float, now: float) -> dict[str, tuple[int, float]]:
+        """Of shard ``record``'s announcements held at ``now``, those expiring after ``expiry``
+        (stored after it less their time to live): what came since a reader's last read, found
+        from the stores' log where it reaches back that far, without a walk over the shard."""
         live = self.shard_entries(record, now)
-        end = (record.serial, record.log_start + len(record.log))
-        if mark is None or mark[0] != record.serial or mark[1] < record.log_start:
-            return [(p, r, e) for p, (r, e) in live.items()], end
-        return [(p, r, e) for p, r, e in record.log[mark[1] - record.log_start:] if live.get(p) == (r, e)], end
+        log = record.log
+        if record.log_start and (not log or log[0][2] > expiry):  # stores dropped from the log may be among them
+            return {p: v for p, v in live.items() if v[1] > expiry}
+        start = bisect.bisect_right(log, expiry, key=lambda entry: entry[2])
+        return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
 
 
 def plan_lookup(space: Space, src: int, keys: list[int], rng: random.Random, gone_known: set[int],

@@ -45,16 +45,16 @@ from swarmnode.swarm.transport.hivemind_layout import (
 )
 from swarmnode.swarm.transport.hivemind_pull import (
     FETCH_TO_FIRST_COPY,
+    FRESH_MOST,
     READ_TO_FIRST_COPY,
     HivemindPull,
 )
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
+from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
 
 POLL_INTERVAL = 1.0
 DIAL_TIMEOUT = 5.0
 SWARM = "sim"
-_VERIFIED_CACHE = 65_536
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,6 @@ class HivemindNode(SimNode):
         self.pull = HivemindPull(self.peer_id, k, rng=rng)
         self._gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
         self._gone_returns = 0  # space.returns when ``_gone_known`` was last pruned
-        self.verified: dict[tuple[str, int, float], None] = {}  # announcements already checked (the validator's cache)
-        self.read_marks: dict[tuple[int, int], tuple[int, int]] = {}  # (server, shard key id) -> stored_since mark
         self.loop_busy = False
         self.loop_free = rng.uniform(0.0, POLL_INTERVAL)  # when the loop's pause ends: loops start at any phase
         self.poll_at: float | None = None
@@ -285,44 +283,45 @@ class HivemindNode(SimNode):
         established = self.established_fn()
         shards = self.pull.shards_to_read(established)
         if not shards:
-            self._read(started, established, [], {})
+            self._read(started, established, [], {}, [])
             return
         keys = [announce_key(SWARM, s) for s in shards]
         self.lookup(keys, self.read_to_first_copy,
-                    lambda found: self._read(started, established, shards, self._announcements(keys, found)), "read")
+                    lambda found: self._read(started, established, shards, *self._announcements(shards, keys, found)),
+                    "read")
 
-    def _announcements(self, keys: list[str], found: dict[int, list[int]]) -> dict[str, tuple[int, float]]:
-        """The shards' announcements merged over the replicas visited: peer -> (round, age)."""
-        world, space = self.world, self.space
+    def _announcements(self, shards: list[int], keys: list[str], found: dict[int, list[int]]
+                       ) -> tuple[dict[str, tuple[int, float]], list[int]]:
+        """What the read of ``shards`` brought that the plan takes (stored since
+        ``HivemindPull.read_since``), merged over the replicas visited: peer -> (round, age);
+        and the shards whose read found a copy. The signatures checked are those of what was
+        stored since the node's last read of the shard: its validator has checked the rest."""
+        world, space, pull = self.world, self.space, self.pull
         now = world.now
         merged: dict[str, tuple[int, float]] = {}
-        checked = 0
-        verified = self.verified
-        for key in keys:
+        answered = []
+        checked: set[tuple[str, int, float]] = set()
+        for shard, key in zip(shards, keys):
             kid = key_id(key)
-            for host in found.get(kid, []):
-                record = space.holds(host, kid, now)
-                if record is None:
-                    continue
-                # What the validator has not seen can only be among the stores since this copy was last read.
-                new, self.read_marks[(host, kid)] = space.stored_since(record, self.read_marks.get((host, kid)), now)
-                for seen in new:
-                    if seen not in verified:
-                        checked += 1
-                        verified[seen] = None
-                        if len(verified) > _VERIFIED_CACHE:
-                            verified.pop(next(iter(verified)))
-                for peer, (round_no, expires) in space.shard_entries(record, now).items():
+            copies = [r for r in (space.holds(h, kid, now) for h in found.get(kid, [])) if r is not None]
+            if copies:
+                answered.append(shard)
+            last = announce_expiry(pull.read_at.get(shard, float("-inf")))
+            for record in copies:
+                for peer, (round_no, expires) in space.expiring_after(record, announce_expiry(pull.read_since(shard)),
+                                                                        now).items():
+                    if expires > last:
+                        checked.add((peer, round_no, expires))
                     held = merged.get(peer)
                     if held is None or held[0] < round_no:
                         merged[peer] = (round_no, announcement_age(expires, now))
-        world.meter.signatures(self.idx, now, checked)
-        return merged
+        world.meter.signatures(self.idx, now, len(checked))
+        return merged, answered
 
     def _read(self, started: float, established: Callable[[str], bool], shards: list[int],
-              announced: dict[str, tuple[int, float]]) -> None:
+              announced: dict[str, tuple[int, float]], answered: list[int]) -> None:
         world = self.world
-        self.pull.read(shards, announced, world.now)
+        self.pull.read(shards, announced, world.now, established, answered)
         chosen = self.pull.plan.choose(established)
         if not chosen:
             self._end_poll(started, bool(shards))
@@ -384,5 +383,5 @@ class HivemindNode(SimNode):
         self.loop_free = self.world.now
 
     def fresh_window_s(self) -> float:
-        return max(FRESH_SHARE * self.round_s, FRESH_FLOOR_S)
+        return fresh_window_s(self.round_s, FRESH_SHARE, FRESH_MOST)
 

@@ -116,19 +116,22 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
         raise RuntimeError("no DHT node accepted the announcement")
 
 
-async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
-                             shards: list[int]) -> tuple[dict[str, tuple[int, float]], list[str]]:
+async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: list[int]
+                             ) -> tuple[dict[str, tuple[int, float]], list[int], list[str]]:
     """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
-    signed expiry)), and the peers connected now."""
+    signed expiry)), the shards whose read found a copy, and the peers connected now."""
     announced: dict[str, tuple[int, float]] = {}
+    answered: list[int] = []
     READING.set(True)  # this task only: the lookups check every record whole
     if shards:
         enough = sufficient_expiration(READ_TO_FIRST_COPY, get_dht_time())
-        found = await node.get_many([announce_key(swarm, s) for s in shards], sufficient_expiration_time=enough)
+        keys = {announce_key(swarm, s): s for s in shards}
+        found = await node.get_many(list(keys), sufficient_expiration_time=enough)
         now = get_dht_time()
-        for result in found.values():
+        for key, result in found.items():
             if result is None or not hasattr(result.value, "items"):
                 continue
+            answered.append(keys[key])
             for subkey, item in result.value.items():
                 if isinstance(subkey, str) and type(item.value) is int:
                     announced[subkey] = (item.value, announcement_age(item.expiration_time, now))
@@ -138,7 +141,7 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str,
     # such a connection for a join, a node would never ping again and never exchange a record.
     routed = routed_peers(node)
     peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
-    return announced, peers
+    return announced, answered, peers
 
 
 async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,

@@ -243,13 +243,15 @@ class HivemindTransport(Transport):
         shards it asks for, fetch what it chooses, deliver what was found, report the rest."""
         pull = self._pull
         shards = pull.shards_to_read(pull.plan.established(self._established, self._peers))
-        announced, self._peers = await self._call(partial(calls.read_announcements, swarm=self.swarm, shards=shards))
+        announced, answered, self._peers = await self._call(partial(calls.read_announcements, swarm=self.swarm,
+                                                                    shards=shards))
         self._polls += 1
         if self._polls % 10 == 1:
             self._dht_counters = await self._call(calls.counters)
             self._warn_old_version()
-        pull.read(shards, announced, time.monotonic())
-        chosen = pull.plan.choose(pull.plan.established(self._established, self._peers))
+        established = pull.plan.established(self._established, self._peers)
+        pull.read(shards, announced, time.monotonic(), established, answered)
+        chosen = pull.plan.choose(established)
         if not chosen:
             return
         records = await self._call(partial(calls.fetch_bundles, swarm=self.swarm, wanted=chosen))

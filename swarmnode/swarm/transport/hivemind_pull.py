@@ -14,20 +14,27 @@ announcement's age comes from its signed expiry), so what a node gets is fresh r
 up to a round old. A fetch of an announced round that finds nothing is never retried; it is
 counted against the announcer (``missing_payload``, :meth:`HivemindPull.missing`).
 
+What a node holds is bounded whatever the swarm's size, as what it reads is not (a shard read
+returns all of the shard's N / 16 announcers): a read passes the plan only the announcements
+stored since the shard's last read (:meth:`HivemindPull.read_since`; one stored before was
+passed then, and if it is still the peer's latest it is still what the plan holds), and the
+plan holds at most :data:`PLAN_MEMORY` announcers: established peers first, then the rounds
+made last, over all it holds (:meth:`HivemindPull.read`; a newcomer's round is drawn only
+while fresh, so the oldest are the least use). An announcement the plan holds is current while its
+shard holds no newer one of its peer and it has not expired, so a read of its shard counts as
+seeing it again, as a read of the whole shard did.
+
 Time comes in as ``now``, randomness from an injected ``random.Random``: the transport and a
 simulation in virtual time run the same code.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from swarmnode.swarm.transport.hivemind_layout import (
-    ANNOUNCE_SHARDS,
-    SUBKEYS_PER_KEY,
-    shard_of,
-)
+from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of
 from swarmnode.swarm.transport.pull import (
     FETCH_PER_ROUND,
     FRESH_SHARE,
@@ -36,8 +43,19 @@ from swarmnode.swarm.transport.pull import (
 )
 
 SHARDS_PER_POLL = 4
+# The freshness window's widest, as a share of the node's round. The window's 20 s floor is a
+# GPU node's whole round: a round drawn at 19 s old arrived past it, which made a swarm's p95
+# delivery latency 1.07 of the round at 1,000 simulated nodes (docs/scale.md).
+FRESH_MOST = 0.75
 RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first
-ANNOUNCED_MEMORY = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY  # every announcement the shards can hold
+# Announcers a node's plan holds: 32 K, whatever the swarm's size (a read of 4 shards of
+# 10,000 peers returns 2,500; a crowd of fresh keys fills the shards, not a node's memory).
+PLAN_MEMORY = 256
+# A read passes on what was stored since the shard's last read less this: an announcement's
+# time comes from its signed expiry, set before the store traversal that takes seconds, and by
+# the announcer's clock. A peer whose clock is further behind is seen at a node's first read
+# of its shard, and not after.
+READ_OVERLAP_S = 30.0
 # How far a lookup goes. hivemind's get visits servers nearest the key first; asked for the
 # record with the latest expiry (sufficient_expiration_time = infinity) it visits the key's
 # bucket_size (20) nearest servers whatever it finds, and every replica answers with its
@@ -94,9 +112,10 @@ class HivemindPull:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
                  rng: random.Random | None = None):
         rng = rng or random.Random()
-        self.plan = PullPlan(own_peer_id, fetch_per_round, memory=ANNOUNCED_MEMORY, freshness=AwaitNext(FRESH_SHARE),
-                             rng=rng)
+        self.plan = PullPlan(own_peer_id, fetch_per_round, memory=PLAN_MEMORY,
+                             freshness=AwaitNext(FRESH_SHARE, FRESH_MOST), rng=rng)
         self.shards = ShardCycle(rng)
+        self.read_at: dict[int, float] = {}  # shard -> when it was last read (monotonic seconds)
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now``."""
@@ -110,12 +129,45 @@ class HivemindPull:
             return []
         return self.shards.next(self.plan.recent(RECENT_PEERS))
 
-    def read(self, shards: Collection[int], announced: Mapping[str, tuple[int, float]], now: float) -> None:
-        """What reading ``shards`` found at ``now``: peer -> (round, seconds since it was stored)."""
+    def read_since(self, shard: int) -> float:
+        """The store time (monotonic seconds) from which a read of ``shard`` now passes its
+        announcements on: its last read less :data:`READ_OVERLAP_S`; -inf if never read. A
+        transport may leave out what was stored before (:meth:`read` does)."""
+        return self.read_at.get(shard, float("-inf")) - READ_OVERLAP_S
+
+    def read(self, shards: Collection[int], announced: Mapping[str, tuple[int, float]], now: float,
+             established: Callable[[str], bool], answered: Collection[int] | None = None) -> None:
+        """What reading ``shards`` found at ``now``: peer -> (round, seconds since it was
+        stored); all of it, or only what was stored since :meth:`read_since`. ``answered``: the
+        shards whose read found a copy (None: all); the others are read again in full, their
+        announcements not seen again. The plan sees again what it holds of the answered shards,
+        still stored, and takes the news; past :data:`PLAN_MEMORY` announcers it keeps, of all
+        it holds, ``established`` peers first, then the rounds made last."""
+        answered = shards if answered is None else answered
+        since = {s: self.read_since(s) for s in answered}
+        self.read_at.update(dict.fromkeys(answered, now))
         self.shards.seen.update(shards)
-        self.plan.census_done = self.shards.census_done()
-        self.plan.note_announced({p: r for p, (r, _) in announced.items()}, now,
-                                 made={p: now - age for p, (_, age) in announced.items()})
+        plan = self.plan
+        plan.census_done = self.shards.census_done()
+        # peer -> (round, made, shard): what the plan holds of these shards and is still stored, then the news.
+        seen = {p: (a.round, a.made, a.detail) for p, a in plan.announced.items()
+                if a.detail in since and a.made + plan.ttl > now} if since else {}
+        for peer, (round_no, age) in announced.items():
+            shard, made = shard_of(peer), now - age
+            if made > since.get(shard, float("inf")):
+                seen[peer] = (round_no, made, shard)
+        held = plan.announced
+        if len(held) + sum(p not in held for p in seen) > plan.memory:
+            # Keep what may be drawn: an established peer's announcement whatever its age (its
+            # period, its next round awaited), a newcomer's while fresh; the oldest go first.
+            ranked = {p: (a.made, a.round) for p, a in held.items()}
+            ranked.update((p, (m, r)) for p, (r, m, _) in seen.items())
+            kept = set(heapq.nsmallest(plan.memory, ranked, key=lambda p: (not established(p), -ranked[p][0], p)))
+            plan.forget([p for p in held if p not in kept])
+            seen = {p: v for p, v in seen.items() if p in kept}
+        plan.note_announced({p: r for p, (r, _, _) in seen.items()}, now,
+                            details={p: s for p, (_, _, s) in seen.items()},
+                            made={p: m for p, (_, m, _) in seen.items()})
 
     def missing(self, chosen: Iterable[tuple[str, int]], found: Collection[str]) -> list[str]:
         """Of the ``chosen`` (peer, round) pairs fetched, the peers whose round was not

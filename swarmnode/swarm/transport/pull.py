@@ -81,6 +81,14 @@ AWAIT_ASKS = 5
 AWAIT_RETRY_S = 2.0
 
 
+def fresh_window_s(round_s: float, share: float = FRESH_SHARE, most: float | None = None) -> float:
+    """The freshness window of a node with ``round_s`` rounds: ``share`` of its round, at least
+    :data:`FRESH_FLOOR_S`, and with ``most`` (a share of the round) never more than that much of
+    it, floor or not, so that what was fresh when drawn still arrives inside the round."""
+    floor = FRESH_FLOOR_S if most is None else min(FRESH_FLOOR_S, most * round_s)
+    return max(share * round_s, floor)
+
+
 @dataclass
 class Announced:
     """What the plan holds of a peer's latest announcement."""
@@ -95,18 +103,21 @@ class Announced:
 class Freshness:
     """How a :class:`PullPlan` treats a round by its age (see the module doc): which
     announcements are candidates, and what happens to a drawn round that is not fresh.
-    ``share``: the freshness window as a share of this node's round (0: no window).
-    One instance per plan: a policy may hold state of its own."""
+    ``share``: the freshness window as a share of this node's round (0: no window); ``most``:
+    the window's widest, as a share of the round, the floor included (None: the floor whatever
+    the round; see :func:`fresh_window_s`). One instance per plan: a policy may hold state of
+    its own."""
 
-    def __init__(self, share: float = FRESH_SHARE):
+    def __init__(self, share: float = FRESH_SHARE, most: float | None = None):
         self.share = share
+        self.most = most
 
     def oldest_fresh(self, plan: PullPlan) -> float:
         """When the oldest round still fresh was made (without a window, or before this node's
         second round, any)."""
         if not self.share:
             return float("-inf")
-        return plan.now - max(self.share * plan.round_s, FRESH_FLOOR_S)
+        return plan.now - fresh_window_s(plan.round_s, self.share, self.most)
 
     def seen_since(self, plan: PullPlan) -> float:
         """No announcement last seen before this is a candidate (so a plan looks no further back)."""
@@ -166,8 +177,8 @@ class AwaitNext(Freshness):
     """Announcements are read when wanted and any round can be fetched by name (hivemind):
     a candidate was seen this round; an established peer's old round is awaited (module doc)."""
 
-    def __init__(self, share: float = FRESH_SHARE):
-        super().__init__(share)
+    def __init__(self, share: float = FRESH_SHARE, most: float | None = None):
+        super().__init__(share, most)
         self.awaited: dict[str, Awaited] = {}  # peers whose next round is asked for when due
 
     def seen_since(self, plan: PullPlan) -> float:
@@ -341,6 +352,15 @@ class PullPlan:
             plan[peer] = entry
         while len(self.announced) > self.memory:
             self._dirty.add(self.announced.popitem(last=False)[0])
+        self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
+        self.freshness.keep_only(self.announced)
+
+    def forget(self, peers: Iterable[str]) -> None:
+        """Drop what is held of ``peers``' announcements: for a transport that bounds what it
+        holds by a rule of its own rather than by when it saw them last."""
+        for peer in peers:
+            if self.announced.pop(peer, None) is not None:
+                self._dirty.add(peer)
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
 
