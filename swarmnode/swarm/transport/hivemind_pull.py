@@ -48,7 +48,7 @@ SHARDS_PER_POLL = 4
 # delivery latency 1.07 of the round at 1,000 simulated nodes (docs/scale.md).
 FRESH_MOST = 0.75
 RECENT_PEERS = 32  # peers fetched lately whose shards a poll reads first
-# Announcers a node's plan holds: 32 K, whatever the swarm's size (a read of 4 shards of
+# Announcers a node's plan holds: 32 times K, whatever the swarm's size (a read of 4 shards of
 # 10,000 peers returns 2,500; a crowd of fresh keys fills the shards, not a node's memory).
 PLAN_MEMORY = 256
 # A read passes on what was stored since the shard's last read less this: an announcement's
