@@ -238,3 +238,23 @@ def test_model_work_in_the_model_thread_runs_on_the_count_it_was_given():
     per_thread = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sum(per_thread) > 0.5  # enough CPU time to tell
     assert per_thread[0] >= 0.9 * sum(per_thread), per_thread
+
+
+@pytest.mark.slow
+def test_a_childs_cpu_time_counts_as_the_nodes_own():
+    """hivemind's DHT process and p2pd are the node's children: their work while the node joins
+    must not read as other programs' load and cost the first round its threads."""
+    from swarmnode.node.threads import _own_cpu_s
+
+    burn = ("import sys, time\n"
+            "while time.process_time() < 0.6: pass\n"
+            "print('burnt', flush=True)\n"
+            "sys.stdin.read()\n")
+    before = _own_cpu_s()
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "burnt"
+        assert _own_cpu_s() - before >= 0.5  # the running child's 0.6 CPU-s (read in clock ticks)
+    finally:
+        child.communicate("")
+    assert _own_cpu_s() - before >= 0.5  # ended and reaped: still counted

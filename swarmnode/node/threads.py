@@ -6,9 +6,10 @@ one busy, 2 threads decoded at 0.4 tok/s where 1 thread decoded at 61 (docs/perf
 "Busy desktop"). So the node measures what other programs use and keeps only the threads
 the machine can run.
 
-What "other programs use" means here: the whole machine's busy CPU time minus this
-process's own, over a window, in cores (:class:`CpuMeter`). It needs no idle moment to
-measure, since the node's own threads are subtracted; at background priority (see
+What "other programs use" means here: the whole machine's busy CPU time minus the node's
+own, over a window, in cores (:class:`CpuMeter`); the node's own is this process's and its
+children's (hivemind's DHT process and its p2pd, busiest while the node joins). It needs no
+idle moment to measure, since the node's own threads are subtracted; at background priority (see
 ``priority.py``) other programs get the CPU they ask for, so what they use is what they want.
 
 The count follows that reading with hysteresis (a dead band between the two thresholds, and
@@ -65,7 +66,7 @@ MIN_WINDOW_S = 0.5  # shorter readings are clock-tick noise; the start probe wai
 class CpuSample:
     wall: float
     busy: float  # the machine's busy CPU seconds (all cores)
-    own: float  # this process's CPU seconds (all threads)
+    own: float  # the node's CPU seconds (this process's threads and its children)
 
 
 def _machine_busy_s() -> float:
@@ -76,8 +77,18 @@ def _machine_busy_s() -> float:
 
 
 def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its children, running or ended (the node's own work)."""
+    import psutil
+
     t = os.times()
-    return t.user + t.system
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in psutil.Process().children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.Error:  # ended since it was listed
+            continue
+        total += c.user + c.system + c.children_user + c.children_system
+    return total
 
 
 class CpuMeter:
