@@ -227,6 +227,7 @@ def test_an_awaited_peer_whose_announcement_expired_is_asked_for_no_more():
 def test_the_windows_floor_never_takes_a_short_round_whole():
     assert fresh_window_s(20.0) == 20.0 and fresh_window_s(20.0, most=0.75) == 15.0
     assert fresh_window_s(60.0, most=0.75) == 20.0 and fresh_window_s(200.0, most=0.75) == 50.0
+    assert fresh_window_s(1.0, most=0.75) == 5.0  # never under a store and a poll
     drawn = {}
     for most in (None, 0.75):
         plan = PullPlan("me", 2, memory=100, freshness=AwaitNext(share=0.25, most=most), rng=random.Random(3))

@@ -174,10 +174,15 @@ def test_a_refused_count_falls_back_with_one_line(caplog):
 
 @pytest.mark.slow
 def test_real_meter_sees_a_spinning_process():
-    """The real counters: a child spinning on one core shows up as about one busy core."""
+    """The real counters: another program spinning on one core shows up as about one busy core.
+    The spinner is started by a launcher that exits at once, so it is no descendant of this
+    process (a child's CPU is the node's own)."""
+    import signal
     import time
 
-    child = subprocess.Popen(argv("spinner"))
+    launch = ("import subprocess; print(subprocess.Popen("  # -3: DEVNULL, so the spinner holds no pipe of ours
+              f"{argv('spinner')!r}, start_new_session=True, stdout=-3, stderr=-3).pid)")
+    pid = int(subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True, check=True).stdout)
     try:
         time.sleep(0.3)
         meter = CpuMeter()
@@ -185,8 +190,7 @@ def test_real_meter_sees_a_spinning_process():
         time.sleep(1.5)
         others = CpuMeter.others(a, meter.sample())
     finally:
-        child.kill()
-        child.wait()
+        os.kill(pid, signal.SIGKILL)
     assert others is not None and others >= 0.5
 
 

@@ -73,6 +73,10 @@ DELIVERED_MEMORY = 4096
 # round; awaiting costs lookups, and with short rounds (the benchmark's 15 s) a 10 s floor
 # awaited nearly every drawn round, 0.15 MB a round more a node at 32 nodes (docs/scale.md).
 FRESH_FLOOR_S = 20.0
+# The window's least when it is capped by a share of the round: an announcement is seen a store
+# and a poll after its round was made (seconds), so a narrower window would find no round fresh
+# (rounds a few seconds long: only tests and benchmarks run them).
+FRESH_LEAST_S = 5.0
 # The freshness window's share of this node's round: bundles a quarter of a round old at most,
 # where a round's fetches go to rounds made since the one before.
 FRESH_SHARE = 0.25
@@ -84,8 +88,9 @@ AWAIT_RETRY_S = 2.0
 def fresh_window_s(round_s: float, share: float = FRESH_SHARE, most: float | None = None) -> float:
     """The freshness window of a node with ``round_s`` rounds: ``share`` of its round, at least
     :data:`FRESH_FLOOR_S`, and with ``most`` (a share of the round) never more than that much of
-    it, floor or not, so that what was fresh when drawn still arrives inside the round."""
-    floor = FRESH_FLOOR_S if most is None else min(FRESH_FLOOR_S, most * round_s)
+    it, floor or not, so that what was fresh when drawn still arrives inside the round; but
+    never under :data:`FRESH_LEAST_S`."""
+    floor = FRESH_FLOOR_S if most is None else min(FRESH_FLOOR_S, max(most * round_s, FRESH_LEAST_S))
     return max(share * round_s, floor)
 
 
