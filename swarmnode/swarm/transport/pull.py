@@ -357,8 +357,7 @@ class PullPlan:
             plan[peer] = entry
         while len(self.announced) > self.memory:
             self._dirty.add(self.announced.popitem(last=False)[0])
-        self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
-        self.freshness.keep_only(self.announced)
+        self._keep_only_announced()
 
     def forget(self, peers: Iterable[str]) -> None:
         """Drop what is held of ``peers``' announcements: for a transport that bounds what it
@@ -366,6 +365,10 @@ class PullPlan:
         for peer in peers:
             if self.announced.pop(peer, None) is not None:
                 self._dirty.add(peer)
+        self._keep_only_announced()
+
+    def _keep_only_announced(self) -> None:
+        """What the plan keeps of a peer beside its announcement goes with it."""
         self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
         self.freshness.keep_only(self.announced)
 
