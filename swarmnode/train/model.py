@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from swarmnode.catalogue import AUTO, CATALOGUE, CatalogueModel, catalogue_entry
+from swarmnode.compat import onednn
 from swarmnode.train.fetch import ModelError, ensure_model
 
 __all__ = ["BaseModel", "ModelError", "ModelSource", "load_base_model", "pick_device", "pick_dtype",
@@ -43,6 +44,10 @@ def pick_device(spec: str) -> torch.device:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Compiled bf16 kernels a CPU process keeps (:mod:`swarmnode.compat.onednn`): the most distinct
+# linear-layer shapes one training micro-batch meets (forward and backward), so that a pass
+# compiles each shape once, while decoding's shrinking batch cannot pile up kernels.
+KERNEL_CACHE_CAPACITY = 32
 
 
 def pick_dtype(device: torch.device, choice: str = "auto") -> torch.dtype:
@@ -145,6 +150,8 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = model_source(spec, dtype=dtype)
+    if device.type == "cpu" and dtype == torch.bfloat16:
+        onednn.cap_kernel_caches(KERNEL_CACHE_CAPACITY)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype)
