@@ -97,6 +97,8 @@ def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
     from swarmnode.train.model import pick_dtype
 
     cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True, "amx_bf16": False},
+                        raising=False)
     assert pick_dtype(cpu) == torch.float32 and pick_dtype(cpu, "bfloat16") == torch.bfloat16
     assert pick_dtype(torch.device("mps")) == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
@@ -104,6 +106,24 @@ def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
     assert pick_dtype(torch.device("cuda"), "float32") == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert pick_dtype(torch.device("cuda")) == torch.float32
+
+
+@pytest.mark.parametrize("torch_version,amx,picked", [("2.13.0+cpu", True, "bfloat16"), ("2.13.0+cpu", False, "float32"),
+                                                     ("2.14.0", True, "float32"), ("2.12.1", True, "float32")])
+def test_dtype_auto_is_bf16_on_cpus_with_amx_under_a_checked_torch(monkeypatch, torch_version, amx, picked):
+    """auto on a CPU: bf16 where the CPU has AMX bf16 and the torch is one whose kernel caches are
+    bounded (compat/onednn.py); the reason otherwise is what doctor shows."""
+    import torch
+
+    from swarmnode.train.model import bf16_cpu_reason, pick_dtype
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True, "amx_bf16": amx}, raising=False)
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    assert pick_dtype(torch.device("cpu")) == getattr(torch, picked)
+    assert pick_dtype(torch.device("cpu"), "float32") == torch.float32
+    reason = bf16_cpu_reason()
+    assert (reason is None) == (picked == "bfloat16")
+    assert reason is None or ("AMX" in reason) != amx or torch_version in reason
 
 
 def test_this_machine_reads_cores_and_memory():
