@@ -13,8 +13,9 @@ variable from the environment once, when it creates its first kernel, so
 :func:`cap_kernel_caches` works only before the process's first bf16 product; a capacity
 of 0 crashes ideep, so the cap is at least 1. :func:`bf16_matmul_supported` uses
 ``torch.cpu.get_capabilities`` (public since torch 2.13). ``tests/test_onednn.py`` checks
-both on the installed torch. Outside :data:`CHECKED_RANGE` the caches may be read another
-way, so :func:`caps_checked` is false there and the node keeps fp32 on CPUs.
+both on the installed torch. Outside :data:`TORCH_RANGE` the caches may be read another
+way, so :func:`caps_checked` is false there and ``dtype = "auto"`` keeps fp32 on CPUs: the
+range bounds that choice, not the torch ``pyproject.toml`` admits.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ import os
 import torch
 from packaging.version import Version
 
-CHECKED_RANGE = (Version("2.13"), Version("2.14"))  # lowest admitted, first one not admitted
+TORCH_RANGE = (Version("2.13"), Version("2.14"))  # lowest admitted, first one not admitted
 CHECKED_ON = ("2.13.0",)
 VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 
 def caps_checked() -> bool:
-    """Whether the installed torch lies in :data:`CHECKED_RANGE` (where the caps are known to work)."""
-    low, high = CHECKED_RANGE
+    """Whether the installed torch lies in :data:`TORCH_RANGE` (where the caps are known to work)."""
+    low, high = TORCH_RANGE
     return low <= Version(Version(torch.__version__).base_version) < high
 
 

@@ -72,7 +72,7 @@ def bf16_cpu_reason() -> str | None:
     if not onednn.bf16_matmul_supported():
         return "this CPU has no AMX bf16 matrix unit"
     if not onednn.caps_checked():
-        low, high = onednn.CHECKED_RANGE
+        low, high = onednn.TORCH_RANGE
         return (f"torch {torch.__version__} is not one of {low}.x-{high} (exclusive), whose bf16 kernel caches "
                 "swarmnode knows how to bound")
     return None
