@@ -9,6 +9,12 @@ with the package when the commit's modules are laid out differently. Usage::
     git archive BEFORE_COMMIT swarmnode | tar -x -C /tmp/before    # or: swarmnode benchmarks
     PYTHONPATH=. python benchmarks/ab.py --tree before=/tmp/before --tree after=. --pairs 3 -- \\
         benchmarks/round_profile.py --max-new-tokens 64
+
+``--flags NAME=FLAGS`` adds flags to one tree's runs, so that one tree can be compared with
+itself under two settings::
+
+    PYTHONPATH=. python benchmarks/ab.py --tree fp32=. --tree bf16=. --flags fp32="--dtype float32" \\
+        --flags bf16="--dtype bfloat16" --pairs 2 -- benchmarks/round_profile.py --curriculum
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,15 +52,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", action="append", required=True, metavar="NAME=PATH",
                     help="a source tree to measure (repeat; the first is the reference)")
+    ap.add_argument("--flags", action="append", default=[], metavar="NAME=FLAGS",
+                    help="flags added to tree NAME's runs (repeat for other trees)")
     ap.add_argument("--pairs", type=int, default=3, help="runs of each tree")
     ap.add_argument("benchmark", nargs=argparse.REMAINDER, help="-- script and its arguments")
     args = ap.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
     argv = [a for a in args.benchmark if a != "--"]
+    extra = {name: shlex.split(flags) for name, flags in (f.split("=", 1) for f in args.flags)}
+    unknown = sorted(set(extra) - set(trees))
+    if unknown:
+        raise SystemExit(f"--flags names no tree: {', '.join(unknown)}")
     results: dict[str, list[dict]] = {name: [] for name in trees}
     for i in range(args.pairs):
         for name, tree in trees.items():
-            res = run_once(tree, argv)
+            res = run_once(tree, [*argv, *extra.get(name, [])])
             results[name].append(res)
             # every figure of the run, phase peaks too: a run cut short still leaves them
             shown = [*KEYS, *sorted(k for k in res if k.startswith("peak_rss_mb_"))]

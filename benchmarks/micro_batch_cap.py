@@ -7,7 +7,7 @@ one warm-up update, then runs ``Policy.train_step`` on those groups with each ca
 each. Prints each run's seconds, CPU seconds, micro-batches and peak RSS above the warm state,
 then the medians. Usage, from the repository root::
 
-    PYTHONPATH=. python benchmarks/micro_batch_cap.py [--caps 1024 512] [--pairs 2] [--threads 2]
+    PYTHONPATH=. python benchmarks/micro_batch_cap.py [--caps 1024 512] [--pairs 2] [--threads 2] [--dtype auto]
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--caps", type=int, nargs="+", default=[1024, 512])
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                    help="the model's precision (the node's dtype setting)")
     args = ap.parse_args()
 
     import torch
@@ -45,7 +47,7 @@ def main() -> None:
     import swarmnode.train.policy as policy_module
     from swarmnode.records import Group
 
-    node = build_solo_node(bench_config(model="embedded", threads=args.threads))
+    node = build_solo_node(bench_config(model="embedded", threads=args.threads, dtype=args.dtype))
     policy, rng = node.policy, random.Random(0)
     vocab = policy.model.config.vocab_size
     groups = [Group(question=q, responses=["x"] * len(lens), rewards=[rng.random() for _ in lens],

@@ -97,6 +97,8 @@ def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
     from swarmnode.train.model import pick_dtype
 
     cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True, "amx_bf16": False},
+                        raising=False)
     assert pick_dtype(cpu) == torch.float32 and pick_dtype(cpu, "bfloat16") == torch.bfloat16
     assert pick_dtype(torch.device("mps")) == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
@@ -104,6 +106,27 @@ def test_dtype_auto_is_bf16_on_cuda_with_bf16_only(monkeypatch):
     assert pick_dtype(torch.device("cuda"), "float32") == torch.float32
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
     assert pick_dtype(torch.device("cuda")) == torch.float32
+
+
+@pytest.mark.parametrize("torch_version,amx,picked", [("2.13.0+cpu", True, "bfloat16"),
+                                                     ("2.13.0+cpu", False, "float32"),
+                                                     ("2.14.0", True, "float32"), ("2.12.1", True, "float32")])
+def test_dtype_auto_is_bf16_on_cpus_with_amx_under_a_checked_torch(monkeypatch, torch_version, amx, picked):
+    """auto on a CPU: bf16 where the CPU has AMX bf16 and the torch is one whose kernel caches are
+    bounded (compat/onednn.py); the reason otherwise is what doctor shows."""
+    import torch
+
+    from swarmnode.train.model import bf16_cpu_reason, pick_dtype
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True, "amx_bf16": amx}, raising=False)
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    assert pick_dtype(torch.device("cpu")) == getattr(torch, picked)
+    assert pick_dtype(torch.device("cpu"), "float32") == torch.float32
+    reason = bf16_cpu_reason()
+    if picked == "bfloat16":
+        assert reason is None
+    else:
+        assert ("AMX" in reason) if not amx else (torch_version in reason)
 
 
 def test_this_machine_reads_cores_and_memory():
@@ -116,13 +139,15 @@ def test_this_machine_reads_cores_and_memory():
 
 @pytest.mark.parametrize("bf16_cpu", [False, True])
 def test_models_command_json_and_text(tmp_path, monkeypatch, capsys, bf16_cpu):
+    import torch
+
     from swarmnode.cli import main
 
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     for name in [n for n in os.environ if n.startswith("SWARMNODE_") and n != "SWARMNODE_CACHE"]:
         monkeypatch.delenv(name)
-    if bf16_cpu:
-        monkeypatch.setenv("SWARMNODE_DTYPE", "bfloat16")
+    # auto's choice on a CPU (compat/onednn.py): bf16 where it has AMX bf16
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": bf16_cpu}, raising=False)
     ready = tmp_path / "models" / (SMOLLM2.cache_name + ("-bf16" if bf16_cpu else ""))
     ready.mkdir(parents=True)
     (ready / ".swarmnode-complete").write_text(SMOLLM2.sha256 + "\n")

@@ -149,14 +149,22 @@ def test_memory_against_the_model(monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": False}, raising=False)
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path))
     Mem = namedtuple("Mem", "available total")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(0.5e9), total=int(8e9)))
     device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert device.status == OK and device.detail.startswith("cpu")
+    assert "weights in float32 (dtype auto: this CPU has no AMX bf16 matrix unit)" in device.detail
     assert memory.status == PROBLEM and "1.5 GB" in memory.detail
-    _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="bfloat16"))
+    device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu", dtype="bfloat16"))
     assert "0.8 GB" in memory.detail  # the weights in half the bytes
+    assert "weights in bfloat16 (dtype setting)" in device.detail
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True}, raising=False)
+    device, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
+    assert "weights in bfloat16 (dtype auto: this CPU multiplies bf16 in hardware (AMX)" in device.detail
+    assert "0.8 GB" in memory.detail
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": False}, raising=False)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Mem(available=int(64e9), total=int(64e9)))
     _, memory = doctor.check_device_and_memory(NodeConfig(device="cpu"))
     assert memory.status == OK

@@ -230,3 +230,42 @@ def test_a_model_the_shared_prefix_cannot_compute_falls_back_and_says_so_once(po
                stop_string=STOP, eos_ids=(), token_texts=policy.token_texts, device=torch.device(TEST_DEVICE))
     said = [r.getMessage() for r in caplog.records if "a test says so" in r.getMessage()]
     assert len(said) == 1 and policy.model.config.model_type in said[0], said
+
+
+@pytest.fixture(scope="module")
+def bf16_policy(tmp_path_factory):
+    """A tiny random-weight model with bf16 frozen weights on the CPU (``dtype`` bfloat16 there)."""
+    model_dir = build_tiny_model(tmp_path_factory.mktemp("bf16"))
+    base = load_base_model(str(model_dir), torch.device("cpu"), torch.bfloat16)
+    cpu = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in base.model.parameters():
+            p.copy_(torch.randn(p.shape, generator=cpu) * 0.3)
+    pol = Policy(base, replace(NodeConfig(), lora_r=4, lora_alpha=8))
+    pol.model.eval()
+    return pol
+
+
+def test_bf16_weights_decode_with_fp32_attention_products_close_to_the_plain_forward(bf16_policy, monkeypatch):
+    """Under bf16 weights on a CPU the decoding attention multiplies in fp32 (no oneDNN kernel per
+    key count); each step's logits stay within bf16's rounding of the model's own uncached forward
+    over the same tokens."""
+    policy = bf16_policy
+    seen = []
+    real_per_run = prefixattn._per_run
+    monkeypatch.setattr(prefixattn, "_per_run", lambda cache, x, *a: seen.append(x.dtype) or real_per_run(cache, x, *a))
+    prompts = [policy.prompt("Calculate 1 + 2."), policy.prompt("x")]
+    model = _Recording(policy.model)
+    rows = sample(model, policy.tokenizer, prompts, 2, max_new_tokens=8, temperature=1.0,
+                  stop_string="never in this vocabulary", eos_ids=(), token_texts=policy.token_texts,
+                  device=torch.device("cpu"))
+    assert seen and set(seen) == {torch.float32}
+    assert all(len(r) == 8 for r in rows) and all(logits.dtype == torch.bfloat16 for logits in model.logits)
+    ids = policy.tokenizer(prompts[0], add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        plain = policy.model(input_ids=torch.tensor([ids + rows[0][:-1]])).logits[0, len(ids) - 1:].float()
+    # The prefills' logits (one a prompt), then every decoding step's, whose first row is row 0.
+    steps = torch.stack([model.logits[0][0]] + [logits[0] for logits in model.logits[len(prompts):]]).float()
+    assert steps.shape == plain.shape
+    diffs = (steps - plain).abs().amax(dim=-1) / plain.std(dim=-1)
+    assert float(diffs.max()) < 0.1, diffs

@@ -3,7 +3,8 @@
 swarmnode leans on a few internals of its libraries: transformers' cache layers and
 checkpointing flags (:mod:`.transformers`, with peft's parameter naming), hivemind's p2pd
 client and DHT routing table (:mod:`.hivemind`), py-libp2p's service runner and swarm
-internals (:mod:`.libp2p`), and the C library's malloc calls (:mod:`.glibc`). Each lives
+internals (:mod:`.libp2p`), the C library's malloc calls (:mod:`.glibc`), and the bounds
+on torch's bf16 kernel caches (:mod:`.onednn`). Each lives
 here as one small typed function (or a small subclass where transformers must be
 subclassed), with its contract and the releases it was checked on; the rest of the code
 calls only these. A library upgrade that breaks one shows up here and in

@@ -141,6 +141,19 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
+def _cpu_precision(choice: str) -> str:
+    """The CPU node's weight precision under the dtype setting ``choice``, and why (auto's reason)."""
+    from swarmnode.train.model import bf16_cpu_reason
+
+    if choice != "auto":
+        return f"weights in {choice} (dtype setting)"
+    reason = bf16_cpu_reason()
+    if reason is None:
+        return ("weights in bfloat16 (dtype auto: this CPU multiplies bf16 in hardware (AMX), so a round is as fast "
+                "and holds about 0.3 GB less with the default model)")
+    return f"weights in float32 (dtype auto: {reason})"
+
+
 def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
     """The torch device the node would pick, and its free memory against the model's estimated need."""
     import psutil
@@ -162,7 +175,8 @@ def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
             checks = [Check("device", OK, "mps (Apple GPU, memory shared with the system)")]
         else:
             checks = [Check("device", OK, f"cpu, {os.cpu_count()} cores (no CUDA or MPS GPU found; "
-                                          "rounds are slower than on a GPU: see docs/operations.md, slow rounds)")]
+                                          "rounds are slower than on a GPU: see docs/operations.md, slow rounds); "
+                                          + _cpu_precision(cfg.dtype))]
         where = "available memory"
 
     spec = _model_spec(cfg)

@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 
 from swarmnode.catalogue import AUTO, CATALOGUE, CatalogueModel, catalogue_entry
+from swarmnode.compat import onednn
 from swarmnode.train.fetch import ModelError, ensure_model
 
-__all__ = ["BaseModel", "ModelError", "ModelSource", "load_base_model", "pick_device", "pick_dtype",
-           "prepare_model"]
+__all__ = ["BaseModel", "ModelError", "ModelSource", "bf16_cpu_reason", "load_base_model", "pick_device",
+           "pick_dtype", "prepare_model"]
 
 
 def pick_device(spec: str) -> torch.device:
@@ -43,20 +44,38 @@ def pick_device(spec: str) -> torch.device:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Compiled bf16 kernels a CPU process keeps (:mod:`swarmnode.compat.onednn`): the most distinct
+# linear-layer shapes one training micro-batch meets (forward and backward), so that a pass
+# compiles each shape once, while decoding's shrinking batch cannot pile up kernels.
+KERNEL_CACHE_CAPACITY = 32
 
 
 def pick_dtype(device: torch.device, choice: str = "auto") -> torch.dtype:
     """The dtype of the frozen weights and activations (the adapter trains in fp32 either way).
-    ``auto``: bf16 on CUDA GPUs that support it; fp32 elsewhere. On a CPU, bf16 halves the
-    weights but oneDNN keeps a compiled kernel for every matrix shape it meets, and decoding
-    meets a new one each step: the embedded model's default round peaked higher in bf16
-    than in fp32 (docs/performance.md, change 12); MPS training is unreliable in half.
-    ``float32`` and ``bfloat16`` are used as given."""
+
+    ``auto``: bf16 on CUDA GPUs that support it, and on CPUs that multiply bf16 matrices in
+    hardware (AMX) under a torch whose kernel caches :mod:`swarmnode.compat.onednn` can bound
+    (:func:`bf16_cpu_reason`); fp32 elsewhere (MPS training is unreliable in half). On such a
+    CPU a bf16 round of the embedded model was as fast per token as fp32 and peaked 317 MB lower
+    (docs/performance.md, change 16). ``float32`` and ``bfloat16`` are used as given."""
     if choice != "auto":
         return DTYPES[choice]
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
+    if device.type == "cpu" and bf16_cpu_reason() is None:
+        return torch.bfloat16
     return torch.float32
+
+
+def bf16_cpu_reason() -> str | None:
+    """None where ``auto`` runs a CPU node in bf16; otherwise why it keeps fp32, in words for doctor."""
+    if not onednn.bf16_matmul_supported():
+        return "this CPU has no AMX bf16 matrix unit"
+    if not onednn.caps_checked():
+        low, high = onednn.TORCH_RANGE
+        return (f"torch {torch.__version__} is not one of {low}.x-{high} (exclusive), whose bf16 kernel caches "
+                "swarmnode knows how to bound")
+    return None
 
 
 def precision_name(dtype: torch.dtype) -> str:
@@ -145,6 +164,8 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = model_source(spec, dtype=dtype)
+    if device.type == "cpu" and dtype == torch.bfloat16:
+        onednn.cap_kernel_caches(KERNEL_CACHE_CAPACITY)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path)
         model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype)

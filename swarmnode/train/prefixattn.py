@@ -69,6 +69,19 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.float32 else dtype
 
 
+def products_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype of a decoding step's attention products for ``query``: fp32 on a CPU, the
+    query's own elsewhere.
+
+    On a CPU, torch runs bf16 matrix products through oneDNN, which compiles a kernel for every
+    shape it meets, and the own-states products grow by a key every step: in bf16 each step
+    compiled new kernels and kept them (:mod:`swarmnode.compat.onednn`). fp32 products run in
+    the BLAS, which compiles nothing; they are a small part of a step (the linear layers, whose
+    shapes stay the same while the rows do, keep the model's dtype).
+    """
+    return torch.float32 if query.device.type == "cpu" else query.dtype
+
+
 class _Room:
     """Room for ``capacity`` tokens of each of ``rows`` rows: ``rows`` [rows, capacity, kv heads, d]
     (token-major within a row), and ``states``, the same memory as [rows, kv heads, capacity, d].
@@ -243,14 +256,14 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
             bias = bias[:, first:]
             own_first = max(first - layer.prefix_keys.shape[-2], 0)
             key, value = key[..., own_first:, :], value[..., own_first:, :]
-    q = group_query_heads(query, kv_heads)
+    q = group_query_heads(query.to(products_dtype(query)), kv_heads)
     prefix_scores, own_scores = _per_run(cache, q, q, prefix_keys, key, True)
     prefix_scores = prefix_scores * scaling + bias[:, None, None, :]
     own_scores = own_scores * scaling
-    probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(query.dtype)
+    probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(q.dtype)
     prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
     prefix_out, own_out = _per_run(cache, prefix_probs, own_probs, prefix_values, value, False)
-    out = prefix_out + own_out
+    out = (prefix_out + own_out).to(query.dtype)
     return ungroup_query_heads(out, heads).transpose(1, 2).contiguous(), None
 
 
