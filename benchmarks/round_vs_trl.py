@@ -4,7 +4,8 @@ Same machine, model (embedded SmolLM2-135M by default), questions (round 0 of a
 :class:`~swarmnode.train.tasks.TaskSource` with the packaged task file), prompt (``build_prompt``
 with the prefilled ``<answer>``), reward (the node's :class:`~swarmnode.train.tasks.Scorer`),
 Q questions x L completions x T max new tokens, stop at ``</answer>`` or EOS, temperature 1,
-LoRA r/alpha/targets, AdamW lr, beta 0, asymmetric clip, one update. Each run is its own
+LoRA r/alpha/targets, AdamW lr, beta 0, asymmetric clip, one update, and the frozen weights'
+precision (``--dtype``, the node's setting: ``auto`` resolves as a CPU node's does, for both). Each run is its own
 process, so each side's peak RSS is its own; runs alternate swarmnode, TRL, swarmnode, TRL
 so a shared machine's noise hits both alike. Times exclude model loading on both sides. Each run
 reports wall seconds and CPU seconds (the process's, every thread): beside other work the wall
@@ -41,7 +42,7 @@ MEASURES = ("seconds", "cpu_seconds", "tokens_per_second", "peak_rss_mb")
 
 def run_swarmnode(args: argparse.Namespace) -> dict:
     cfg = bench_config(questions=args.questions, completions=args.completions,
-                       max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model)
+                       max_new_tokens=args.max_new_tokens, threads=args.threads, model=args.model, dtype=args.dtype)
     node = build_solo_node(cfg, seed=args.seed)
     cpu0 = time.process_time()
     row = node.run_round(0)
@@ -57,20 +58,24 @@ def run_trl(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from swarmnode.train.model import prepare_model
+    from swarmnode.compat import onednn
+    from swarmnode.train.model import KERNEL_CACHE_CAPACITY, pick_dtype, prepare_model
     from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
 
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = bench_config(questions=args.questions, completions=args.completions, max_new_tokens=args.max_new_tokens)
-    source = prepare_model(args.model).path
+    dtype = pick_dtype(torch.device("cpu"), args.dtype)
+    if dtype == torch.bfloat16:  # the node's own bound on oneDNN's kernels, so the two differ by trainer only
+        onednn.cap_kernel_caches(KERNEL_CACHE_CAPACITY)
+    source = prepare_model(args.model, dtype=dtype).path
     tokenizer = AutoTokenizer.from_pretrained(source)
     # generate() pads a row that stopped at the stop string with the padding token, and TRL ends
     # a completion at its first EOS only: with Qwen2.5's own padding token (<|endoftext|>, not
     # its EOS) TRL counted and trained those pads as completion tokens. Padding with EOS makes
     # them the end.
     tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     families = load_task_file(cfg.tasks)
     questions = TaskSource(families, args.seed).sample(0, cfg.questions)
     scorer = Scorer(families)
@@ -143,7 +148,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     argv = [f"--questions={args.questions}", f"--completions={args.completions}",
             f"--max-new-tokens={args.max_new_tokens}", f"--threads={args.threads}", f"--model={args.model}",
-            f"--seed={args.seed}", f"--memory-limit-gb={args.memory_limit_gb}"]
+            f"--seed={args.seed}", f"--memory-limit-gb={args.memory_limit_gb}", f"--dtype={args.dtype}"]
     for i in range(args.pairs):
         for side in SIDES:
             proc = subprocess.run([sys.executable, __file__, *argv, "--side", side], capture_output=True, text=True,
