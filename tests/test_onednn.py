@@ -17,9 +17,11 @@ from swarmnode.compat import onednn
 
 
 def test_caps_are_set_unless_the_user_set_them_and_never_to_zero(monkeypatch):
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    monkeypatch.setenv("LRU_CACHE_CAPACITY", "100")
+    # An environment of the test's own: a cap left in the real one would hold for every later test's bf16 model.
+    environ = {"LRU_CACHE_CAPACITY": "100"}
+    monkeypatch.setattr(os, "environ", environ)
     assert onednn.cap_kernel_caches(8) == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8", "LRU_CACHE_CAPACITY": "100"}
+    assert environ == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "8", "LRU_CACHE_CAPACITY": "100"}
     with pytest.raises(ValueError, match="at least 1"):
         onednn.cap_kernel_caches(0)
 
