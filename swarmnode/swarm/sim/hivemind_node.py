@@ -97,6 +97,9 @@ class HivemindNode(SimNode):
         self.joining = JoinLoop(self.bootstrap, rng)
         # How far its gets go (the transport's rule; a scenario may set the other one, to compare).
         self.fetch_to_first_copy = world.scenario.extra.get("fetch_to_first_copy", FETCH_TO_FIRST_COPY)
+        # When each of its rounds' bundle record and announcement were stored: a delivery's steps.
+        self.stored_at: dict[int, float] = {}
+        self.announced_at: dict[int, float] = {}
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
 
     # -- the DHT's wire ----------------------------------------------------------------------
@@ -235,6 +238,7 @@ class HivemindNode(SimNode):
         expires = bundle_expiry(made)
         wait = self._store_at(self._replicas(key), world.scenario.bundle_bytes,
                               lambda h: space.put_bundle(h, kid, self.idx, round_no, expires))
+        self.stored_at[round_no] = world.now + wait
         shard_key = announce_key(SWARM, shard_of(self.peer_id))
         self.after(wait, self.lookup, [shard_key], False,
                    lambda found: self._stored_announcement(round_no, shard_key), "store")
@@ -245,6 +249,7 @@ class HivemindNode(SimNode):
         expires = announce_expiry(world.now)
         wait = self._store_at(self._replicas(key), self.costs.announcement,
                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
+        self.announced_at[round_no] = world.now + wait
         self.after(wait, self._published)
 
     def _published(self) -> None:
@@ -327,9 +332,11 @@ class HivemindNode(SimNode):
             self._end_poll(started, bool(shards))
             return
         keys = [bundle_key(SWARM, peer, round_no) for peer, round_no in chosen]
-        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, chosen, keys, found), "fetch")
+        asked = world.now
+        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, asked, chosen, keys, found),
+                    "fetch")
 
-    def _fetched(self, started: float, chosen: list[tuple[str, int]], keys: list[str],
+    def _fetched(self, started: float, asked: float, chosen: list[tuple[str, int]], keys: list[str],
                  found: dict[int, list[int]]) -> None:
         world = self.world
         got = set()
@@ -339,12 +346,35 @@ class HivemindNode(SimNode):
                 continue
             world.meter.signatures(self.idx, world.now, len(copies) - 1)  # every copy is validated; deliver counts one
             got.add(peer)
-            self.deliver(world.index[peer], round_no)
+            author = world.index[peer]
+            if self.deliver(author, round_no):
+                self._steps(author, round_no, started, asked)
             self.pull.plan.note_delivered(peer)
         missing = self.pull.missing(chosen, got)
         if missing:
             world.meter.count("fetches_missing", world.now, len(missing))
         self._end_poll(started, True)
+
+    def _steps(self, author: int, round_no: int, polled: float, asked: float) -> None:
+        """Where the time of the delivery of ``author``'s ``round_no`` that just arrived went:
+        made -> its bundle record stored -> its announcement stored -> the poll that fetched it
+        began -> that poll's read ended and the fetch was asked -> arrived. A round fetched by
+        name before its announcement was stored (an awaited round) has no announce and poll
+        steps: counted as ``deliveries_by_name``."""
+        world, node = self.world, self.world.nodes[author]
+        assert isinstance(node, HivemindNode)
+        now = world.now
+        times = [world.made[(author, round_no)], node.stored_at.get(round_no, now),
+                 node.announced_at.get(round_no, now), polled, asked, now]
+        if times[2] > polled:
+            world.meter.count("deliveries_by_name", now)
+            times[2], times[3] = times[1], asked
+        for i in range(len(times) - 2, 0, -1):  # each step ends no later than the next, nor earlier than the last
+            times[i] = min(times[i], times[i + 1])
+        for i in range(1, len(times)):
+            times[i] = max(times[i], times[i - 1])
+        world.meter.stages(now, {step: b - a for step, a, b in zip(("store", "announce", "to_poll", "read", "fetch"),
+                                                                    times, times[1:])})
 
     def _end_poll(self, started: float, worked: bool) -> None:
         world = self.world
