@@ -134,7 +134,7 @@ class HivemindNode(SimNode):
         now = world.now
         ids = [key_id(k) for k in keys]
         gone_known = self.gone_known
-        orders = plan_lookup(space, self.idx, ids, self.rng, gone_known, early)
+        orders = plan_lookup(space, self.idx, ids, gone_known)
         workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
         found: dict[int, list[int]] = {}
         slowest = 0.0
