@@ -288,7 +288,7 @@ class HivemindNode(SimNode):
         established = self.established_fn()
         shards = self.pull.shards_to_read(established)
         if not shards:
-            self._read(started, established, [], {}, [])
+            self._read(started, established, [], {}, {})
             return
         keys = [announce_key(SWARM, s) for s in shards]
         self.lookup(keys, self.read_to_first_copy,
@@ -296,21 +296,22 @@ class HivemindNode(SimNode):
                     "read")
 
     def _announcements(self, shards: list[int], keys: list[str], found: dict[int, list[int]]
-                       ) -> tuple[dict[str, tuple[int, float]], list[int]]:
+                       ) -> tuple[dict[str, tuple[int, float]], dict[int, int]]:
         """What the read of ``shards`` brought that the plan takes (stored since
         ``HivemindPull.read_since``), merged over the replicas visited: peer -> (round, age);
-        and the shards whose read found a copy. The signatures checked are those of what was
-        stored since the node's last read of the shard: its validator has checked the rest."""
+        and the shards whose read found a copy, with the announcers the largest copy held. The
+        signatures checked are those of what was stored since the node's last read of the
+        shard: its validator has checked the rest."""
         world, space, pull = self.world, self.space, self.pull
         now = world.now
         merged: dict[str, tuple[int, float]] = {}
-        answered = []
+        answered: dict[int, int] = {}
         checked: set[tuple[str, int, float]] = set()
         for shard, key in zip(shards, keys):
             kid = key_id(key)
             copies = [r for r in (space.holds(h, kid, now) for h in found.get(kid, [])) if r is not None]
             if copies:
-                answered.append(shard)
+                answered[shard] = max(len(space.shard_entries(r, now)) for r in copies)
             last = announce_expiry(pull.read_at.get(shard, float("-inf")))
             for record in copies:
                 for peer, (round_no, expires) in space.expiring_after(record, announce_expiry(pull.read_since(shard)),
@@ -324,7 +325,7 @@ class HivemindNode(SimNode):
         return merged, answered
 
     def _read(self, started: float, established: Callable[[str], bool], shards: list[int],
-              announced: dict[str, tuple[int, float]], answered: list[int]) -> None:
+              announced: dict[str, tuple[int, float]], answered: dict[int, int]) -> None:
         world = self.world
         self.pull.read(shards, announced, world.now, established, answered)
         chosen = self.pull.plan.choose(established)

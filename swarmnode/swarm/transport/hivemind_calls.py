@@ -117,11 +117,12 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
 
 
 async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: list[int]
-                             ) -> tuple[dict[str, tuple[int, float]], list[int], list[str]]:
+                             ) -> tuple[dict[str, tuple[int, float]], dict[int, int], list[str]]:
     """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
-    signed expiry)), the shards whose read found a copy, and the peers connected now."""
+    signed expiry)), the shards whose read found a copy with the subkeys it held, and the
+    peers connected now."""
     announced: dict[str, tuple[int, float]] = {}
-    answered: list[int] = []
+    answered: dict[int, int] = {}
     READING.set(True)  # this task only: the lookups check every record whole
     if shards:
         enough = sufficient_expiration(READ_TO_FIRST_COPY, get_dht_time())
@@ -131,7 +132,7 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: li
         for key, result in found.items():
             if result is None or not hasattr(result.value, "items"):
                 continue
-            answered.append(keys[key])
+            answered[keys[key]] = len(result.value)
             for subkey, item in result.value.items():
                 if isinstance(subkey, str) and type(item.value) is int:
                     announced[subkey] = (item.value, announcement_age(item.expiration_time, now))
