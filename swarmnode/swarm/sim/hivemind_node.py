@@ -241,12 +241,14 @@ class HivemindNode(SimNode):
         self.stored_at[round_no] = world.now + wait
         shard_key = announce_key(SWARM, shard_of(self.peer_id))
         self.after(wait, self.lookup, [shard_key], False,
-                   lambda found: self._stored_announcement(round_no, shard_key), "store")
+                   lambda found: self._stored_announcement(round_no, shard_key, made), "store")
 
-    def _stored_announcement(self, round_no: int, key: str) -> None:
+    def _stored_announcement(self, round_no: int, key: str, made: float) -> None:
         world, space = self.world, self.space
         kid = key_id(key)
-        expires = announce_expiry(world.now)
+        # The transport's store_round sets the expiry from the DHT's clock as the publish
+        # begins, before either store: an announcement's age is its round's.
+        expires = announce_expiry(made)
         wait = self._store_at(self._replicas(key), self.costs.announcement,
                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
         self.announced_at[round_no] = world.now + wait
