@@ -11,6 +11,7 @@ from swarmnode.swarm.transport.hivemind_pull import (
     READ_OVERLAP_S,
     SHARDS_PER_POLL,
     HivemindPull,
+    get_workers,
 )
 from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan, fresh_window_s
 
@@ -315,3 +316,9 @@ def test_a_hivemind_poll_reads_fewer_shards_the_more_announcers_a_shard_holds():
     assert pull.per_poll() == 1, "the largest shard of the read counts"
     pull.read([3, 5], {}, 12.0, everyone, answered={})
     assert pull.per_poll() == 1, "a read that found no copy says nothing of the shards' size"
+
+
+def test_a_hivemind_get_to_the_first_copy_asks_one_server_a_key_at_a_time():
+    # Every request of a wave answers: 4 in flight for one key brought up to 4 copies of it.
+    assert [get_workers(n, True) for n in (1, 2, 4, 8)] == [1, 2, 4, 4]
+    assert [get_workers(n, False) for n in (1, 8)] == [4, 4], "a get of every replica keeps hivemind's default"

@@ -203,15 +203,17 @@ class Space:
         return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
 
 
-def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int]) -> list[list[int]]:
+def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int],
+                workers: int = NUM_WORKERS) -> list[list[int]]:
     """For each of ``keys``, the servers one ``get_many``/``store_many`` traversal of all
-    ``keys`` visits, in the order it visits them, waves of :func:`per_key_workers` requests:
+    ``keys`` with ``workers`` visits, in the order it visits them, waves of
+    :func:`per_key_workers` requests:
     the first wave the nearest servers ``src``'s table holds (:meth:`Space.held`), then the
     beam (the key's ``bucket_size`` nearest servers) nearest first, which the first wave's
     answers list. ``gone_known``: servers ``src`` knows are gone. A caller that wants the
     first copy only stops at the first wave that found one."""
     skip = gone_known | {src}
-    workers = per_key_workers(len(keys))
+    workers = per_key_workers(len(keys), workers)
     out = []
     for key in keys:
         first = space.held(src, key, BUCKET_SIZE, skip)[:workers]
@@ -219,9 +221,9 @@ def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int]) -
     return out
 
 
-def per_key_workers(keys: int) -> int:
-    """Requests in flight for one key when a call looks up ``keys`` at once."""
-    return max(1, NUM_WORKERS // max(1, keys))
+def per_key_workers(keys: int, workers: int = NUM_WORKERS) -> int:
+    """Requests in flight for one key when a call with ``workers`` looks up ``keys`` at once."""
+    return max(1, workers // max(1, keys))
 
 
 def keys_per_request(keys: int) -> int:

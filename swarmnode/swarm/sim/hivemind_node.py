@@ -27,6 +27,7 @@ from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.sim.dht import (
     BUCKET_SIZE,
     NUM_REPLICAS,
+    NUM_WORKERS,
     WAIT_TIMEOUT,
     Space,
     key_id,
@@ -48,6 +49,7 @@ from swarmnode.swarm.transport.hivemind_pull import (
     FRESH_MOST,
     READ_TO_FIRST_COPY,
     HivemindPull,
+    get_workers,
 )
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
@@ -134,8 +136,9 @@ class HivemindNode(SimNode):
         now = world.now
         ids = [key_id(k) for k in keys]
         gone_known = self.gone_known
-        orders = plan_lookup(space, self.idx, ids, gone_known)
-        workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
+        in_flight = get_workers(len(ids), True) if early else NUM_WORKERS
+        orders = plan_lookup(space, self.idx, ids, gone_known, in_flight)
+        workers, per_request = per_key_workers(len(ids), in_flight), keys_per_request(len(ids))
         found: dict[int, list[int]] = {}
         slowest = 0.0
         visits = wire = 0
