@@ -463,7 +463,7 @@ def _keep_untrained_yardstick(model_dir, score: float) -> None:
     import torch
 
     from swarmnode.config import NodeConfig
-    from swarmnode.train.model import load_base_model
+    from swarmnode.train.model import load_base_model, pick_dtype
     from swarmnode.train.policy import Policy
     from swarmnode.train.tasks import load_task_file
     from swarmnode.train.yardstick import (
@@ -472,7 +472,9 @@ def _keep_untrained_yardstick(model_dir, score: float) -> None:
         yardstick_questions,
     )
 
-    policy = Policy(load_base_model(str(model_dir), torch.device("cpu")), NodeConfig())
+    cfg, device = NodeConfig(), torch.device("cpu")
+    # in the daemon's own precision: the score is kept per weights, and auto may pick bf16 on this CPU
+    policy = Policy(load_base_model(str(model_dir), device, pick_dtype(device, cfg.dtype)), cfg)
     questions = yardstick_questions(load_task_file(None))
     store_untrained(untrained_key(policy, questions), {"score": score, "by_family": {}, "by_level": {},
                                                        "questions": len(questions), "seconds": 1.0})
