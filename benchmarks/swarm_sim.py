@@ -60,6 +60,24 @@ def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.
                     measure_s=rounds * round_s, **machine)
 
 
+def breakdown(r: dict[str, Any]) -> list[str]:
+    """Where a run's deliveries spent their time (each step's mean, p50 and p95 in seconds) and
+    what its bytes and events were, per node per round (bytes: each message once, so a node's
+    received plus sent are twice their sum); nothing for a run that measured neither."""
+    head = f"{r['transport']}, {r['nodes']} nodes:"
+    lines = []
+    if r.get("steps_s"):
+        lines.append(f"{head} a delivery's steps, s (mean, p50, p95): " + "; ".join(
+            f"{name} {v['mean']:.1f}, {v['p50']:.1f}, {v['p95']:.1f}" for name, v in r["steps_s"].items()))
+    if r.get("bytes_by_kind"):
+        lines.append(f"{head} KB a node a round by kind: " + ", ".join(
+            f"{kind} {v / 1e3:.1f}" for kind, v in r["bytes_by_kind"].items()))
+    if r.get("counts_per_round"):
+        lines.append(f"{head} a node a round: " + ", ".join(
+            f"{name} {v:.2f}" for name, v in r["counts_per_round"].items()))
+    return lines
+
+
 def relays_for(transport: str, nodes: int, relay_inbound: int | None = None) -> int:
     """Enough relays for every node's bootstrap connections with a quarter to spare, and at least 4."""
     s = Scenario(transport=transport)
@@ -223,6 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         r = run(s, progress=_progress(s) if args.progress else None)
         results.append(r)
         print(table_row(r), flush=True)
+    for r in results:
+        for line in breakdown(r):
+            print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     return 0

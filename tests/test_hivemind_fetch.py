@@ -41,8 +41,8 @@ class FakeSwarm:
         if fn is calls.read_announcements:
             self.shard_reads += len(kw["shards"])
             shards = set(kw["shards"])
-            return {p: (r, time.monotonic() - self.made[p]) for p, r in self.rounds.items()
-                    if shard_of(p) in shards}, sorted(shards), []
+            found = {p: (r, time.monotonic() - self.made[p]) for p, r in self.rounds.items() if shard_of(p) in shards}
+            return found, {s: sum(shard_of(p) == s for p in found) for s in shards}, []
         if fn is calls.fetch_bundles:
             self.fetched += [p for p, _ in kw["wanted"]]
             return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored and r == self.rounds[p]]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import random
 
 from swarmnode.swarm.transport.hivemind_layout import shard_of
-from swarmnode.swarm.transport.hivemind_pull import PLAN_MEMORY, READ_OVERLAP_S, HivemindPull
+from swarmnode.swarm.transport.hivemind_pull import (
+    PLAN_MEMORY,
+    POLL_ANNOUNCERS,
+    READ_OVERLAP_S,
+    SHARDS_PER_POLL,
+    HivemindPull,
+    get_workers,
+)
 from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan, fresh_window_s
 
 
@@ -292,6 +299,26 @@ def test_a_hivemind_read_takes_what_was_stored_since_the_last_and_sees_again_wha
 
 def test_a_hivemind_shard_whose_read_found_nothing_is_read_in_full_next_time():
     pull = HivemindPull("me", rng=random.Random(1))
-    pull.read([2, 7], {}, 100.0, everyone, answered=[7])
+    pull.read([2, 7], {}, 100.0, everyone, answered={7: 0})
     assert pull.read_since(2) == float("-inf") and pull.read_since(7) == 100.0 - READ_OVERLAP_S
     assert pull.shards.seen == {2, 7}, "read, for the census"
+
+
+def test_a_hivemind_poll_reads_fewer_shards_the_more_announcers_a_shard_holds():
+    # A read returns every announcer of its shards: 4 shards of a 3,000-node swarm are 750.
+    pull = HivemindPull("me", rng=random.Random(2))
+    assert POLL_ANNOUNCERS == 128 and len(pull.shards_to_read(everyone)) == SHARDS_PER_POLL  # none read yet
+    for size, a_poll in ((2, 4), (32, 4), (64, 2), (127, 2), (190, 1), (700, 1)):
+        pull.read([3], {}, 10.0, everyone, answered={3: size})
+        assert pull.per_poll() == a_poll
+        assert len(pull.shards_to_read(everyone)) == a_poll  # the plan holds nothing: it wants to read
+    pull.read([3, 5], {}, 11.0, everyone, answered={3: 20, 5: 300})
+    assert pull.per_poll() == 1, "the largest shard of the read counts"
+    pull.read([3, 5], {}, 12.0, everyone, answered={})
+    assert pull.per_poll() == 1, "a read that found no copy says nothing of the shards' size"
+
+
+def test_a_hivemind_get_to_the_first_copy_asks_one_server_a_key_at_a_time():
+    # Every request of a wave answers: 4 in flight for one key brought up to 4 copies of it.
+    assert [get_workers(n, True) for n in (1, 2, 4, 8)] == [1, 2, 4, 4]
+    assert [get_workers(n, False) for n in (1, 8)] == [4, 4], "a get of every replica keeps hivemind's default"

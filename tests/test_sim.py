@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from swarmnode.swarm.sim.dht import STALE_S, Space, key_id
+from swarmnode.swarm.sim.dht import BUCKET_SIZE, NUM_REPLICAS, REGION_BITS, STALE_S, Space, key_id, plan_lookup
 from swarmnode.swarm.sim.engine import Engine
 from swarmnode.swarm.sim.libp2p_node import Libp2pNode
 from swarmnode.swarm.sim.network import Hosts, Network, Place
@@ -104,6 +104,35 @@ def test_the_dht_model_finds_the_xor_nearest_servers():
         key = key_id(f"key-{trial}")
         brute = sorted(space.up, key=lambda h: space.ids[h] ^ key)[:20]
         assert space.nearest(key, 20) == brute
+
+
+@pytest.mark.parametrize("servers", [300, 3000])
+def test_a_lookup_starts_from_the_servers_a_routing_table_holds_and_reaches_a_replica_in_a_wave_or_two(servers):
+    # hivemind's table: of a key's region (its first 5 bits) a node outside it holds 20 servers,
+    # the same ones lookup after lookup; with 300 servers a region has fewer, so it holds the
+    # key's nearest and a lookup visits the beam alone, nearest first.
+    space = Space(servers, random.Random(5))
+    for host in range(servers):
+        space.server_up(host, 0.0)
+    src, shift = 0, 160 - REGION_BITS
+    first_wave_replica = 0
+    trials = 200
+    for trial in range(trials):
+        key = key_id(f"key-{trial}")
+        held = space.held(src, key, BUCKET_SIZE)
+        assert held == space.held(src, key, BUCKET_SIZE) and len(held) == BUCKET_SIZE
+        beam = space.nearest(key, BUCKET_SIZE, {src})
+        [order] = plan_lookup(space, src, [key], set())
+        replicas = set(beam[:NUM_REPLICAS])
+        if servers == 300:
+            assert order == beam
+        else:
+            if key >> shift != space.ids[src] >> shift:
+                assert all(space.ids[h] >> shift == key >> shift for h in held)
+            assert order[4:] == [h for h in beam if h not in order[:4]]  # the second wave on: the beam
+        first_wave_replica += bool(replicas & set(order[:4]))
+    # At 3,000 servers (94 a region) a table holds a replica of most keys: (74/94)^5 miss it.
+    assert first_wave_replica >= (0.99 if servers == 300 else 0.6) * trials
 
 
 def test_a_server_that_comes_back_is_known_again_and_one_gone_long_is_forgotten():

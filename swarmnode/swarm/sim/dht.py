@@ -18,11 +18,22 @@ swarmnode keeps: ``bucket_size`` 20, ``num_replicas`` 5, ``num_workers`` 4, ``ch
   once the ``bucket_size`` nearest servers have all been visited, so every replica sends its
   copy; with a finite one, it ends at the first copy found, and only the requests in flight
   then still answer.
-* **Routing.** The servers a lookup visits are the ``bucket_size`` nearest to the key (the
-  beam), after the servers it asks on the way there (:func:`path_length`): none while a
-  node's routing table holds every server (hivemind splits a bucket down to depth 5 away
-  from its own id, so a table holds about 600 servers), ``num_workers`` a stage of 5 bits
-  beyond that. A server that went away stays in the others' routing tables until a request to
+* **Routing.** A traversal starts from the ``bucket_size`` servers nearest the key that the
+  node's routing table holds (``get_many_by_id``: ``routing_table.get_nearest_neighbors``)
+  and visits the nearest it has not visited first. hivemind's table (``depth_modulo`` 5)
+  splits a full bucket only if it covers the node's own id or its depth is not a multiple of
+  5: of the 1/32 of the id space that shares a key's first 5 bits (its *region*), a node
+  outside the region holds ``bucket_size`` servers (the first it met, :meth:`Space.held`),
+  and a node inside it every server of it (its buckets there go 5 bits deeper, 20 servers
+  each, up to about 20,000 servers in all). So while a region holds at most ``bucket_size``
+  servers (up to about 640 servers in all), a node's table holds the key's nearest; past
+  that, the first servers a traversal asks are the nearest of the ``bucket_size`` it holds,
+  which are in the key's region: the nearest among them is one of the key's replicas (its
+  ``num_replicas`` nearest servers) if the table holds any, and each of them answers with
+  the key's nearest servers, so the next requests go to the beam (:func:`plan_lookup`). A
+  lookup visits one wave of requests more than with a table holding every server at most,
+  where a model of a path of random servers across the id space made it four (a 4-key read
+  asks one server a wave for each key). A server that went away stays in the others' routing tables until a request to
   it times out (``wait_timeout``, 3 s); each node finds that out once, and forgets it when the
   server comes back (its join lookup and requests put it in the tables of the servers it
   asks, whose answers list it again). One gone :data:`STALE_S` has left every table that
@@ -36,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import math
+import heapq
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,20 +57,14 @@ NUM_REPLICAS = 5
 NUM_WORKERS = 4
 CHUNK_SIZE = 16
 WAIT_TIMEOUT = 3.0
-TABLE_HOLDS = 600  # servers a routing table holds before far buckets stop splitting (about 32 x 20)
+REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own id cover 1/32 of the ids each
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
+_LOW = (1 << 64) - 1
 
 
 def key_id(key: str) -> int:
     return int.from_bytes(hashlib.sha1(key.encode()).digest(), "big")
-
-
-def path_length(servers: int) -> int:
-    """Servers a lookup visits before its beam: none while routing tables hold every server."""
-    if servers <= TABLE_HOLDS:
-        return 0
-    return NUM_WORKERS * math.ceil(math.log2(servers / TABLE_HOLDS) / 5 + 1e-9)
 
 
 @dataclass
@@ -81,6 +86,8 @@ class Space:
 
     def __init__(self, hosts: int, rng: random.Random):
         self.ids = [rng.getrandbits(_ID_BITS) for _ in range(hosts)]
+        # Which servers of a region a node's table holds: those nearest its salt (:meth:`held`).
+        self._salts = [rng.getrandbits(_ID_BITS) for _ in range(hosts)]
         self._sorted: list[tuple[int, int]] = []  # (id, host) of servers up or lately gone
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
@@ -125,6 +132,27 @@ class Space:
         window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
         window.sort()
         return [h for _, h in window[:k]]
+
+    def held(self, src: int, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """The ``k`` servers nearest ``key`` (XOR) that ``src``'s routing table holds, but
+        ``skip``, nearest first: the key's ``k`` nearest when ``src`` is in the key's region
+        or the region holds at most ``k`` servers; else ``k`` servers of the region, a draw
+        of ``src``'s own that stays the same from one lookup to the next (hivemind keeps the
+        servers it met first and adds others only as those go away)."""
+        shift = _ID_BITS - REGION_BITS
+        if key >> shift == self.ids[src] >> shift:
+            return self.nearest(key, k, skip)
+        ring = self._sorted
+        lo = bisect.bisect_left(ring, ((key >> shift) << shift, -1))
+        hi = bisect.bisect_left(ring, (((key >> shift) + 1) << shift, -1))
+        region = [(i, h) for i, h in ring[lo:hi] if h not in skip]
+        if len(region) <= k:
+            return self.nearest(key, k, skip)
+        # Ranked by their ids' low bits against src's salt: a draw that owes nothing to where the
+        # servers sit in the region (the high bits), so it holds a key's nearest by chance alone.
+        salt = self._salts[src] & _LOW
+        held = heapq.nsmallest(k, region, key=lambda entry: (entry[0] & _LOW) ^ salt)
+        return [h for _, h in sorted(held, key=lambda entry: entry[0] ^ key)]
 
     def servers(self) -> int:
         return len(self.up)
@@ -175,40 +203,29 @@ class Space:
         return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
 
 
-def plan_lookup(space: Space, src: int, keys: list[int], rng: random.Random, gone_known: set[int],
-                early: bool) -> list[list[int]]:
-    """For each of ``keys``, the servers one ``get_many``/``store_many`` traversal visits, in
-    the order it visits them: the servers met on the way (:func:`path_length`), then the beam,
-    nearest first. ``gone_known``: servers ``src`` knows are gone. With ``early`` the caller
-    stops at the first wave with a holder (:func:`waves`)."""
-    path = path_length(space.servers())
+def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int],
+                workers: int = NUM_WORKERS) -> list[list[int]]:
+    """For each of ``keys``, the servers one ``get_many``/``store_many`` traversal of all
+    ``keys`` with ``workers`` visits, in the order it visits them, waves of
+    :func:`per_key_workers` requests:
+    the first wave the nearest servers ``src``'s table holds (:meth:`Space.held`), then the
+    beam (the key's ``bucket_size`` nearest servers) nearest first, which the first wave's
+    answers list. ``gone_known``: servers ``src`` knows are gone. A caller that wants the
+    first copy only stops at the first wave that found one."""
     skip = gone_known | {src}
+    workers = per_key_workers(len(keys), workers)
     out = []
     for key in keys:
-        beam = space.nearest(key, BUCKET_SIZE, skip)
-        order = _random_servers(space, rng, path, skip, beam) if path else []
-        out.append(order + beam)
+        first = space.held(src, key, BUCKET_SIZE, skip)[:workers]
+        out.append(first + [h for h in space.nearest(key, BUCKET_SIZE, skip) if h not in first])
     return out
 
 
-def per_key_workers(keys: int) -> int:
-    """Requests in flight for one key when a call looks up ``keys`` at once."""
-    return max(1, NUM_WORKERS // max(1, keys))
+def per_key_workers(keys: int, workers: int = NUM_WORKERS) -> int:
+    """Requests in flight for one key when a call with ``workers`` looks up ``keys`` at once."""
+    return max(1, workers // max(1, keys))
 
 
 def keys_per_request(keys: int) -> int:
     """``queries_per_call`` of a traversal of ``keys`` keys."""
     return max(1, min(int(keys ** 0.5), CHUNK_SIZE))
-
-
-def _random_servers(space: Space, rng: random.Random, n: int, skip: set[int], beam: list[int]) -> list[int]:
-    """``n`` servers met on the way to a key's beam: spread over the whole space."""
-    ring = space._sorted
-    out: list[int] = []
-    tries = 0
-    while len(out) < n and tries < 4 * n:
-        tries += 1
-        _, host = ring[rng.randrange(len(ring))]
-        if host not in skip and host not in beam and host not in out:
-            out.append(host)
-    return out

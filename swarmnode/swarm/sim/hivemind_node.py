@@ -27,6 +27,7 @@ from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.sim.dht import (
     BUCKET_SIZE,
     NUM_REPLICAS,
+    NUM_WORKERS,
     WAIT_TIMEOUT,
     Space,
     key_id,
@@ -48,6 +49,7 @@ from swarmnode.swarm.transport.hivemind_pull import (
     FRESH_MOST,
     READ_TO_FIRST_COPY,
     HivemindPull,
+    get_workers,
 )
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
@@ -97,6 +99,9 @@ class HivemindNode(SimNode):
         self.joining = JoinLoop(self.bootstrap, rng)
         # How far its gets go (the transport's rule; a scenario may set the other one, to compare).
         self.fetch_to_first_copy = world.scenario.extra.get("fetch_to_first_copy", FETCH_TO_FIRST_COPY)
+        # When each of its rounds' bundle record and announcement were stored: a delivery's steps.
+        self.stored_at: dict[int, float] = {}
+        self.announced_at: dict[int, float] = {}
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
 
     # -- the DHT's wire ----------------------------------------------------------------------
@@ -131,8 +136,9 @@ class HivemindNode(SimNode):
         now = world.now
         ids = [key_id(k) for k in keys]
         gone_known = self.gone_known
-        orders = plan_lookup(space, self.idx, ids, self.rng, gone_known, early)
-        workers, per_request = per_key_workers(len(ids)), keys_per_request(len(ids))
+        in_flight = get_workers(len(ids), True) if early else NUM_WORKERS
+        orders = plan_lookup(space, self.idx, ids, gone_known, in_flight)
+        workers, per_request = per_key_workers(len(ids), in_flight), keys_per_request(len(ids))
         found: dict[int, list[int]] = {}
         slowest = 0.0
         visits = wire = 0
@@ -235,16 +241,20 @@ class HivemindNode(SimNode):
         expires = bundle_expiry(made)
         wait = self._store_at(self._replicas(key), world.scenario.bundle_bytes,
                               lambda h: space.put_bundle(h, kid, self.idx, round_no, expires))
+        self.stored_at[round_no] = world.now + wait
         shard_key = announce_key(SWARM, shard_of(self.peer_id))
         self.after(wait, self.lookup, [shard_key], False,
-                   lambda found: self._stored_announcement(round_no, shard_key), "store")
+                   lambda found: self._stored_announcement(round_no, shard_key, made), "store")
 
-    def _stored_announcement(self, round_no: int, key: str) -> None:
+    def _stored_announcement(self, round_no: int, key: str, made: float) -> None:
         world, space = self.world, self.space
         kid = key_id(key)
-        expires = announce_expiry(world.now)
+        # The transport's store_round sets the expiry from the DHT's clock as the publish
+        # begins, before either store: an announcement's age is its round's.
+        expires = announce_expiry(made)
         wait = self._store_at(self._replicas(key), self.costs.announcement,
                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
+        self.announced_at[round_no] = world.now + wait
         self.after(wait, self._published)
 
     def _published(self) -> None:
@@ -283,7 +293,7 @@ class HivemindNode(SimNode):
         established = self.established_fn()
         shards = self.pull.shards_to_read(established)
         if not shards:
-            self._read(started, established, [], {}, [])
+            self._read(started, established, [], {}, {})
             return
         keys = [announce_key(SWARM, s) for s in shards]
         self.lookup(keys, self.read_to_first_copy,
@@ -291,21 +301,22 @@ class HivemindNode(SimNode):
                     "read")
 
     def _announcements(self, shards: list[int], keys: list[str], found: dict[int, list[int]]
-                       ) -> tuple[dict[str, tuple[int, float]], list[int]]:
+                       ) -> tuple[dict[str, tuple[int, float]], dict[int, int]]:
         """What the read of ``shards`` brought that the plan takes (stored since
         ``HivemindPull.read_since``), merged over the replicas visited: peer -> (round, age);
-        and the shards whose read found a copy. The signatures checked are those of what was
-        stored since the node's last read of the shard: its validator has checked the rest."""
+        and the shards whose read found a copy, with the announcers the largest copy held. The
+        signatures checked are those of what was stored since the node's last read of the
+        shard: its validator has checked the rest."""
         world, space, pull = self.world, self.space, self.pull
         now = world.now
         merged: dict[str, tuple[int, float]] = {}
-        answered = []
+        answered: dict[int, int] = {}
         checked: set[tuple[str, int, float]] = set()
         for shard, key in zip(shards, keys):
             kid = key_id(key)
             copies = [r for r in (space.holds(h, kid, now) for h in found.get(kid, [])) if r is not None]
             if copies:
-                answered.append(shard)
+                answered[shard] = max(len(space.shard_entries(r, now)) for r in copies)
             last = announce_expiry(pull.read_at.get(shard, float("-inf")))
             for record in copies:
                 for peer, (round_no, expires) in space.expiring_after(record, announce_expiry(pull.read_since(shard)),
@@ -319,7 +330,7 @@ class HivemindNode(SimNode):
         return merged, answered
 
     def _read(self, started: float, established: Callable[[str], bool], shards: list[int],
-              announced: dict[str, tuple[int, float]], answered: list[int]) -> None:
+              announced: dict[str, tuple[int, float]], answered: dict[int, int]) -> None:
         world = self.world
         self.pull.read(shards, announced, world.now, established, answered)
         chosen = self.pull.plan.choose(established)
@@ -327,9 +338,11 @@ class HivemindNode(SimNode):
             self._end_poll(started, bool(shards))
             return
         keys = [bundle_key(SWARM, peer, round_no) for peer, round_no in chosen]
-        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, chosen, keys, found), "fetch")
+        asked = world.now
+        self.lookup(keys, self.fetch_to_first_copy, lambda found: self._fetched(started, asked, chosen, keys, found),
+                    "fetch")
 
-    def _fetched(self, started: float, chosen: list[tuple[str, int]], keys: list[str],
+    def _fetched(self, started: float, asked: float, chosen: list[tuple[str, int]], keys: list[str],
                  found: dict[int, list[int]]) -> None:
         world = self.world
         got = set()
@@ -339,12 +352,35 @@ class HivemindNode(SimNode):
                 continue
             world.meter.signatures(self.idx, world.now, len(copies) - 1)  # every copy is validated; deliver counts one
             got.add(peer)
-            self.deliver(world.index[peer], round_no)
+            author = world.index[peer]
+            if self.deliver(author, round_no):
+                self._steps(author, round_no, started, asked)
             self.pull.plan.note_delivered(peer)
         missing = self.pull.missing(chosen, got)
         if missing:
             world.meter.count("fetches_missing", world.now, len(missing))
         self._end_poll(started, True)
+
+    def _steps(self, author: int, round_no: int, polled: float, asked: float) -> None:
+        """Where the time of the delivery of ``author``'s ``round_no`` that just arrived went:
+        made -> its bundle record stored -> its announcement stored -> the poll that fetched it
+        began -> that poll's read ended and the fetch was asked -> arrived. A round fetched by
+        name before its announcement was stored (an awaited round) has no announce and poll
+        steps: counted as ``deliveries_by_name``."""
+        world, node = self.world, self.world.nodes[author]
+        assert isinstance(node, HivemindNode)
+        now = world.now
+        times = [world.made[(author, round_no)], node.stored_at.get(round_no, now),
+                 node.announced_at.get(round_no, now), polled, asked, now]
+        if times[2] > polled:
+            world.meter.count("deliveries_by_name", now)
+            times[2], times[3] = times[1], asked
+        for i in range(len(times) - 2, 0, -1):  # each step ends no later than the next, nor earlier than the last
+            times[i] = min(times[i], times[i + 1])
+        for i in range(1, len(times)):
+            times[i] = max(times[i], times[i - 1])
+        world.meter.stages(now, {step: b - a for step, a, b in zip(("store", "announce", "to_poll", "read", "fetch"),
+                                                                    times, times[1:])})
 
     def _end_poll(self, started: float, worked: bool) -> None:
         world = self.world

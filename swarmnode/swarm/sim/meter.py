@@ -5,7 +5,11 @@ when they were made) plus the network's byte and message counters, read at the w
 edges. :meth:`Meter.summary` turns them into the figures of docs/scale.md's tables: per node
 per round of its own, bytes in and out, messages, signatures checked and bundles received
 (mean and 5th percentile over the nodes), delivery latency (p50 and p95, in seconds and as a
-share of the receiver's round), freshness, and the busiest host.
+share of the receiver's round), freshness, and the busiest host. A transport may also say
+where a delivery's time went (:meth:`Meter.stages`: named steps from made to received) and
+count bytes by kind (events named ``bytes_<kind>``, each message counted once, so a node's
+bytes received plus sent are twice their sum): the summary gives each step's mean, p50 and
+p95 in seconds, and each kind's bytes and each other event's count per node per round.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Meter:
         self.seen: list[set[tuple[int, int]]] = [set() for _ in range(n)]  # (author, round) ever received
         self.online_s = [0.0] * n  # seconds online inside the window
         self.events: dict[str, int] = {}  # named counts (refused dials, missing pulls, ...), inside the window
+        self.steps: dict[str, list[float]] = {}  # a delivery's steps, step -> seconds, deliveries inside the window
         self._base: dict[str, list[int]] | None = None
         self._final: dict[str, list[int]] | None = None
 
@@ -64,6 +69,12 @@ class Meter:
     def count(self, name: str, t: float, n: int = 1) -> None:
         if self.inside(t):
             self.events[name] = self.events.get(name, 0) + n
+
+    def stages(self, t: float, steps: dict[str, float]) -> None:
+        """Where the time of a delivery at ``t`` went: step -> seconds, in the order they came."""
+        if self.inside(t):
+            for name, seconds in steps.items():
+                self.steps.setdefault(name, []).append(seconds)
 
     def receive(self, node: int, author: int, round_no: int, made: float, t: float, round_s: float) -> bool:
         """``node`` got ``author``'s bundle of ``round_no``; False if it had it already."""
@@ -155,4 +166,15 @@ class Meter:
             "busiest_msgs_per_s": busiest_msgs[1] / window,
             "busiest_msgs_host": busiest_msgs[2],
             "events": dict(sorted(self.events.items())),
+            "steps_s": {name: {"mean": statistics.fmean(v), "p50": percentile(v, 50), "p95": percentile(v, 95)}
+                        for name, v in self.steps.items()},
+            "bytes_by_kind": _per_round({k[len("bytes_"):]: v for k, v in self.events.items()
+                                         if k.startswith("bytes_")}, sum(self.published[n] for n in nodes)),
+            "counts_per_round": _per_round({k: v for k, v in self.events.items() if not k.startswith("bytes_")},
+                                           sum(self.published[n] for n in nodes)),
         }
+
+
+def _per_round(totals: dict[str, int], rounds: int) -> dict[str, float]:
+    """Counts over the window as a share of the nodes' rounds in it, by name."""
+    return {k: v / rounds for k, v in sorted(totals.items())} if rounds else {}

@@ -168,3 +168,4 @@ def _add_upkeep(world: World, libp2p: Libp2pCosts, hivemind: HivemindCosts) -> N
         else:
             extra = libp2p.upkeep_per_connection_s * online * len(world.hosts.peers[node.idx])
         meter.add_background(node.idx, int(extra), int(extra))
+        meter.count("bytes_upkeep", meter.start, int(extra))

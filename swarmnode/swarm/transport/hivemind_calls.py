@@ -36,7 +36,12 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_pull import FETCH_TO_FIRST_COPY, READ_TO_FIRST_COPY, sufficient_expiration
+from swarmnode.swarm.transport.hivemind_pull import (
+    FETCH_TO_FIRST_COPY,
+    READ_TO_FIRST_COPY,
+    get_workers,
+    sufficient_expiration,
+)
 from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
 from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 
@@ -117,21 +122,23 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
 
 
 async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: list[int]
-                             ) -> tuple[dict[str, tuple[int, float]], list[int], list[str]]:
+                             ) -> tuple[dict[str, tuple[int, float]], dict[int, int], list[str]]:
     """The announcements in ``shards`` (peer -> (round, seconds since it was stored, by its
-    signed expiry)), the shards whose read found a copy, and the peers connected now."""
+    signed expiry)), the shards whose read found a copy with the subkeys it held, and the
+    peers connected now."""
     announced: dict[str, tuple[int, float]] = {}
-    answered: list[int] = []
+    answered: dict[int, int] = {}
     READING.set(True)  # this task only: the lookups check every record whole
     if shards:
         enough = sufficient_expiration(READ_TO_FIRST_COPY, get_dht_time())
         keys = {announce_key(swarm, s): s for s in shards}
-        found = await node.get_many(list(keys), sufficient_expiration_time=enough)
+        found = await node.get_many(list(keys), sufficient_expiration_time=enough,
+                                    num_workers=get_workers(len(keys), READ_TO_FIRST_COPY))
         now = get_dht_time()
         for key, result in found.items():
             if result is None or not hasattr(result.value, "items"):
                 continue
-            answered.append(keys[key])
+            answered[keys[key]] = len(result.value)
             for subkey, item in result.value.items():
                 if isinstance(subkey, str) and type(item.value) is int:
                     announced[subkey] = (item.value, announcement_age(item.expiration_time, now))
@@ -150,7 +157,8 @@ async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
     keys = {bundle_key(swarm, peer, r): (peer, r) for peer, r in wanted}
     READING.set(True)  # this task only: the lookups check every record whole
     found = await node.get_many(list(keys),
-                                sufficient_expiration_time=sufficient_expiration(FETCH_TO_FIRST_COPY, get_dht_time()))
+                                sufficient_expiration_time=sufficient_expiration(FETCH_TO_FIRST_COPY, get_dht_time()),
+                                num_workers=get_workers(len(keys), FETCH_TO_FIRST_COPY))
     records = []
     for key, result in found.items():
         peer, round_no = keys[key]

@@ -2,9 +2,11 @@
 
 A node's cost per round is bounded whatever the swarm's size: it fetches at most
 ``fetch_per_round`` (K) bundles a round of its own, chosen over the announcing peers by its
-:class:`~swarmnode.swarm.transport.pull.PullPlan`, and reads :data:`SHARDS_PER_POLL`
-announcement shards a poll only while the plan has too few candidates to spend its budget
-on (:meth:`HivemindPull.shards_to_read`). Which shards: first those of peers fetched lately
+:class:`~swarmnode.swarm.transport.pull.PullPlan`, and reads announcement shards only while
+the plan has too few candidates to spend its budget on (:meth:`HivemindPull.shards_to_read`):
+:data:`SHARDS_PER_POLL` a poll at most, fewer the more announcers a shard holds
+(:meth:`HivemindPull.per_poll`: about :data:`POLL_ANNOUNCERS` announcers a poll, one shard
+at least), since a read returns every announcer of its shards. Which shards: first those of peers fetched lately
 (their next round is the likeliest news), then the next of a shuffled cycle over all shards
 (:class:`ShardCycle`). The plan's freshness policy is
 :class:`~swarmnode.swarm.transport.pull.AwaitNext`: a drawn round made more than
@@ -31,6 +33,7 @@ simulation in virtual time run the same code.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 
@@ -43,6 +46,10 @@ from swarmnode.swarm.transport.pull import (
 )
 
 SHARDS_PER_POLL = 4
+# Announcers a poll's read aims at: a shard holds N / 16 of them and a read returns them all,
+# so past 32 a shard a poll reads fewer shards (one from 128 a shard: about 2,000 nodes). At
+# 3,000 nodes a read of 4 shards brought 750 announcers, for a plan that draws K = 8 a round.
+POLL_ANNOUNCERS = 128
 # The freshness window's widest, as a share of the node's round. The window's 20 s floor is a
 # GPU node's whole round: a round drawn at 19 s old arrived past it, which made a swarm's p95
 # delivery latency 1.07 of the round at 1,000 simulated nodes (docs/scale.md).
@@ -69,10 +76,24 @@ FETCH_TO_FIRST_COPY = True
 READ_TO_FIRST_COPY = True
 
 
+# hivemind's get has num_workers (4 by default) requests in flight, shared by the keys of a
+# call, and every request of a wave answers: a get of one key that stops at its first copy
+# had up to 4 replicas send theirs (an 8 KB bundle, or a shard of N / 16 announcements, each).
+# One request a key at a time, the first copy found ends the key's search. At 3,000 simulated
+# nodes a read of one shard moved 105 KB where its copy is 26 KB (docs/scale.md).
+DHT_WORKERS = 4
+
+
 def sufficient_expiration(to_first_copy: bool, now: float) -> float:
     """A get's ``sufficient_expiration_time``: ``now`` ends the search at the first live copy,
     infinity goes on to every replica and keeps the copy that expires last."""
     return now if to_first_copy else float("inf")
+
+
+def get_workers(keys: int, to_first_copy: bool) -> int:
+    """A get's ``num_workers`` for ``keys`` keys: one request a key at a time (hivemind's
+    :data:`DHT_WORKERS` at most) when it stops at the first copy, hivemind's default else."""
+    return max(1, min(keys, DHT_WORKERS)) if to_first_copy else DHT_WORKERS
 
 
 class ShardCycle:
@@ -83,12 +104,12 @@ class ShardCycle:
         self.seen: set[int] = set()  # shards read since start
         self._order: list[int] = []  # the rest of the current shuffled cycle
 
-    def next(self, recent_peers: Iterable[str]) -> list[int]:
-        """Up to :data:`SHARDS_PER_POLL` shards: half at most of ``recent_peers`` (peers
-        fetched lately), the rest the next of the shuffled cycle."""
+    def next(self, recent_peers: Iterable[str], n: int = SHARDS_PER_POLL) -> list[int]:
+        """Up to ``n`` shards: half at most of ``recent_peers`` (peers fetched lately; none
+        when ``n`` is 1), the rest the next of the shuffled cycle."""
         recent = [shard_of(p) for p in recent_peers]
-        shards = list(dict.fromkeys(self.rng.sample(recent, len(recent))))[:SHARDS_PER_POLL // 2]
-        while len(shards) < min(SHARDS_PER_POLL, ANNOUNCE_SHARDS):
+        shards = list(dict.fromkeys(self.rng.sample(recent, len(recent))))[:n // 2]
+        while len(shards) < min(n, ANNOUNCE_SHARDS):
             if not self._order:
                 self._order = self.rng.sample(range(ANNOUNCE_SHARDS), ANNOUNCE_SHARDS)
             shard = self._order.pop()
@@ -116,6 +137,7 @@ class HivemindPull:
                              freshness=AwaitNext(FRESH_SHARE, FRESH_MOST), rng=rng)
         self.shards = ShardCycle(rng)
         self.read_at: dict[int, float] = {}  # shard -> when it was last read (monotonic seconds)
+        self.shard_size = 0  # announcers the largest shard of the last read that found a copy held
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now``."""
@@ -127,7 +149,14 @@ class HivemindPull:
         K, however many more."""
         if not self.plan.wants_announcements(established):
             return []
-        return self.shards.next(self.plan.recent(RECENT_PEERS))
+        return self.shards.next(self.plan.recent(RECENT_PEERS), self.per_poll())
+
+    def per_poll(self) -> int:
+        """Shards a read takes: :data:`SHARDS_PER_POLL`, or as many as hold about
+        :data:`POLL_ANNOUNCERS` announcers by the last read (one at least)."""
+        if not self.shard_size:
+            return SHARDS_PER_POLL
+        return max(1, min(SHARDS_PER_POLL, math.ceil(POLL_ANNOUNCERS / self.shard_size)))
 
     def read_since(self, shard: int) -> float:
         """The store time (monotonic seconds) from which a read of ``shard`` now passes its
@@ -136,14 +165,22 @@ class HivemindPull:
         return self.read_at.get(shard, float("-inf")) - READ_OVERLAP_S
 
     def read(self, shards: Collection[int], announced: Mapping[str, tuple[int, float]], now: float,
-             established: Callable[[str], bool], answered: Collection[int] | None = None) -> None:
+             established: Callable[[str], bool], answered: Mapping[int, int] | None = None) -> None:
         """What reading ``shards`` found at ``now``: peer -> (round, seconds since it was
         stored); all of it, or only what was stored since :meth:`read_since`. ``answered``: the
-        shards whose read found a copy (None: all); the others are read again in full, their
+        shards whose read found a copy, each with the announcers its copy held (None: all, their
+        announcers counted from ``announced``); the others are read again in full, their
         announcements not seen again. The plan sees again what it holds of the answered shards,
         still stored, and takes the news; past :data:`PLAN_MEMORY` announcers it keeps, of all
         it holds, ``established`` peers first, then the rounds made last."""
-        answered = shards if answered is None else answered
+        if answered is None:
+            counts = dict.fromkeys(shards, 0)
+            for peer in announced:
+                if shard_of(peer) in counts:
+                    counts[shard_of(peer)] += 1
+            answered = counts
+        if answered:
+            self.shard_size = max(answered.values())
         since = {s: self.read_since(s) for s in answered}
         self.read_at.update(dict.fromkeys(answered, now))
         self.shards.seen.update(shards)
