@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("hivemind")
 
+from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
 from swarmnode.swarm.transport import hivemind_calls as calls  # noqa: E402
 from swarmnode.swarm.transport.hivemind_dht import HivemindTransport  # noqa: E402
@@ -43,6 +44,8 @@ class FakeSwarm:
             shards = set(kw["shards"])
             found = {p: (r, time.monotonic() - self.made[p]) for p, r in self.rounds.items() if shard_of(p) in shards}
             return found, {s: sum(shard_of(p) == s for p in found) for s in shards}, []
+        if fn is calls.store_round:
+            raise RuntimeError("no DHT node accepted the announcement")  # its replicas gone silent
         if fn is calls.fetch_bundles:
             self.fetched += [p for p, _ in kw["wanted"]]
             return [(p, r, f"{p}/{r}".encode()) for p, r in kw["wanted"] if p in self.stored and r == self.rounds[p]]
@@ -109,6 +112,22 @@ def test_a_rounds_fetches_stay_at_k_and_shard_reads_stop_however_many_peers_anno
     # Past K peers, more peers cost no more fetches, and fewer shard reads, not more.
     assert costs[2000][0] == costs[64][0]
     assert costs[2000][1] <= costs[64][1] <= costs[8][1]
+
+
+def test_a_round_whose_stores_failed_still_begins_its_k_fetches(tmp_path):
+    swarm = FakeSwarm()
+    friend = peer("friend")
+    t, delivered, _ = make_transport(swarm, {friend}, k=1)
+    swarm.announce(friend, 1, payload=True)
+    run_round(t)
+    assert delivered == [f"{friend}/1".encode()] and t._pull.plan.budget < 1
+    t._spool = str(tmp_path)
+    with pytest.raises(RuntimeError, match="announcement"):
+        asyncio.run(t._publish(1, encode_bundle(t.identity, swarm="sw", round_no=1, model="m", groups=[])))
+    swarm.announce(friend, 2, payload=True)
+    for _ in range(6):
+        asyncio.run(t._poll_once())
+    assert delivered[1:] == [f"{friend}/2".encode()], "the friend's next round, on this round's budget"
 
 
 def test_established_peers_keep_their_fetches_whatever_a_crowd_announces():

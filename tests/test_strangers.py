@@ -67,7 +67,7 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
             # more, so rounds after it arrive only if no lookup relies on the ids it claimed.
             os.killpg(stranger.proc.pid, signal.SIGSTOP)
             after_from += FROZEN_PEER_S
-        time.sleep(5 * PERIOD + after_from - t1)
+        time.sleep(7 * PERIOD + after_from - t1)
         memory.close()
         counters = refusal_counts(target.metrics())
         growth = memory.growth()
@@ -82,7 +82,11 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
         # libp2p: in 1 of 5 runs at a node target, the bundle published as the crowd's first
         # connections arrived was never received (docs/reliability.md); every later one was
         assert during and len(missed) <= (1 if transport == "libp2p" else 0), during
-        assert after and all(s is not None and s <= 2 * PERIOD for s in after.values()), after
+        # Frozen, the crowd's peer is still named in the target's answers, so an honest store or
+        # lookup may still wait out a 3 s call timeout on it after the allowance: beside a busy
+        # core one round of the 2-4 after it was lost in 15 of 22 runs, never two (docs/reliability.md).
+        late = [r for r, s in after.items() if s is None or s > 2 * PERIOD]
+        assert len(after) >= 3 and len(late) <= (1 if "--as-nodes" in extra else 0), after
         refused = {k: v for k, v in counters.items() if k.startswith("refused_")}
         assert any("newcomers_full" in k for k in refused), counters
     finally:

@@ -164,9 +164,12 @@ class HivemindTransport(Transport):
         self._spooled += 1
         path = os.path.join(self._spool, f"bundle-{self._spooled}")
         await asyncio.to_thread(calls.write_private, path, data)
-        await self._call(partial(calls.store_round, swarm=self.swarm, peer_id=self.identity.peer_id, round_no=round_no,
-                                 path=path, created=float(open_envelope(data)[1]["created"])))
-        self._pull.next_round(time.monotonic())
+        try:
+            await self._call(partial(calls.store_round, swarm=self.swarm, peer_id=self.identity.peer_id,
+                                     round_no=round_no, path=path, created=float(open_envelope(data)[1]["created"])))
+        finally:
+            # The round was made whether or not its stores were accepted: its K fetches begin.
+            self._pull.next_round(time.monotonic())
 
     async def _dial(self, maddr: str) -> bool:
         try:

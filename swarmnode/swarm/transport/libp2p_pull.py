@@ -240,17 +240,19 @@ class Libp2pTransport(Transport):
         if len(data) > MAX_MESSAGE_BYTES:
             raise ValueError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
         self.served.put(self.identity.peer_id, round_no, data)
-        # Holders first: once a peer reads the announcement, every holder it names has the bundle.
-        holders = await self._bridge.run(self._leave_with_holders, data) if self.private else {}
-        # Where its sources listen, so that a peer that never met them can dial them.
-        addresses = source_addresses({self.identity.peer_id: self._addresses, **holders})
-        announcement = Announcement(self.identity.peer_id, self.swarm, round_no, len(data),
-                                    hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders), addresses)
-        self._own_announcement = announcement.signed(self.identity)
-        wire = canonical_json(self._own_announcement)
-        # Pushed in the background: a slow peer must not hold up the round.
-        await asyncio.to_thread(self._bridge.start_soon, self._push, wire)
-        self._pull.next_round(time.monotonic())
+        try:
+            # Holders first: once a peer reads the announcement, every holder it names has the bundle.
+            holders = await self._bridge.run(self._leave_with_holders, data) if self.private else {}
+            # Where its sources listen, so that a peer that never met them can dial them.
+            addresses = source_addresses({self.identity.peer_id: self._addresses, **holders})
+            announcement = Announcement(self.identity.peer_id, self.swarm, round_no, len(data),
+                                        hashlib.sha256(data).hexdigest(), (self.identity.peer_id, *holders), addresses)
+            self._own_announcement = announcement.signed(self.identity)
+            wire = canonical_json(self._own_announcement)
+            # Pushed in the background: a slow peer must not hold up the round.
+            await asyncio.to_thread(self._bridge.start_soon, self._push, wire)
+        finally:
+            self._pull.next_round(time.monotonic())  # the round was made, announced or not: its K fetches begin
 
     async def _dial(self, maddr: str) -> bool:
         try:
