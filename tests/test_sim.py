@@ -95,6 +95,24 @@ def test_a_connection_manager_trims_its_oldest_connections_past_the_grace_period
     assert sorted(hosts.peers[0]) == [6, 7, 8] and hosts.trimmed[0] == 5
 
 
+def test_a_connection_manager_past_its_high_mark_holds_only_connections_in_their_grace():
+    # Checked at each dial, when a trim may run: a host that skips a trim must have had nothing to close.
+    rng = random.Random(11)
+    hosts = Hosts(40, low=4, high=8, grace=10.0)
+    now = 0.0
+    for _ in range(5000):
+        now += rng.expovariate(4.0)
+        a, b = rng.sample(range(40), 2)
+        if rng.random() < 0.1:
+            hosts.close(a, b)
+            continue
+        hosts.connect(a, b, now)
+        for host in (a, b):
+            held = hosts.peers[host]
+            assert len(held) <= 8 or all(now - t < 10.0 for t in held.values()), (host, now)
+    assert sum(hosts.trimmed) > 100
+
+
 def test_the_dht_model_finds_the_xor_nearest_servers():
     rng = random.Random(7)
     space = Space(500, rng)

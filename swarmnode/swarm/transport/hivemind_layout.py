@@ -20,6 +20,7 @@ record validator and a simulation alike.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -45,6 +46,7 @@ def announce_key(swarm: str, shard: int) -> str:
     return f"{swarm}/v{LAYOUT_VERSION}/announce/{shard}"
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a hash a call; a node meets a few thousand peers at most
 def shard_of(peer_id: str) -> int:
     """The one announcement shard of ``peer_id``."""
     return hashlib.sha256(peer_id.encode()).digest()[0] % ANNOUNCE_SHARDS
