@@ -1,0 +1,74 @@
+"""Where a node stores its announcement: straight at its shard's replicas, or by a traversal.
+
+A store that traverses the DHT (hivemind's ``store``) asks each node it visits for the key, and
+every replica it meets answers with the whole shard: N / 16 announcements, up to
+``num_replicas`` times, to store one. A node only ever announces into its own shard (one
+key), so it remembers the replicas its last traversal stored at and stores straight at them
+(one request each, nothing comes back), traversing again when that may no longer reach the
+shard's readers:
+
+* when it knows no replicas (its first round, or after the rules below forgot them);
+* every :data:`REFRESH_ROUNDS`-th round anyway, so replicas that nodes joining near the key
+  displaced are found again even while the old ones still accept;
+* in the same round, when fewer than half the remembered replicas accepted (the
+  announcement is then held by too few of the nodes readers look at);
+* in the next round, when any of them refused or did not answer (the announcement stands
+  at the others meanwhile).
+
+This module imports no hivemind: :class:`ShardReplicas` is the rule both the transport (in the
+DHT process, :func:`~swarmnode.swarm.transport.hivemind_calls.store_round`) and the
+simulator follow. A replica is whatever identifies a peer to the caller (a PeerID, a host).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
+
+# Direct stores between two traversals, the traversal's round included: 1 in 8 rounds pays
+# for a shard coming back from each replica, and a replica set that changed (a node joining
+# near the key, one leaving quietly) is found again within 8 rounds, about 2 minutes at
+# 15-second rounds: within ANNOUNCE_TTL (120 s), so an announcement stored at displaced
+# replicas has expired by the time the set has been re-learnt.
+REFRESH_ROUNDS = 8
+
+
+@dataclass
+class ShardReplicas:
+    """The remembered replicas of one announcement shard and the rule for using them.
+
+    Per round: :meth:`targets` says where to store (a tuple of replicas: direct; None:
+    traverse); after a direct store, :meth:`direct_done` with those that accepted says whether
+    the store stands (False: traverse now); after a traversal, :meth:`traversed` with the
+    replicas that accepted it.
+    """
+
+    refresh_rounds: int = REFRESH_ROUNDS
+    replicas: tuple[Hashable, ...] = ()
+    direct_rounds: int = 0  # direct stores since the last traversal
+    traversals: int = field(default=0, compare=False)  # counters, for tests and the meter
+    directs: int = field(default=0, compare=False)
+
+    def targets(self) -> tuple[Hashable, ...] | None:
+        """The replicas to store straight at this round, or None when this round traverses."""
+        if not self.replicas or self.direct_rounds + 1 >= self.refresh_rounds:
+            return None
+        return self.replicas
+
+    def direct_done(self, accepted: Collection[Hashable]) -> bool:
+        """Take the outcome of a direct store at :meth:`targets` (``accepted``: those that
+        stored it); True when the store stands, False when the round must traverse now."""
+        asked = self.replicas
+        took = [r for r in asked if r in accepted]
+        self.directs += 1
+        self.direct_rounds += 1
+        if len(took) == len(asked):
+            return True
+        self.replicas = ()  # one missed: the next round learns the replicas again
+        return 2 * len(took) >= len(asked)
+
+    def traversed(self, accepted: Sequence[Hashable]) -> None:
+        """Remember the replicas that accepted this round's traversal store (none: forget)."""
+        self.traversals += 1
+        self.replicas = tuple(accepted)
+        self.direct_rounds = 0
