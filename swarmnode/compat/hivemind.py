@@ -6,7 +6,8 @@ Only the hivemind transport's modules that run hivemind (``swarmnode.swarm.trans
 process with py-libp2p (see :mod:`swarmnode.compat`). The functions taking a ``DHTNode`` run
 inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
-and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
+and the transport contract tests (``nearest_replicas`` and ``store_subkey_at`` by
+``tests/test_hivemind_announce.py``); ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
 """
 
 from __future__ import annotations
