@@ -6,7 +6,7 @@ Only the hivemind transport's modules that run hivemind (``swarmnode.swarm.trans
 process with py-libp2p (see :mod:`swarmnode.compat`). The functions taking a ``DHTNode`` run
 inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
-and the transport contract tests (``nearest_replicas`` and ``store_subkey_at`` by
+and the transport contract tests (``nearest_replicas``, ``store_subkey_at`` and ``table_nearest`` by
 ``tests/test_hivemind_announce.py``); ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
 """
 
@@ -31,7 +31,7 @@ from hivemind.utils.multiaddr import Multiaddr
 
 __all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
            "connect", "guard_routing_table", "local_storage", "nearest_replicas", "ping", "record_key_id",
-           "replace_storage", "routed_peers", "start_dht", "store_subkey_at"]
+           "replace_storage", "routed_peers", "start_dht", "store_subkey_at", "table_nearest"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"
@@ -109,19 +109,35 @@ async def ping(node: DHTNode, peer: PeerID) -> bool:
     return await node.protocol.call_ping(peer) is not None
 
 
-async def nearest_replicas(node: DHTNode, key: str) -> list[PeerID]:
-    """The peers a store of ``key`` lands at now, nearest first: ``node``'s own PeerID among
-    them when it is one. A traversal, costing what a store's costs (each node visited answers
-    with the value it holds).
+async def nearest_replicas(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
+    """The peers a store of ``key`` lands at now, nearest first, with their distance to the
+    key: ``node``'s own PeerID among them when it is one. A traversal, costing what a store's
+    costs (each node visited answers with the value it holds).
 
     Contract (checked on 1.1.12): ``DHTNode.store`` addresses ``key`` as
     ``DHTID.generate(source=key)`` and stores at the ``node.num_replicas`` nearest nodes
     ``node.find_nearest_nodes([id], k_nearest=...)`` returns (``{id: {DHTID: PeerID}}``,
-    nearest first, the node itself included unless ``exclude_self``).
+    nearest first, the node itself included unless ``exclude_self``); ``id.xor_distance(other)``
+    is an int.
     """
     key_id = DHTID.generate(source=key)
     found = await node.find_nearest_nodes([key_id], k_nearest=node.num_replicas)
-    return list(found[key_id].values())
+    return [(key_id.xor_distance(n), p) for n, p in found[key_id].items()]
+
+
+def table_nearest(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
+    """(distance to the key, peer) of the ``node.num_replicas`` peers nearest ``key`` that
+    ``node``'s routing table holds, ``node`` itself among them when nearer; no request.
+
+    Contract (checked on 1.1.12): ``node.protocol.routing_table.get_nearest_neighbors(id, k,
+    exclude=node.node_id)`` returns up to ``k`` (DHTID, PeerID) pairs of the table, nearest
+    first, not the node itself; a peer that failed a request is dropped from the table.
+    """
+    key_id = DHTID.generate(source=key)
+    k = node.num_replicas
+    near = node.protocol.routing_table.get_nearest_neighbors(key_id, k, exclude=node.node_id)
+    ranked = sorted([*near, (node.node_id, node.peer_id)], key=lambda entry: key_id.xor_distance(entry[0]))
+    return [(key_id.xor_distance(n), p) for n, p in ranked[:k]]
 
 
 async def store_subkey_at(node: DHTNode, peers: Sequence[PeerID], key: str, subkey: Any, value: Any,

@@ -258,7 +258,7 @@ class HivemindNode(SimNode):
         # The transport's store_round sets the expiry from the DHT's clock as the publish
         # begins, before either store: an announcement's age is its round's.
         expires = announce_expiry(made)
-        targets = self.shard_replicas.targets()
+        targets = self.shard_replicas.targets(self._table_nearest(kid))
         if targets is None:
             self.lookup([key], False, lambda found: self._announce_traversed(round_no, key, expires, set()),
                         "store")
@@ -280,6 +280,15 @@ class HivemindNode(SimNode):
         self.after(wait, self.lookup, [key], False,
                    lambda found: self._announce_traversed(round_no, key, expires, set(up)), "store")
 
+    def _table_nearest(self, kid: int) -> list[tuple[int, int]]:
+        """(distance, server) of the ``NUM_REPLICAS`` servers nearest ``kid`` in this node's
+        routing table (:meth:`~swarmnode.swarm.sim.dht.Space.held`), itself if a server."""
+        space = self.space
+        table = space.held(self.idx, kid, BUCKET_SIZE, self.gone_known | {self.idx})
+        if self.idx in space.up:
+            table.append(self.idx)
+        return sorted((space.ids[h] ^ kid, h) for h in table)[:NUM_REPLICAS]
+
     def _announce_traversed(self, round_no: int, key: str, expires: float, held: set[int]) -> None:
         """A traversal's store of the announcement; ``held``: replicas a direct store of it
         this round reached already."""
@@ -289,7 +298,7 @@ class HivemindNode(SimNode):
         replicas = self._replicas(key)
         wait = self._store_at([h for h in replicas if h not in held], self.costs.announcement,
                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
-        self.shard_replicas.traversed(replicas)
+        self.shard_replicas.traversed([(self.space.ids[h] ^ kid, h) for h in replicas], set(replicas))
         self.announced_at[round_no] = world.now + wait
         self.after(wait, self._published)
 

@@ -8,6 +8,9 @@ key), so it remembers the replicas its last traversal stored at and stores strai
 shard's readers:
 
 * when it knows no replicas (its first round, or after the rules below forgot them);
+* when its routing table knows a peer nearer the key than the farthest its last traversal
+  found, that traversal did not find (a node joined near the key since, or the traversal
+  ran while the swarm was still gathering);
 * every :data:`REFRESH_ROUNDS`-th round anyway, so replicas that nodes joining near the key
   displaced are found again even while the old ones still accept;
 * in the same round, when fewer than half the remembered replicas accepted (the
@@ -22,7 +25,7 @@ simulator follow. A replica is whatever identifies a peer to the caller (a PeerI
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # Rounds from one traversal to the next, the traversal's included. A traversal is what brings
@@ -50,13 +53,20 @@ class ShardReplicas:
 
     refresh_rounds: int = REFRESH_ROUNDS
     replicas: tuple[Hashable, ...] = ()
+    found: frozenset[Hashable] = frozenset()  # the peers the last traversal found nearest
+    farthest: int = -1  # the distance to the key of the farthest of them
     direct_rounds: int = 0  # direct stores since the last traversal
     traversals: int = field(default=0, compare=False)  # counters, for tests and the meter
     directs: int = field(default=0, compare=False)
 
-    def targets(self) -> tuple[Hashable, ...] | None:
-        """The replicas to store straight at this round, or None when this round traverses."""
+    def targets(self, table: Iterable[tuple[int, Hashable]] = ()) -> tuple[Hashable, ...] | None:
+        """The replicas to store straight at this round, or None when this round traverses.
+        ``table``: (distance to the key, peer) of the peers nearest the key that the node's
+        routing table holds, the node itself among them if it is a server."""
         if not self.replicas or self.direct_rounds + 1 >= self.refresh_rounds:
+            return None
+        if any(d < self.farthest and p not in self.found for d, p in table):
+            self.replicas = ()
             return None
         return self.replicas
 
@@ -72,8 +82,11 @@ class ShardReplicas:
         self.replicas = ()  # one missed: the next round learns the replicas again
         return 2 * len(took) >= len(asked)
 
-    def traversed(self, accepted: Sequence[Hashable]) -> None:
-        """Remember the replicas that accepted this round's traversal store (none: forget)."""
+    def traversed(self, found: Sequence[tuple[int, Hashable]], accepted: Collection[Hashable]) -> None:
+        """Remember what this round's traversal found, (distance to the key, peer), and the
+        replicas among them that accepted its store (none: forget)."""
         self.traversals += 1
-        self.replicas = tuple(accepted)
+        self.replicas = tuple(p for _, p in found if p in accepted)
+        self.found = frozenset(p for _, p in found)
+        self.farthest = max((d for d, _ in found), default=-1)
         self.direct_rounds = 0

@@ -29,6 +29,7 @@ from swarmnode.compat.hivemind import (
     replace_storage,
     routed_peers,
     store_subkey_at,
+    table_nearest,
 )
 from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
 from swarmnode.swarm.transport.hivemind_layout import (
@@ -134,7 +135,7 @@ async def announce(node: DHTNode, key: str, peer_id: str, round_no: int, expirat
     """Store ``peer_id``'s announcement of ``round_no`` under ``key`` (its shard), straight at
     the replicas remembered for it or by a traversal; RuntimeError if no DHT node took it."""
     replicas = SHARD_REPLICAS.setdefault(key, ShardReplicas())
-    targets = replicas.targets()
+    targets = replicas.targets(table_nearest(node, key))
     held: set = set()
     if targets is not None:
         held = await store_subkey_at(node, list(targets), key, peer_id, round_no, expiration)
@@ -144,9 +145,9 @@ async def announce(node: DHTNode, key: str, peer_id: str, round_no: int, expirat
     # with the shard), then store at them. Those that took the direct store already hold
     # this record (and would refuse it again as too frequent).
     found = await nearest_replicas(node, key)
-    accepted = held | await store_subkey_at(node, [p for p in found if p not in held], key, peer_id, round_no,
+    accepted = held | await store_subkey_at(node, [p for _, p in found if p not in held], key, peer_id, round_no,
                                             expiration)
-    replicas.traversed([p for p in found if p in accepted])
+    replicas.traversed(found, accepted)
     if not accepted:
         raise RuntimeError("no DHT node accepted the announcement")
 
