@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 # Rounds from one traversal to the next, the traversal's included. A traversal is what brings
 # the shard back (num_replicas copies of N / 16 announcements); one round in 8 pays for it, an
 # eighth of what every round paid. What waiting costs: replicas that left are noticed at
-# once (their direct store fails), but a node that joined nearer the key than a remembered
-# replica is not, and until the next traversal this node's announcement is missing from that
-# newcomer's copy of the shard, which a reader stopping at the first copy may read: up to 7
-# rounds (under 2 minutes at 15 s rounds, 10 to 19 minutes at the 90-160 s defaults). A
+# once (their direct store fails), and a node that joined nearer the key than a remembered
+# replica as soon as the routing table holds it; one it does not hold (a table holds 20
+# servers of the key's region, not all) is not, and until the next traversal this node's
+# announcement is missing from that newcomer's copy of the shard, which a reader stopping at
+# the first copy may read: up to 7 rounds (under 2 minutes at 15 s rounds, 10 to 19
+# minutes at 90-160 s). A
 # reader awaiting this node's next round asks for it by name when due, announced or not, so
 # the peers it already follows are not lost that way. More than 8 saves little more (the
 # traversal's bytes a round fall as 1/M) and waits longer.
