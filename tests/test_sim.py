@@ -352,3 +352,13 @@ def test_at_the_machine_benchmark_no_author_that_pushes_to_a_node_is_asked_for_b
     each): a round heard of by push is followed by the next push, so no ask is made."""
     r = run(swarm_sim.machine_scenario("libp2p", 8, seed=0))
     assert r["bundles_min"] == 7.0 and "named_asks" not in r["events"], r["events"]
+
+
+def test_a_hivemind_node_stores_its_announcement_straight_at_its_shards_replicas_and_traverses_one_round_in_8():
+    from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS
+
+    s = replace(swarm_sim.machine_scenario("hivemind", 12, seed=3), measure_s=600.0)
+    r = run(s)
+    direct, traversed = r["events"].get("announce_direct", 0), r["events"].get("announce_traversal", 0)
+    assert traversed > 0 and direct >= (REFRESH_ROUNDS - 2) * traversed, r["events"]
+    assert r["bundles_min"] >= 6.0 and r["fresh_share"] == 1.0, r

@@ -6,12 +6,14 @@ Only the hivemind transport's modules that run hivemind (``swarmnode.swarm.trans
 process with py-libp2p (see :mod:`swarmnode.compat`). The functions taking a ``DHTNode`` run
 inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
-and the transport contract tests; ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
+and the transport contract tests (``nearest_replicas``, ``store_subkey_at`` and ``table_nearest`` by
+``tests/test_hivemind_announce.py``); ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import os
 import signal
@@ -23,12 +25,13 @@ from typing import Any
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
+from hivemind.dht.validation import DHTRecord
 from hivemind.p2p import PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 __all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
-           "connect", "guard_routing_table", "local_storage", "ping", "record_key_id", "replace_storage",
-           "routed_peers", "start_dht"]
+           "connect", "guard_routing_table", "local_storage", "nearest_replicas", "ping", "record_key_id",
+           "replace_storage", "routed_peers", "start_dht", "store_subkey_at", "table_nearest"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=1.1.11,<1.2"
@@ -104,6 +107,75 @@ async def ping(node: DHTNode, peer: PeerID) -> bool:
     answering peer to the routing table as a task of the DHT's loop (done moments later).
     """
     return await node.protocol.call_ping(peer) is not None
+
+
+async def nearest_replicas(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
+    """The peers a store of ``key`` lands at now, nearest first, with their distance to the
+    key: ``node``'s own PeerID among them when it is one. A traversal, costing what a store's
+    costs (each node visited answers with the value it holds).
+
+    Contract (checked on 1.1.12): ``DHTNode.store`` addresses ``key`` as
+    ``DHTID.generate(source=key)`` and stores at the ``node.num_replicas`` nearest nodes
+    ``node.find_nearest_nodes([id], k_nearest=...)`` returns (``{id: {DHTID: PeerID}}``,
+    nearest first, the node itself included unless ``exclude_self``); ``id.xor_distance(other)``
+    is an int.
+    """
+    key_id = DHTID.generate(source=key)
+    found = await node.find_nearest_nodes([key_id], k_nearest=node.num_replicas)
+    return [(key_id.xor_distance(n), p) for n, p in found[key_id].items()]
+
+
+def table_nearest(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
+    """(distance to the key, peer) of the ``node.num_replicas`` peers nearest ``key`` that
+    ``node``'s routing table holds, ``node`` itself among them when nearer; no request.
+
+    Contract (checked on 1.1.12): ``node.protocol.routing_table.get_nearest_neighbors(id, k,
+    exclude=node.node_id)`` returns up to ``k`` (DHTID, PeerID) pairs of the table, nearest
+    first, not the node itself; a peer that failed a request is dropped from the table.
+    """
+    key_id = DHTID.generate(source=key)
+    k = node.num_replicas
+    near = node.protocol.routing_table.get_nearest_neighbors(key_id, k, exclude=node.node_id)
+    ranked = sorted([*near, (node.node_id, node.peer_id)], key=lambda entry: key_id.xor_distance(entry[0]))
+    return [(key_id.xor_distance(n), p) for n, p in ranked[:k]]
+
+
+async def store_subkey_at(node: DHTNode, peers: Sequence[PeerID], key: str, subkey: Any, value: Any,
+                          expiration: float) -> set[PeerID]:
+    """Store ``value`` under ``key``'s ``subkey`` until ``expiration`` at exactly ``peers`` (at
+    once, no traversal: nothing but an acknowledgement comes back), ``node`` itself when
+    among them; returns the peers that stored it. A peer that refused, failed or did not
+    answer within the DHT's ``wait_timeout`` is not among them.
+
+    Contract (checked on 1.1.12), as ``DHTNode.store_many`` stores: the record is
+    ``DHTRecord(id.to_bytes(), serializer.dumps(subkey), serializer.dumps(value),
+    expiration)`` with ``id = DHTID.generate(source=key)``, its value replaced by
+    ``protocol.record_validator.sign_value(record)``; ``protocol.call_store(peer, keys=[id],
+    values=[signed], expiration_time=[expiration], subkeys=[subkey])`` serializes the subkey
+    itself and returns ``[ok]``, or None when the peer did not answer (dropping it from the
+    routing table, so the next traversal does not count on it); the node's own copy goes to
+    ``protocol.storage.store(id, signed, expiration, subkey=subkey)`` once
+    ``record_validator.validate(record)`` accepted it.
+    """
+    protocol = node.protocol
+    key_id = DHTID.generate(source=key)
+    record = DHTRecord(key_id.to_bytes(), protocol.serializer.dumps(subkey), protocol.serializer.dumps(value),
+                       expiration)
+    validator = protocol.record_validator
+    if validator is not None:
+        record = dataclasses.replace(record, value=validator.sign_value(record))
+
+    async def store_at(peer: PeerID) -> bool:
+        if peer == node.peer_id:
+            if validator is not None and not validator.validate(record):
+                return False
+            return bool(protocol.storage.store(key_id, record.value, expiration, subkey=subkey))
+        ok = await protocol.call_store(peer, keys=[key_id], values=[record.value], expiration_time=[expiration],
+                                       subkeys=[subkey])
+        return bool(ok and ok[0])
+
+    results = await asyncio.gather(*(store_at(p) for p in peers), return_exceptions=True)
+    return {p for p, ok in zip(peers, results) if ok is True}
 
 
 def routed_peers(node: DHTNode) -> Container[PeerID]:

@@ -12,8 +12,10 @@ How the real transport's loops map to events: the poll loop (a poll, then a paus
 ``max(POLL_INTERVAL, the poll's duration)``) runs a poll only when it can do something on
 the wire: read shards (the plan wants candidates), or fetch (a round published, an awaited
 round due); a poll that would read and fetch nothing is skipped. A publish stores the bundle
-record, then the announcement, each a store traversal; the plan's next round begins once
-both are stored.
+record by a store traversal, then the announcement, straight at the replicas the node
+remembers for its shard or by a traversal, as the transport's
+:class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas` rules; the plan's next
+round begins once both are stored.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from swarmnode.swarm.sim.dht import (
     plan_lookup,
 )
 from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
+from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -103,6 +106,8 @@ class HivemindNode(SimNode):
         self.stored_at: dict[int, float] = {}
         self.announced_at: dict[int, float] = {}
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
+        # The replicas of its shard it stores its announcement at (hosts), and when it traverses.
+        self.shard_replicas = ShardReplicas()
 
     # -- the DHT's wire ----------------------------------------------------------------------
 
@@ -242,18 +247,58 @@ class HivemindNode(SimNode):
         wait = self._store_at(self._replicas(key), world.scenario.bundle_bytes,
                               lambda h: space.put_bundle(h, kid, self.idx, round_no, expires))
         self.stored_at[round_no] = world.now + wait
-        shard_key = announce_key(SWARM, shard_of(self.peer_id))
-        self.after(wait, self.lookup, [shard_key], False,
-                   lambda found: self._stored_announcement(round_no, shard_key, made), "store")
+        self.after(wait, self._announce, round_no, made)
 
-    def _stored_announcement(self, round_no: int, key: str, made: float) -> None:
+    def _announce(self, round_no: int, made: float) -> None:
+        """Store the announcement straight at the shard's remembered replicas, or traverse
+        (:class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas`)."""
         world, space = self.world, self.space
+        key = announce_key(SWARM, shard_of(self.peer_id))
         kid = key_id(key)
         # The transport's store_round sets the expiry from the DHT's clock as the publish
         # begins, before either store: an announcement's age is its round's.
         expires = announce_expiry(made)
-        wait = self._store_at(self._replicas(key), self.costs.announcement,
+        targets = self.shard_replicas.targets(self._table_nearest(kid))
+        if targets is None:
+            self.lookup([key], False, lambda found: self._announce_traversed(round_no, key, expires, set()),
+                        "store")
+            return
+        world.meter.count("announce_direct", world.now)
+        up = [h for h in targets if h in space.up]
+        down = [h for h in targets if h not in space.up]
+        self.gone_known.update(down)
+        # A replica gone: the request times out (hivemind's wait_timeout) and it is dropped.
+        wait = max([self._connect(h) for h in up if h != self.idx] + [0.0])
+        wait += self._store_at(up, self.costs.announcement,
+                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
+        if down:
+            wait = max(wait, WAIT_TIMEOUT)
+        if self.shard_replicas.direct_done(set(up)):
+            self.announced_at[round_no] = world.now + wait
+            self.after(wait, self._published)
+            return
+        self.after(wait, self.lookup, [key], False,
+                   lambda found: self._announce_traversed(round_no, key, expires, set(up)), "store")
+
+    def _table_nearest(self, kid: int) -> list[tuple[int, int]]:
+        """(distance, server) of the ``NUM_REPLICAS`` servers nearest ``kid`` in this node's
+        routing table (:meth:`~swarmnode.swarm.sim.dht.Space.held`), itself if a server."""
+        space = self.space
+        table = space.held(self.idx, kid, BUCKET_SIZE, self.gone_known | {self.idx})
+        if self.idx in space.up:
+            table.append(self.idx)
+        return sorted((space.ids[h] ^ kid, h) for h in table)[:NUM_REPLICAS]
+
+    def _announce_traversed(self, round_no: int, key: str, expires: float, held: set[int]) -> None:
+        """A traversal's store of the announcement; ``held``: replicas a direct store of it
+        this round reached already."""
+        world, space = self.world, self.space
+        kid = key_id(key)
+        world.meter.count("announce_traversal", world.now)
+        replicas = self._replicas(key)
+        wait = self._store_at([h for h in replicas if h not in held], self.costs.announcement,
                               lambda h: space.put_announcement(h, kid, self.peer_id, round_no, expires))
+        self.shard_replicas.traversed([(self.space.ids[h] ^ kid, h) for h in replicas], set(replicas))
         self.announced_at[round_no] = world.now + wait
         self.after(wait, self._published)
 

@@ -24,10 +24,14 @@ from swarmnode.compat.hivemind import (
     connect,
     guard_routing_table,
     local_storage,
+    nearest_replicas,
     ping,
     replace_storage,
     routed_peers,
+    store_subkey_at,
+    table_nearest,
 )
+from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -47,6 +51,9 @@ from swarmnode.swarm.transport.hivemind_storage import bounded_storage
 
 CALL_TIMEOUT = 30.0
 DIAL_TIMEOUT = 5.0
+# The replicas of the shard this DHT process announces into, by announcement key: a node
+# announces into its own shard only, so this holds one entry.
+SHARD_REPLICAS: dict[str, ShardReplicas] = {}
 
 
 def write_private(path: str, data: bytes) -> None:
@@ -108,7 +115,11 @@ async def guarded(dht: Any, node: DHTNode, *, coro: Callable[[Any, DHTNode], Awa
 async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, round_no: int, path: str,
                       created: float) -> None:
     """Store the bundle in file ``path`` (removed once read) as ``peer_id``'s ``round_no``,
-    made at ``created``, then announce that round; RuntimeError if no DHT node took either."""
+    made at ``created``, then announce that round; RuntimeError if no DHT node took either.
+
+    The bundle record's key is new every round: a traversal finds its replicas. The
+    announcement goes straight to the shard's replicas its last traversal found, or by a
+    traversal, as :class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas` rules."""
     with open(path, "rb") as fh:
         data = fh.read()
     os.unlink(path)
@@ -117,7 +128,27 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
     # Its expiry is bound to the signed creation time (validators refuse a later one).
     if not await node.store(bundle_key(swarm, peer_id, round_no), data, bundle_expiry(created), subkey=peer_id):
         raise RuntimeError("no DHT node accepted the bundle record")
-    if not await node.store(announce_key(swarm, shard_of(peer_id)), round_no, announce_expiry(now), subkey=peer_id):
+    await announce(node, announce_key(swarm, shard_of(peer_id)), peer_id, round_no, announce_expiry(now))
+
+
+async def announce(node: DHTNode, key: str, peer_id: str, round_no: int, expiration: float) -> None:
+    """Store ``peer_id``'s announcement of ``round_no`` under ``key`` (its shard), straight at
+    the replicas remembered for it or by a traversal; RuntimeError if no DHT node took it."""
+    replicas = SHARD_REPLICAS.setdefault(key, ShardReplicas())
+    targets = replicas.targets(table_nearest(node, key))
+    held: set = set()
+    if targets is not None:
+        held = await store_subkey_at(node, list(targets), key, peer_id, round_no, expiration)
+        if replicas.direct_done(held):
+            return
+    # A traversal: find the replicas as hivemind's store does (every node visited answers
+    # with the shard), then store at them. Those that took the direct store already hold
+    # this record (and would refuse it again as too frequent).
+    found = await nearest_replicas(node, key)
+    accepted = held | await store_subkey_at(node, [p for _, p in found if p not in held], key, peer_id, round_no,
+                                            expiration)
+    replicas.traversed(found, accepted)
+    if not accepted:
         raise RuntimeError("no DHT node accepted the announcement")
 
 
