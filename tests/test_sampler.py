@@ -15,7 +15,7 @@ from swarmnode.config import NodeConfig
 from swarmnode.train import prefixattn
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
-from swarmnode.train.sampler import end_ids, sample
+from swarmnode.train.sampler import DRAW_ROWS, draw, end_ids, sample
 from tinymodel import ARCHITECTURES, TEST_DEVICE, build_tiny_model
 
 STOP = "</answer>"
@@ -269,3 +269,16 @@ def test_bf16_weights_decode_with_fp32_attention_products_close_to_the_plain_for
     assert steps.shape == plain.shape
     diffs = (steps - plain).abs().amax(dim=-1) / plain.std(dim=-1)
     assert float(diffs.max()) < 0.1, diffs
+
+
+@pytest.mark.parametrize("rows", [1, DRAW_ROWS, 3 * DRAW_ROWS + 5])
+def test_draws_a_few_rows_at_a_time_give_the_tokens_of_one_draw_over_every_row(rows):
+    logits = torch.randn(rows, 5_000, generator=torch.Generator().manual_seed(rows)) * 4
+    torch.manual_seed(7)
+    whole = torch.multinomial((logits / 0.7).softmax(dim=-1), 1)
+    torch.manual_seed(7)
+    drawn = draw(logits.clone(), 0.7)
+    assert drawn.shape == (rows, 1) and drawn.dtype == torch.long
+    assert torch.equal(drawn, whole)
+    assert len(set(drawn[:, 0].tolist())) > 1 or rows == 1  # samples, not the argmax of every row
+    assert torch.equal(draw(logits, 0), logits.argmax(dim=-1, keepdim=True))
