@@ -328,3 +328,25 @@ def test_libp2p_host_keeps_its_own_keys_when_its_peerstore_is_full():
                                                    "stock: the host survived": False,
                                                    "kept: own key after meeting 10 peers": True,
                                                    "kept: answers identify": True, "kept: the host survived": True}
+
+
+def test_a_tokenizer_without_its_construction_tables_encodes_decodes_and_saves_the_same(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer, Qwen2Tokenizer
+
+    from swarmnode.compat.transformers import drop_construction_tables
+
+    backend = AutoTokenizer.from_pretrained(tiny_model_dir).backend_tokenizer
+    model = json.loads(backend.to_str())["model"]
+    built = dict(vocab=model["vocab"], merges=[tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+                                                for m in model["merges"]], eos_token="<|im_end|>")
+    kept, dropped = Qwen2Tokenizer(**built), Qwen2Tokenizer(**built)
+    assert len(dropped._vocab) > 100 and len(dropped._merges) > 100  # what the contract says it keeps
+    drop_construction_tables(dropped)
+    assert not hasattr(dropped, "_vocab") and not hasattr(dropped, "_merges")
+    text = "What is 12 + 7? <answer>19</answer> letters: strawberry"
+    ids = kept(text)["input_ids"]
+    assert dropped(text)["input_ids"] == ids and dropped.decode(ids) == kept.decode(ids) == text
+    assert dropped.get_vocab() == kept.get_vocab() and len(dropped) == len(kept)
+    dropped.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(text)["input_ids"] == ids
+    drop_construction_tables(dropped)  # again, and on a tokenizer that never had them: nothing to do

@@ -251,6 +251,25 @@ def gguf_tensor_converter(architecture: str, model: torch.nn.Module, config: dic
     return names, convert
 
 
+# ---- tokenizers ------------------------------------------------------------------------
+
+def drop_construction_tables(tokenizer) -> None:
+    """Free the Python copies of the vocabulary and merges ``tokenizer`` was built from.
+
+    Contract (checked on 5.23.0): a tokenizer class that builds its Rust backend (``_tokenizer``)
+    in ``__init__`` from a vocabulary and merges (Qwen2's, Llama's, Gemma's, GPT-NeoX's) keeps
+    them as ``_vocab`` and ``_merges``, and nothing reads them afterwards: encoding, decoding,
+    the vocabulary, the chat template and saving go through the backend. Qwen2.5's are a
+    151,936-entry dict and 151,387 pairs of strings, 53 MB of a node's heap. A tokenizer
+    without them is left as it is.
+    """
+    if getattr(tokenizer, "_tokenizer", None) is None:
+        return
+    for name in ("_vocab", "_merges"):
+        if name in vars(tokenizer):
+            delattr(tokenizer, name)
+
+
 # ---- peft ------------------------------------------------------------------------------
 
 def adapter_parameters(model: torch.nn.Module, adapter: str) -> list[torch.nn.Parameter]:

@@ -163,6 +163,8 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
     was checked by :func:`prepare_model` before; a model that does not load here is a ModelError."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from swarmnode.compat.transformers import drop_construction_tables
+
     source = model_source(spec, dtype=dtype)
     if device.type == "cpu" and dtype == torch.bfloat16:
         onednn.cap_kernel_caches(KERNEL_CACHE_CAPACITY)
@@ -173,6 +175,7 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
         raise ModelError(f"could not load model from {source.path}: {_first_line(exc)}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    drop_construction_tables(tokenizer)
     model.to(device)
     model.requires_grad_(False)
     model.config.use_cache = True
