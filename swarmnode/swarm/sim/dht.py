@@ -82,6 +82,7 @@ class Record:
     # A shard's stores in the order they came, (PeerID, round, expiry): a reader takes those
     # since its last read only (:meth:`Space.expiring_after`).
     log: list[tuple[str, int, float]] = field(default_factory=list)
+    log_expiry: list[float] = field(default_factory=list)  # each store's expiry, as in ``log``: bisected
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
     earliest: float = float("inf")  # the earliest expiry among ``subkeys``
 
@@ -207,9 +208,11 @@ class Space:
             record = self.records[host][key] = Record(expires)
         record.subkeys[peer] = (round_no, expires)
         record.log.append((peer, round_no, expires))
+        record.log_expiry.append(expires)
         if len(record.log) > 2 * len(record.subkeys) + 64:
             dropped = len(record.log) // 2
             del record.log[:dropped]
+            del record.log_expiry[:dropped]
             record.log_start += dropped
         record.expires = max(record.expires, expires)
         record.earliest = min(record.earliest, expires)
@@ -231,7 +234,7 @@ class Space:
         log = record.log
         if record.log_start and (not log or log[0][2] > expiry):  # stores dropped from the log may be among them
             return {p: v for p, v in live.items() if v[1] > expiry}
-        start = bisect.bisect_right(log, expiry, key=lambda entry: entry[2])
+        start = bisect.bisect_right(record.log_expiry, expiry)
         return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
 
 
