@@ -62,11 +62,16 @@ class Network:
     def transfer(self, src: int, dst: int, nbytes: int, messages: int = 1) -> float:
         """Count ``nbytes`` (``messages`` messages: 0 for more of one already counted) from
         ``src`` to ``dst`` and return when they arrive."""
-        now = self.engine.now
-        lat = self.latency(src, dst)
+        # latency() and min()/max() written out: this runs for every message of a run.
         ps, pd = self.places[src], self.places[dst]
-        start = max(now, self._up_free[src], self._down_free[dst] - lat)
-        done = start + nbytes / min(ps.up, pd.down)
+        lat = ps.access_s + pd.access_s + self.region_s[ps.region][pd.region]
+        start = self.engine.now
+        up_free, down_free = self._up_free[src], self._down_free[dst] - lat
+        if up_free > start:
+            start = up_free
+        if down_free > start:
+            start = down_free
+        done = start + nbytes / (ps.up if ps.up < pd.down else pd.down)
         self._up_free[src] = done
         self._down_free[dst] = done + lat
         self.tx[src] += nbytes
