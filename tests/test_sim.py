@@ -114,6 +114,32 @@ def test_a_connection_manager_past_its_high_mark_holds_only_connections_in_their
     assert sum(hosts.trimmed) > 100
 
 
+def test_a_trim_closes_the_oldest_connections_past_their_grace_ties_by_peer():
+    # Many connections at the same instant: the ones a trim closes are those a sort of every
+    # connection past its grace by (time, peer) puts first, down to the low watermark.
+    rng = random.Random(12)
+    hosts = Hosts(30, low=6, high=10, grace=3.0)
+    now, checked = 0.0, 0
+    for _ in range(4000):
+        now += rng.choice([0.0, 0.0, 0.0, 1.0])
+        a, b = rng.sample(range(30), 2)
+        if rng.random() < 0.05:
+            hosts.close(a, b)
+            continue
+        before = {h: {**hosts.peers[h], (b if h == a else a): now} for h in (a, b)}
+        trimmed = [hosts.trimmed[a], hosts.trimmed[b]]
+        hosts.connect(a, b, now)
+        for host, was in zip((a, b), trimmed):
+            if hosts.trimmed[host] == was:
+                continue
+            peers = before[host]
+            oldest = sorted((t, p) for p, t in peers.items() if now - t >= 3.0)[:len(peers) - 6]
+            assert set(peers) - set(hosts.peers[host]) == {p for _, p in oldest}
+            assert hosts.trimmed[host] - was == len(oldest)
+            checked += 1
+    assert checked > 50
+
+
 def test_the_dht_model_finds_the_xor_nearest_servers():
     rng = random.Random(7)
     space = Space(500, rng)

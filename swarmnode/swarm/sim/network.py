@@ -205,10 +205,19 @@ class Hosts:
         assert self.low is not None
         if now < self._trim_idle.get(host, float("-inf")):
             return
-        old = sorted((t, p) for p, t in self.peers[host].items() if now - t >= self.grace)
-        for _, peer in old[:max(0, len(self.peers[host]) - self.low)]:
+        # A host's peers are in the order they connected, so by when: those past their grace
+        # are a prefix, and the oldest ``excess`` of them (ties by peer) end at most where the
+        # connections of the excess-th one's time end.
+        excess = len(self.peers[host]) - self.low
+        old: list[tuple[float, int]] = []
+        for p, t in self.peers[host].items():
+            if now - t < self.grace or (old and len(old) >= excess and t != old[-1][0]):
+                break
+            old.append((t, p))
+        old.sort()
+        for _, peer in old[:max(0, excess)]:
             self.trimmed[host] += 1
             self.close(host, peer)
         left = self.peers[host]
         if len(left) > self.low:  # the rest are in their grace; a later dial's is later
-            self._trim_idle[host] = min(left.values()) + self.grace
+            self._trim_idle[host] = next(iter(left.values())) + self.grace
