@@ -66,6 +66,9 @@ _LOW = (1 << 64) - 1
 # Ring positions either side of a key that :meth:`Space.nearest` keeps sorted by distance: a
 # lookup's window (``4 * BUCKET_SIZE + 8`` and one per server skipped) with 32 skipped.
 _NEAR_SPAN = 4 * BUCKET_SIZE + 8 + 32
+# Keys whose windows it keeps at most (about 40 KB each): while the ring stays the same, every
+# round's bundle keys would pile up (1.4 GB at 3,000 nodes unbounded).
+_NEAR_KEYS = 1024
 
 
 def key_id(key: str) -> int:
@@ -144,6 +147,8 @@ class Space:
             return self._nearest_walk(key, k, skip, width)
         near = self._near.get(key)
         if near is None:
+            if len(self._near) >= _NEAR_KEYS:
+                self._near.clear()
             pos = bisect.bisect_left(ring, (key, -1))
             lo, hi = max(0, pos - _NEAR_SPAN), min(len(ring), pos + _NEAR_SPAN)
             near = self._near[key] = (pos, sorted([(ring[i][0] ^ key, i, ring[i][1]) for i in range(lo, hi)]))
