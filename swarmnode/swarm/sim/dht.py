@@ -63,6 +63,12 @@ REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own 
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
 _LOW = (1 << 64) - 1
+# Ring positions either side of a key that :meth:`Space.nearest` keeps sorted by distance: a
+# lookup's window (``4 * BUCKET_SIZE + 8`` and one per server skipped) with 32 skipped.
+_NEAR_SPAN = 4 * BUCKET_SIZE + 8 + 32
+# Keys whose windows it keeps at most (about 40 KB each): while the ring stays the same, every
+# round's bundle keys would pile up (1.4 GB at 3,000 nodes unbounded).
+_NEAR_KEYS = 1024
 
 
 def key_id(key: str) -> int:
@@ -79,6 +85,7 @@ class Record:
     # A shard's stores in the order they came, (PeerID, round, expiry): a reader takes those
     # since its last read only (:meth:`Space.expiring_after`).
     log: list[tuple[str, int, float]] = field(default_factory=list)
+    log_expiry: list[float] = field(default_factory=list)  # each store's expiry, as in ``log``: bisected
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
     earliest: float = float("inf")  # the earliest expiry among ``subkeys``
 
@@ -94,6 +101,10 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+        # key -> (its ring position, the servers within _NEAR_SPAN of it as (distance, position,
+        # server), nearest first), while the ring stays the same: a key is looked up by its
+        # storer and by each of its readers, a walk and a sort of its window each time.
+        self._near: dict[int, tuple[int, list[tuple[int, int, int]]]] = {}
         # Counts the servers that stopped being gone (came back, or were forgotten): a node's
         # knowledge of gone servers is stale when this moved (:meth:`still_gone`).
         self.returns = 0
@@ -102,6 +113,7 @@ class Space:
         self.forget_stale(now)
         if host not in self.up and host not in self.gone:
             bisect.insort(self._sorted, (self.ids[host], host))
+            self._near.clear()
         if self.gone.pop(host, None) is not None:
             self.returns += 1
         self.up.add(host)
@@ -121,14 +133,38 @@ class Space:
         for host in stale:
             del self.gone[host]
             self._sorted.remove((self.ids[host], host))
+            self._near.clear()
         self.returns += len(stale)
 
     def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
-        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""
+        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``:
+        the nearest in the ring's ``4 * k + len(skip) + 8`` positions either side of ``key``."""
         ring = self._sorted
         if not ring:
             return []
         width = 4 * k + len(skip) + 8
+        if width > _NEAR_SPAN:
+            return self._nearest_walk(key, k, skip, width)
+        near = self._near.get(key)
+        if near is None:
+            if len(self._near) >= _NEAR_KEYS:
+                self._near.clear()
+            pos = bisect.bisect_left(ring, (key, -1))
+            lo, hi = max(0, pos - _NEAR_SPAN), min(len(ring), pos + _NEAR_SPAN)
+            near = self._near[key] = (pos, sorted([(ring[i][0] ^ key, i, ring[i][1]) for i in range(lo, hi)]))
+        pos, window = near
+        lo, hi = pos - width, pos + width
+        out = []
+        for _, i, h in window:
+            if lo <= i < hi and h not in skip:
+                out.append(h)
+                if len(out) == k:
+                    break
+        return out
+
+    def _nearest_walk(self, key: int, k: int, skip: set[int] | frozenset[int], width: int) -> list[int]:
+        """:meth:`nearest` by a sort of its window: for a window wider than the one kept."""
+        ring = self._sorted
         pos = bisect.bisect_left(ring, (key, -1))
         lo, hi = max(0, pos - width), min(len(ring), pos + width)
         window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
@@ -177,9 +213,11 @@ class Space:
             record = self.records[host][key] = Record(expires)
         record.subkeys[peer] = (round_no, expires)
         record.log.append((peer, round_no, expires))
+        record.log_expiry.append(expires)
         if len(record.log) > 2 * len(record.subkeys) + 64:
             dropped = len(record.log) // 2
             del record.log[:dropped]
+            del record.log_expiry[:dropped]
             record.log_start += dropped
         record.expires = max(record.expires, expires)
         record.earliest = min(record.earliest, expires)
@@ -201,7 +239,7 @@ class Space:
         log = record.log
         if record.log_start and (not log or log[0][2] > expiry):  # stores dropped from the log may be among them
             return {p: v for p, v in live.items() if v[1] > expiry}
-        start = bisect.bisect_right(log, expiry, key=lambda entry: entry[2])
+        start = bisect.bisect_right(record.log_expiry, expiry)
         return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
 
 

@@ -62,11 +62,16 @@ class Network:
     def transfer(self, src: int, dst: int, nbytes: int, messages: int = 1) -> float:
         """Count ``nbytes`` (``messages`` messages: 0 for more of one already counted) from
         ``src`` to ``dst`` and return when they arrive."""
-        now = self.engine.now
-        lat = self.latency(src, dst)
+        # latency() and min()/max() written out: this runs for every message of a run.
         ps, pd = self.places[src], self.places[dst]
-        start = max(now, self._up_free[src], self._down_free[dst] - lat)
-        done = start + nbytes / min(ps.up, pd.down)
+        lat = ps.access_s + pd.access_s + self.region_s[ps.region][pd.region]
+        start = self.engine.now
+        up_free, down_free = self._up_free[src], self._down_free[dst] - lat
+        if up_free > start:
+            start = up_free
+        if down_free > start:
+            start = down_free
+        done = start + nbytes / (ps.up if ps.up < pd.down else pd.down)
         self._up_free[src] = done
         self._down_free[dst] = done + lat
         self.tx[src] += nbytes
@@ -200,10 +205,19 @@ class Hosts:
         assert self.low is not None
         if now < self._trim_idle.get(host, float("-inf")):
             return
-        old = sorted((t, p) for p, t in self.peers[host].items() if now - t >= self.grace)
-        for _, peer in old[:max(0, len(self.peers[host]) - self.low)]:
+        # A host's peers are in the order they connected, so by when: those past their grace
+        # are a prefix, and the oldest ``excess`` of them (ties by peer) end at most where the
+        # connections of the excess-th one's time end.
+        excess = len(self.peers[host]) - self.low
+        old: list[tuple[float, int]] = []
+        for p, t in self.peers[host].items():
+            if now - t < self.grace or (old and len(old) >= excess and t != old[-1][0]):
+                break
+            old.append((t, p))
+        old.sort()
+        for _, peer in old[:max(0, excess)]:
             self.trimmed[host] += 1
             self.close(host, peer)
         left = self.peers[host]
         if len(left) > self.low:  # the rest are in their grace; a later dial's is later
-            self._trim_idle[host] = min(left.values()) + self.grace
+            self._trim_idle[host] = next(iter(left.values())) + self.grace

@@ -32,7 +32,6 @@ simulation in virtual time run the same code.
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -197,9 +196,11 @@ class HivemindPull:
         if len(held) + sum(p not in held for p in seen) > plan.memory:
             # Keep what may be drawn: an established peer's announcement whatever its age (its
             # period, its next round awaited), a newcomer's while fresh; the oldest go first.
-            ranked = {p: (a.made, a.round) for p, a in held.items()}
-            ranked.update((p, (m, r)) for p, (r, m, _) in seen.items())
-            kept = set(heapq.nsmallest(plan.memory, ranked, key=lambda p: (not established(p), -ranked[p][0], p)))
+            made = {p: a.made for p, a in held.items()}
+            made.update((p, m) for p, (_, m, _) in seen.items())
+            # One sort of the (rank, peer) pairs: what heapq.nsmallest gives, without its loop in Python.
+            ranked = sorted([(not established(p), -m, p) for p, m in made.items()])
+            kept = {p for _, _, p in ranked[:plan.memory]}
             plan.forget([p for p in held if p not in kept])
             seen = {p: v for p, v in seen.items() if p in kept}
         plan.note_announced({p: r for p, (r, _, _) in seen.items()}, now,
