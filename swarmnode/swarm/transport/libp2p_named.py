@@ -140,9 +140,7 @@ class NamedWatch:
         present = set(connected)
         out: dict[str, Wanted] = {}
         for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
-            # Watched.when's memo read here: a pass looks at every author watched, few of them due.
-            memo = watched.timing
-            timing = memo[1] if memo is not None and memo[0] == round_s else watched.when(round_s)
+            timing = watched.when(round_s)
             if timing is None:
                 continue
             due, until = timing
