@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import random
@@ -149,31 +148,6 @@ def test_the_dht_model_finds_the_xor_nearest_servers():
         key = key_id(f"key-{trial}")
         brute = sorted(space.up, key=lambda h: space.ids[h] ^ key)[:20]
         assert space.nearest(key, 20) == brute
-
-
-def test_the_nearest_servers_kept_for_a_key_are_those_of_its_window_as_the_ring_changes():
-    # Space.nearest keeps each key's window sorted while the ring stays the same: it must give
-    # what a sort of the window of the servers up or lately gone gives, skipped servers and all.
-    rng = random.Random(8)
-    space = Space(600, rng)
-    keys = [key_id(f"key-{i}") for i in range(30)]
-    now = 0.0
-    for step in range(400):
-        now += rng.expovariate(1 / 20.0)
-        host = rng.randrange(600)
-        if host in space.up and rng.random() < 0.5:
-            space.server_down(host, now)
-        else:
-            space.server_up(host, now)
-        ring = sorted((space.ids[h], h) for h in space.up | set(space.gone))
-        for key in rng.sample(keys, 5):
-            k = rng.choice([NUM_REPLICAS, BUCKET_SIZE])
-            skip = set(rng.sample(range(600), rng.choice([0, 1, 5, 40])))
-            width = 4 * k + len(skip) + 8
-            pos = bisect.bisect_left(ring, (key, -1))
-            window = sorted((i ^ key, h) for i, h in ring[max(0, pos - width):pos + width] if h not in skip)
-            assert space.nearest(key, k, skip) == [h for _, h in window[:k]], (step, k, len(skip))
-    assert space.gone and space.returns > 20  # servers went, came back and were forgotten
 
 
 @pytest.mark.parametrize("servers", [300, 3000])

@@ -63,12 +63,6 @@ REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own 
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
 _LOW = (1 << 64) - 1
-# Ring positions either side of a key that :meth:`Space.nearest` keeps sorted by distance: a
-# lookup's window (``4 * BUCKET_SIZE + 8`` and one per server skipped) with 32 skipped.
-_NEAR_SPAN = 4 * BUCKET_SIZE + 8 + 32
-# Keys whose windows it keeps at most (about 40 KB each): while the ring stays the same, every
-# round's bundle keys would pile up (1.4 GB at 3,000 nodes unbounded).
-_NEAR_KEYS = 1024
 
 
 def key_id(key: str) -> int:
@@ -101,10 +95,6 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
-        # key -> (its ring position, the servers within _NEAR_SPAN of it as (distance, position,
-        # server), nearest first), while the ring stays the same: a key is looked up by its
-        # storer and by each of its readers, a walk and a sort of its window each time.
-        self._near: dict[int, tuple[int, list[tuple[int, int, int]]]] = {}
         # Counts the servers that stopped being gone (came back, or were forgotten): a node's
         # knowledge of gone servers is stale when this moved (:meth:`still_gone`).
         self.returns = 0
@@ -113,7 +103,6 @@ class Space:
         self.forget_stale(now)
         if host not in self.up and host not in self.gone:
             bisect.insort(self._sorted, (self.ids[host], host))
-            self._near.clear()
         if self.gone.pop(host, None) is not None:
             self.returns += 1
         self.up.add(host)
@@ -133,38 +122,14 @@ class Space:
         for host in stale:
             del self.gone[host]
             self._sorted.remove((self.ids[host], host))
-            self._near.clear()
         self.returns += len(stale)
 
     def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
-        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``:
-        the nearest in the ring's ``4 * k + len(skip) + 8`` positions either side of ``key``."""
+        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""
         ring = self._sorted
         if not ring:
             return []
         width = 4 * k + len(skip) + 8
-        if width > _NEAR_SPAN:
-            return self._nearest_walk(key, k, skip, width)
-        near = self._near.get(key)
-        if near is None:
-            if len(self._near) >= _NEAR_KEYS:
-                self._near.clear()
-            pos = bisect.bisect_left(ring, (key, -1))
-            lo, hi = max(0, pos - _NEAR_SPAN), min(len(ring), pos + _NEAR_SPAN)
-            near = self._near[key] = (pos, sorted([(ring[i][0] ^ key, i, ring[i][1]) for i in range(lo, hi)]))
-        pos, window = near
-        lo, hi = pos - width, pos + width
-        out = []
-        for _, i, h in window:
-            if lo <= i < hi and h not in skip:
-                out.append(h)
-                if len(out) == k:
-                    break
-        return out
-
-    def _nearest_walk(self, key: int, k: int, skip: set[int] | frozenset[int], width: int) -> list[int]:
-        """:meth:`nearest` by a sort of its window: for a window wider than the one kept."""
-        ring = self._sorted
         pos = bisect.bisect_left(ring, (key, -1))
         lo, hi = max(0, pos - width), min(len(ring), pos + width)
         window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
