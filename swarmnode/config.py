@@ -158,10 +158,13 @@ class NodeConfig:
                                 minimum=1, section="swarm")
     external_sampling: str = _key("uniform", "How the J external groups are drawn from the pool: 'uniform' "
                                              "over peers, 'reward-weighted', 'level-aware' (groups near this "
-                                             "node's own level of their family, with more signal for it), or "
+                                             "node's own level of their family, with more signal for it), "
                                              "'above-own' (only groups whose reward, as this node scores them, is "
-                                             "above its own recent reward on their family).",
-                                  choices=("uniform", "reward-weighted", "level-aware", "above-own"), section="swarm")
+                                             "above its own recent reward on their family), or 'above-best' (above "
+                                             "the best recent reward it has reached on their family: a bar that "
+                                             "does not fall when its own reward does).",
+                                  choices=("uniform", "reward-weighted", "level-aware", "above-own", "above-best"),
+                                  section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
                                  minimum=0.0, maximum=1.0, section="swarm")
     newcomer_share: float = _key(0.25, "Largest share of the external pool, and of the J external groups, "

@@ -271,10 +271,11 @@ def test_a_stopped_and_resumed_run_and_interleaved_seeds_compute_what_an_uninter
     until its members are established, after 3 rounds of useful bundles): the checkpoint carries
     each node's pool, its peers' standing and its own recent rewards, so a run stopped after
     round 1 and resumed, and seeds that take turns of one round each (every turn a resume),
-    give the very rows of runs that never stopped; the peers are established by round 3."""
-    def settings(out: Path, rounds: int, seeds: int, checkpoint_every: int) -> Settings:
+    give the very rows of runs that never stopped, as does a seed run alone from --first-seed;
+    the peers are established by round 3."""
+    def settings(out: Path, rounds: int, seeds: int, checkpoint_every: int, first_seed: int = 0) -> Settings:
         return Settings(profile="laptop", nodes=3, configs="2/0,2/4:ao", rounds=rounds, seeds=seeds,
-                        checkpoint_every=checkpoint_every, out=str(out),
+                        checkpoint_every=checkpoint_every, out=str(out), first_seed=first_seed,
                         node=NodeConfig(questions=4, completions=3, max_new_tokens=4, model=str(tiny_model_dir),
                                         device="cpu", tasks="laptop", learning_rate=1e-3, micro_batch=8))
 
@@ -285,6 +286,10 @@ def test_a_stopped_and_resumed_run_and_interleaved_seeds_compute_what_an_uninter
     _run(settings(stopped, 2, seeds=2, checkpoint_every=1))
     _run(settings(stopped, rounds, seeds=2, checkpoint_every=1))
     assert _outcome(stopped) == _outcome(straight)
+    split = tmp_path / "split"  # seed 1 alone, as a second process would run it
+    _run(settings(split, rounds, seeds=1, checkpoint_every=rounds, first_seed=1))
+    assert _outcome(split) == {name: [r for r in rows if ("seed", "1") in r]
+                               for name, rows in _outcome(straight).items()}
 
     rows = read_rows(straight / "rounds.csv")
     late = [int(r["n_external"]) for r in rows if r["config"] == "2/4:ao" and int(r["round"]) >= 3]

@@ -59,7 +59,19 @@ def test_own_rewards_come_back_within_their_window():
     again.restore(json.loads(json.dumps(own.to_json())))
     assert again.means() == own.means() and again.to_json() == own.to_json()
     again.note([_group("local", 9, [1.0, 1.0])])
-    assert again.to_json()[0][1] == [0.5, 1.0, 1.0]
+    assert again.to_json()["recent"][0][1] == [0.5, 1.0, 1.0]
+
+
+def test_own_rewards_keep_their_best_means_and_read_a_bare_recent_list():
+    own = OwnRewards(window=2)
+    for rewards in ([1.0, 1.0], [0.0, 0.0]):
+        own.note([_group("local", 0, rewards)])
+    again = OwnRewards(window=2)
+    again.restore(json.loads(json.dumps(own.to_json())))
+    assert again.bests() == own.bests() == {"gcd": 1.0} and again.means() == {"gcd": 0.0}
+    bare = OwnRewards(window=2)
+    bare.restore(own.to_json()["recent"])  # no best means in it: the bar starts from the recent mean
+    assert bare.bests() == bare.means() == {"gcd": 0.0}
 
 
 @pytest.mark.parametrize("damage", [
@@ -86,5 +98,9 @@ def test_a_damaged_standing_or_own_record_is_refused():
         Standing().restore({"round": 1, "qualified": 0, "rows": [["A", "x", None, False]]})
     with pytest.raises(ValueError, match="standing state is damaged"):
         Standing().restore({"rows": []})
-    with pytest.raises(ValueError, match="own rewards"):
-        OwnRewards().restore([["gcd", ["x"]]])
+    for damaged in ([["gcd", ["x"]]], {"recent": []}, {"recent": [], "best": {"gcd": "high"}}, {"best": {}}):
+        own = OwnRewards()
+        own.note([_group("local", 0, [0.5, 1.0])])
+        with pytest.raises(ValueError, match="own rewards"):
+            own.restore(damaged)
+        assert own.means() == {"gcd": 0.75}

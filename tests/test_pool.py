@@ -97,7 +97,7 @@ def test_sampling_is_deterministic_given_the_rng():
     pool = ExternalPool()
     for peer in "ABCDE":
         pool.add(1, groups(peer, 5))
-    for mode in ("uniform", "reward-weighted", "level-aware", "above-own"):
+    for mode in ("uniform", "reward-weighted", "level-aware", "above-own", "above-best"):
         a = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
         b = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
         assert [g.question for g in a] == [g.question for g in b]
@@ -208,6 +208,35 @@ def test_own_rewards_keep_the_last_window_per_family():
     own.note([leveled("me", "a", None, [1.0, 1.0, 1.0, 1.0])])
     own.note([leveled("me", "b", None, [0.0, 0.0, 0.0, 1.0]), leveled("me", "c", None, [0.5] * 4, family="gcd")])
     assert own.means() == {"chain_sum": 0.25, "gcd": 0.5}
+
+
+def test_the_best_bar_holds_the_highest_full_window_and_never_falls():
+    """``above-best``'s bar: the recent mean until a family's window has filled (one group is too
+    few to hold a bar at), then the highest full-window mean, which stays when the node's own
+    rewards fall; ``above-own``'s bar falls with them."""
+    own = OwnRewards(window=8)
+    own.note([leveled("me", "a", None, [1.0] * 4)])
+    assert own.bests() == own.means() == {"chain_sum": 1.0}  # half a window: no best yet
+    own.note([leveled("me", "b", None, [0.0, 0.0, 1.0, 0.0])])
+    assert own.bests() == {"chain_sum": 0.625}  # the window full: its mean is the best
+    own.note([leveled("me", "c", None, [1.0] * 4)])
+    assert own.bests() == {"chain_sum": 0.625} and own.means() == {"chain_sum": 0.625}
+    own.note([leveled("me", "d", None, [1.0, 1.0, 1.0, 0.0])])
+    assert own.bests() == {"chain_sum": 0.875}
+    for tag in "efg":  # the node's own rewards collapse
+        own.note([leveled("me", tag, None, [0.0] * 4)])
+    assert own.means() == {"chain_sum": 0.0} and own.bests() == {"chain_sum": 0.875}
+    own.note([leveled("me", "h", None, [0.5] * 4, family="gcd")])
+    assert own.bests() == {"chain_sum": 0.875, "gcd": 0.5}
+
+
+def test_above_best_takes_only_groups_above_the_bar_it_is_given():
+    pool = ExternalPool()
+    pool.add(1, [leveled(f"W{i}", "weak", None, [0.0, 0.0, 0.0, 1.0]) for i in range(5)])  # mean 0.25
+    pool.add(1, [leveled(f"S{i}", "strong", None, [0.0, 1.0, 1.0, 1.0]) for i in range(5)])  # mean 0.75
+    drawn = [g for seed in range(20) for g in pool.sample(4, random.Random(seed), mode="above-best",
+                                                           own={"chain_sum": 0.5}, max_peer_share=1.0)]
+    assert drawn and {g.question.question.rsplit("-", 1)[1] for g in drawn} == {"strong"}
 
 
 def test_bad_mode_and_caps():

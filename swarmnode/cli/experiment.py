@@ -37,9 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "smollm2-135m:3,qwen2.5-coder-0.5b:1; each model is loaded once")
     p.add_argument("--configs", help="comma-separated I/J configs, e.g. 8/0,6/2,4/4,2/6; "
                                      "a suffix sets how external groups are drawn: ':rw' reward-weighted, ':lv' "
-                                     "level-aware, ':ao' above-own (4/4:ao)")
+                                     "level-aware, ':ao' above-own, ':ab' above-best (4/4:ab)")
     p.add_argument("--rounds", type=int, help="rounds per seed (raise it to extend a finished run)")
-    p.add_argument("--seeds", type=int, help="number of seeds (0..S-1)")
+    p.add_argument("--seeds", type=int, help="number of seeds (0..S-1, or from --first-seed)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="number of the first seed: seeds K..K+S-1 run, to split a run's seeds over processes or "
+                        "machines (each with its own --out; their tables combine)")
     p.add_argument("--families", help="comma-separated subset of the task file's families")
     p.add_argument("--checkpoint-every", type=int, help="rounds between checkpoints")
     p.add_argument("--time-limit", type=float, metavar="MINUTES", dest="time_limit_minutes",
@@ -78,7 +81,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     return Settings(profile=args.profile, node=node_config(args, profile), families=args.families,
-                    out=str(Path(args.out).expanduser()), time_limit_minutes=args.time_limit_minutes, **values)
+                    out=str(Path(args.out).expanduser()), time_limit_minutes=args.time_limit_minutes,
+                    first_seed=args.first_seed, **values)
 
 
 def _pick_model(s: Settings) -> Settings:

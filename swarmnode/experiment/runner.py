@@ -417,18 +417,18 @@ class Experiment:
         s = self.s
         done_rows = {(int(r["seed"]), int(r["round"])) for r in read_rows(self.csv_path)}
         total = s.seeds * s.rounds * len(self.arms)
-        start = sum(len(self.arms) for (sd, rd) in done_rows if sd < s.seeds and rd < s.rounds)
+        start = sum(len(self.arms) for (sd, rd) in done_rows if sd in s.seed_numbers and rd < s.rounds)
         t_start = time.time()
         deadline = None if s.time_limit_minutes is None else t_start + 60 * s.time_limit_minutes
         rounds_run = 0
         started: set[int] = set()  # the seeds that ran in this invocation
         with tqdm(total=total, initial=min(start, total), disable=not self.progress, unit="config-round",
                   dynamic_ncols=True) as bar:
-            completed = {seed: self._completed_round(seed) for seed in range(s.seeds)}
+            completed = {seed: self._completed_round(seed) for seed in s.seed_numbers}
             current: int | None = None  # the seed whose nodes are built now
             while deadline is None or time.time() < deadline:
                 # The seed furthest behind takes the next turn, so seeds progress together.
-                behind = [seed for seed in range(s.seeds) if completed[seed] + 1 < s.rounds]
+                behind = [seed for seed in s.seed_numbers if completed[seed] + 1 < s.rounds]
                 if not behind:
                     break
                 seed = min(behind, key=lambda sd: (completed[sd], sd))

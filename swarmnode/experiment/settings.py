@@ -15,10 +15,10 @@ from typing import Any
 
 from swarmnode.config import NodeConfig
 
-SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware", "ao": "above-own"}
+SAMPLING_SUFFIX = {"": "uniform", "rw": "reward-weighted", "lv": "level-aware", "ao": "above-own", "ab": "above-best"}
 # Settings that may change when a run is resumed: they do not change what a round computes.
-RESUMABLE = ("rounds", "seeds", "checkpoint_every", "out", "time_limit_minutes", "node.device", "node.threads",
-             "node.eval_every")
+RESUMABLE = ("rounds", "seeds", "first_seed", "checkpoint_every", "out", "time_limit_minutes", "node.device",
+             "node.threads", "node.eval_every")
 
 
 class ExperimentError(Exception):
@@ -44,8 +44,8 @@ class Arm:
 
     @classmethod
     def parse(cls, text: str) -> Arm:
-        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted), ``"4/4:lv"`` (level-aware)
-        or ``"4/4:ao"`` (above-own)."""
+        """``"4/4"`` (uniform external sampling), ``"4/4:rw"`` (reward-weighted), ``"4/4:lv"`` (level-aware),
+        ``"4/4:ao"`` (above-own) or ``"4/4:ab"`` (above-best)."""
         body, _, suffix = text.strip().partition(":")
         try:
             local, external = (int(x) for x in body.split("/"))
@@ -53,7 +53,7 @@ class Arm:
             raise ExperimentError(f"config '{text}' is not I/J (e.g. 4/4 or 4/4:rw)") from None
         if suffix not in SAMPLING_SUFFIX:
             raise ExperimentError(f"config '{text}': unknown suffix ':{suffix}' (':rw' reward-weighted, "
-                                  f"':lv' level-aware, ':ao' above-own)")
+                                  f"':lv' level-aware, ':ao' above-own, ':ab' above-best)")
         if local < 0 or external < 0 or local + external == 0:
             raise ExperimentError(f"config '{text}': I and J must be >= 0 and not both 0")
         return cls(local, external, SAMPLING_SUFFIX[suffix])
@@ -123,6 +123,9 @@ class Settings:
     # A subset of the task file's families (comma-separated), or None for all of them.
     families: str | None = None
     time_limit_minutes: float | None = None
+    # The first seed's number: seeds ``first_seed .. first_seed + seeds - 1`` run, so one run's
+    # seeds can be split over processes or machines and their tables put together.
+    first_seed: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, str) and self.nodes.strip().isdigit():
@@ -131,12 +134,18 @@ class Settings:
             value = getattr(self, key)
             if isinstance(value, int) and value < 1:
                 raise ExperimentError(f"--{key.replace('_', '-')} must be >= 1")
+        if self.first_seed < 0:
+            raise ExperimentError("--first-seed must be >= 0")
         if self.node_count < 2 and any(a.external for a in self.arms):
             raise ExperimentError("configs with J > 0 need --nodes 2 or more")
 
     @property
     def arms(self) -> list[Arm]:
         return parse_arms(self.configs)
+
+    @property
+    def seed_numbers(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
 
     @property
     def cohorts(self) -> list[Cohort]:

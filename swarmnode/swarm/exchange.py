@@ -58,7 +58,7 @@ class Exchange:
             pool = ExternalPool(standing=self.standing, newcomer_share=cfg.newcomer_share)
         self.pool = pool
         self.peers = PeerTable()
-        self.own = OwnRewards()  # this node's own recent rewards: the bar of above-own sampling
+        self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
@@ -108,8 +108,10 @@ class Exchange:
         ``round_no`` is this node's round: it is the clock of peers' probation. ``levels``:
         this node's family levels, for ``level-aware`` sampling."""
         self.standing.advance(round_no)
-        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.cfg.external_sampling,
-                                max_peer_share=self.cfg.max_peer_share, levels=levels, own=self.own.means())
+        mode = self.cfg.external_sampling
+        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=mode,
+                                max_peer_share=self.cfg.max_peer_share, levels=levels,
+                                own=self.own.bests() if mode == "above-best" else self.own.means())
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and

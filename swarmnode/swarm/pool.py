@@ -14,11 +14,14 @@ Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerSha
 J external groups of a round are drawn peer first (each eligible peer equally likely, or
 weighted by the mean weight of its eligible groups: by reward in ``reward-weighted`` mode, by
 nearness to this node's own level and by signal in ``level-aware`` mode, by how far its reward
-is above this node's own in ``above-own`` mode), then one group of that peer (uniform, or by the
+is above this node's own in the ``above-`` modes), then one group of that peer (uniform, or by the
 same weights), with a cap on any one peer's share. ``above-own`` draws only groups whose mean
 reward, as this node scored them, is above this node's own recent mean reward on their family
 (:class:`OwnRewards`): a weak node learns from peers that do better than it does, and a strong
-one leaves the slots of groups worse than its own to its own groups.
+one leaves the slots of groups worse than its own to its own groups. That bar falls when the
+node's own reward does, so a strong node that has started to take weaker groups takes ever
+more; ``above-best`` holds the bar at the best recent mean the node has reached on the family,
+so what it takes never pulls its bar down.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
 reason, last round, the sender-reported mean reward (never used for training) and the model
@@ -43,7 +46,9 @@ from swarmnode.swarm.bundle import BundleRejected, group_fields, parse_group
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 
-SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own")
+SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own", "above-best")
+# The modes whose bar is this node's own reward on a family (see OwnRewards).
+BAR_MODES = ("above-own", "above-best")
 # Added to every group's mean reward in reward-weighted sampling, so a group whose responses
 # all scored low (yet differ) can still be drawn.
 REWARD_FLOOR = 0.05
@@ -80,31 +85,48 @@ def level_weight(group: Group, levels: Mapping[str, int]) -> float:
 
 class OwnRewards:
     """This node's own recent rewards per family (the last ``window`` completions of each): the
-    bar a peer's group must pass in ``above-own`` sampling. Fed the node's own scored groups
-    each round; used from the round's thread only."""
+    bar a peer's group must pass in ``above-own`` sampling (:meth:`means`) and in ``above-best``
+    (:meth:`bests`). Fed the node's own scored groups each round; used from the round's thread only."""
 
     def __init__(self, window: int = 64):
         self._by_family: dict[str, deque[float]] = {}
+        # family -> the highest mean of a full window so far: a bar the node's own decline cannot lower
+        self._best: dict[str, float] = {}
         self.window = window
 
     def note(self, groups: list[Group]) -> None:
         for g in groups:
-            self._by_family.setdefault(g.question.family, deque(maxlen=self.window)).extend(g.rewards)
+            recent = self._by_family.setdefault(g.question.family, deque(maxlen=self.window))
+            recent.extend(g.rewards)
+            if len(recent) == self.window:
+                mean = statistics.fmean(recent)
+                self._best[g.question.family] = max(mean, self._best.get(g.question.family, mean))
 
     def means(self) -> dict[str, float]:
         return {family: statistics.fmean(rewards) for family, rewards in self._by_family.items() if rewards}
 
-    def to_json(self) -> list:
-        """The recent rewards, ``[[family, [reward, ...]], ...]``, for :meth:`restore`."""
-        return [[family, list(rewards)] for family, rewards in self._by_family.items()]
+    def bests(self) -> dict[str, float]:
+        """Per family, the highest mean a full window of it has had; the recent mean while the
+        window has not yet filled (a few completions are too noisy to hold a bar at)."""
+        return {**self.means(), **self._best}
 
-    def restore(self, state: list) -> None:
-        """Take the rewards of :meth:`to_json`; ValueError when ``state`` is not of its form."""
+    def to_json(self) -> dict:
+        """The recent rewards and best means, ``{"recent": [[family, [reward, ...]], ...],
+        "best": {family: mean}}``, for :meth:`restore`."""
+        return {"recent": [[family, list(rewards)] for family, rewards in self._by_family.items()],
+                "best": dict(self._best)}
+
+    def restore(self, state: dict | list) -> None:
+        """Take the state of :meth:`to_json` (or a bare ``recent`` list, which has no best means);
+        ValueError, and nothing changed, when ``state`` is not of that form."""
         try:
-            by_family = {str(f): deque((float(x) for x in rewards), maxlen=self.window) for f, rewards in state}
-        except (TypeError, ValueError):
-            raise ValueError("own rewards are not [[family, [reward, ...]], ...]") from None
-        self._by_family = by_family
+            recent, best = (state, {}) if isinstance(state, list) else (state["recent"], state["best"])
+            by_family = {str(f): deque((float(x) for x in rewards), maxlen=self.window) for f, rewards in recent}
+            best = {str(f): float(m) for f, m in best.items()}
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ValueError("own rewards are not {'recent': [[family, [reward, ...]], ...], "
+                             "'best': {family: mean}}") from None
+        self._by_family, self._best = by_family, best
 
 
 def _mean(group: Group) -> float:
@@ -192,9 +214,9 @@ class ExternalPool:
         plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
         sending more groups never raises a peer's chance); ``level-aware`` likewise, a group
         weighing :func:`level_weight` against this node's ``levels`` (family -> level);
-        ``above-own`` takes only groups whose mean reward is above ``own`` (family -> this node's
-        own recent mean reward, 0 for a family it lacks) and weights them by the difference
-        plus :data:`REWARD_FLOOR`.
+        ``above-own`` and ``above-best`` take only groups whose mean reward is above ``own``
+        (family -> this node's bar: its own recent mean reward, or the best of them; 0 for a
+        family it lacks) and weight them by the difference plus :data:`REWARD_FLOOR`.
         """
         if mode not in SAMPLING_MODES:
             raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
@@ -210,14 +232,15 @@ class ExternalPool:
                     continue
                 eligible = [e.group for e in queue
                             if (min_round is None or e.round_no >= min_round) and e.group.has_signal()
-                            and (mode != "above-own" or above(e.group) > 0)]
+                            and (mode not in BAR_MODES or above(e.group) > 0)]
                 if eligible:
                     candidates[peer] = eligible
             established = {p: self._established(p) for p in candidates}
         weigh = {"uniform": lambda g: 1.0,
                  "reward-weighted": lambda g: max(_mean(g), 0.0) + REWARD_FLOOR,
                  "level-aware": lambda g: level_weight(g, levels or {}),
-                 "above-own": lambda g: above(g) + REWARD_FLOOR}[mode]
+                 "above-own": lambda g: above(g) + REWARD_FLOOR,
+                 "above-best": lambda g: above(g) + REWARD_FLOOR}[mode]
         weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
