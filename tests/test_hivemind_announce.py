@@ -6,7 +6,12 @@ import json
 import pytest
 
 from programs import output
-from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, ShardReplicas
+from swarmnode.swarm.transport.hivemind_announce import (
+    REFRESH_ROUNDS,
+    ShardReplicas,
+    direct_share,
+    rounds_announced,
+)
 
 
 def found(*peers):
@@ -79,6 +84,28 @@ def test_half_accepting_stands():
     rule = ShardReplicas()
     rule.traversed(found(*"abcd"), set("abcd"))
     assert rule.direct_done({"a", "b"})
+
+
+def test_the_counts_a_dht_process_reports_are_its_rules_decisions(monkeypatch):
+    calls = pytest.importorskip("swarmnode.swarm.transport.hivemind_calls")
+    rule = ShardReplicas()
+    monkeypatch.setattr(calls, "SHARD_REPLICAS", {"key": rule})
+    assert calls.announce_counts() == {"announce_direct": 0, "announce_traversal": 0, "announce_direct_failed": 0}
+    assert rule.targets() is None  # round 1 traverses
+    rule.traversed(found("a", "b", "c"), {"a", "b", "c"})
+    assert rule.direct_done(set(rule.targets()))  # round 2 direct
+    assert rule.targets() == ("a", "b", "c")
+    assert not rule.direct_done({"a"})  # round 3: 1 of 3 took it, so it traverses too
+    rule.traversed(found("a", "d", "e"), {"a", "d", "e"})
+    counts = calls.announce_counts()
+    assert counts == {"announce_direct": 2, "announce_traversal": 2, "announce_direct_failed": 1}
+    assert rounds_announced(counts) == 3 and direct_share(counts) == 1 / 3
+
+
+def test_a_direct_share_from_the_simulators_counts_which_lack_the_names_never_counted():
+    assert direct_share({"announce_traversal": 0.5, "announce_direct": 1.5}) == 0.75
+    assert direct_share({"announce_traversal": 1.0}) == 0.0
+    assert direct_share({}) is None
 
 
 @pytest.mark.slow
