@@ -114,4 +114,9 @@ def test_direct_announcements_are_read_back_and_fall_back_to_a_traversal_when_re
     assert got == {"first round traverses": True, "replicas learnt": 3, "read round 1": 1, "read round 2": 2,
                    "read round 3": 3, "rounds 2 and 3 direct": True, "replicas shut down": 2,
                    "round 4 tried direct, then traversed": True, "round 4's replicas exclude the gone": True,
-                   "read round 4": 4, "read round 5": 5, "round 5 direct again": True}
+                   "read round 4": 4, "read round 5": 5, "round 5 direct again": True,
+                   # (announce_direct, announce_traversal, announce_direct_failed) as reported
+                   "reported after round 1": [0, 1, 0], "reported after round 1 is the rule's": True,
+                   "reported after round 3": [2, 1, 0], "reported after round 3 is the rule's": True,
+                   "reported after round 4": [3, 2, 1], "reported after round 4 is the rule's": True,
+                   "reported after round 5": [4, 2, 1], "reported after round 5 is the rule's": True}
