@@ -49,7 +49,14 @@ The JSON also has ``rejected_per_node_round``: what the transports dropped thems
 counted against a peer (``missing_payload``: a fetch or pull that found nothing), by reason,
 over the whole run (warm-up rounds included) per node per round; and ``received_by_round``:
 the bundles counted in ``bundles in``, per node, by the round they were published in (the
-warm-up rounds are 1 to ``--warmup-rounds``).
+warm-up rounds are 1 to ``--warmup-rounds``). For hivemind, ``announce_per_node_round``, over
+the whole run too (the first round always traverses), from the counters the transport
+reports (``Transport.refusals``): ``announce_direct`` (stores straight at the shard's
+remembered replicas), ``announce_traversal`` (stores by a DHT traversal),
+``announce_direct_failed`` (direct stores that reached too few replicas and traversed in the
+same round, so counted in both), their mean over the nodes and each node's (``per_node``),
+and ``direct_share``: the share of the rounds announced whose direct store stood. One line
+under the table gives them, in the units ``benchmarks/swarm_sim.py`` prints its own in.
 
 Where namespaces cannot be built (not root, no ``ip``, the kernel refuses), the nodes use
 127.0.0.1, the byte columns read ``n/a`` and one line says why. A transport whose node is not
@@ -80,6 +87,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from natlab import LabUnavailable, SwitchLab  # noqa: E402
 from relay_memory import _pss_kb, _status_kb  # noqa: E402
+from swarmnode.swarm.transport.hivemind_announce import direct_share, rounds_announced  # noqa: E402
 from transport_latency import percentile  # noqa: E402
 from transport_node import ProcNode, descendants  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -183,6 +191,48 @@ def deliveries(published: dict[str, dict], messages: Sequence[Sequence[dict]], r
             "latency_s_p50": percentile(latencies, 50) if latencies else None,
             "latency_s_p95": percentile(latencies, 95) if latencies else None,
             "latency_s_max": max(latencies, default=None)}
+
+
+ANNOUNCE_COUNTS = ("announce_direct", "announce_traversal", "announce_direct_failed")
+COUNTS_TIMEOUT_S = 60.0
+
+
+def announce_counts(nodes: list[ProcNode], rounds: int,
+                    timeout: float = COUNTS_TIMEOUT_S) -> list[dict[str, int]] | None:
+    """Each node's :data:`ANNOUNCE_COUNTS` (hivemind: how its announcements were stored, from
+    the counters its transport reports, :meth:`ProcNode.refusals`); None for a transport
+    without them. The transport reads its DHT process's counters every tenth poll: this waits,
+    up to ``timeout`` s, for every node's to account for the ``rounds`` it published, then
+    takes what they say."""
+    def read() -> list[dict[str, int]]:
+        return [{k: v for k, v in node.refusals().items() if k in ANNOUNCE_COUNTS} for node in nodes]
+
+    def complete() -> list[dict[str, int]] | None:
+        counts = read()
+        return counts if all(rounds_announced(c) >= rounds for c in counts) else None
+
+    counts = read()
+    if not all(counts):
+        return None
+    with contextlib.suppress(AssertionError):  # a publish that failed never counts: take what there is
+        counts = wait_until(complete, timeout, "the announcement counts of every round", interval=1.0)
+    return counts
+
+
+def announce_per_round(counts: list[dict[str, int]], rounds: int) -> dict[str, Any]:
+    """:func:`announce_counts` per node per round (mean over the nodes), each node's, and the
+    share of the rounds stored direct (:func:`~swarmnode.swarm.transport.hivemind_announce.direct_share`)."""
+    per_node = [{k: v / rounds for k, v in c.items()} for c in counts]
+    mean = {k: _mean([c[k] for c in per_node]) for k in ANNOUNCE_COUNTS}
+    return {**mean, "direct_share": direct_share(mean), "per_node": per_node}
+
+
+def announce_line(r: dict[str, Any]) -> str:
+    """One line of a run's ``announce_per_node_round``, as ``benchmarks/swarm_sim.py`` prints its counts."""
+    a = r["announce_per_node_round"]
+    share = "n/a" if a["direct_share"] is None else f"{a['direct_share']:.2f}"
+    return (f"{r['transport']} N={r['nodes']}: announcements a node a round (warm-up rounds included): "
+            + ", ".join(f"{k} {a[k]:.2f}" for k in ANNOUNCE_COUNTS) + f"; direct share {share}")
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -322,6 +372,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
         result = deliveries(run["published"], [node.messages() for node in nodes], args.rounds,
                             args.fetch_per_round, run["window"])
         rejected = Counter(e["reason"] for node in nodes for e in node.rejected())
+        announced = announce_counts(nodes, args.rounds + args.warmup_rounds)
         phase = "stop"
         stop_all(nodes)
     except (AssertionError, OSError) as exc:  # a node died or stopped answering
@@ -355,6 +406,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
             "peers_mean": _mean(run["peers"]), "peers_max": max(run["peers"]),
             "rejected_per_node_round": {reason: count / n / (args.rounds + args.warmup_rounds)
                                         for reason, count in sorted(rejected.items())},
+            "announce_per_node_round": announced and announce_per_round(announced, args.rounds + args.warmup_rounds),
             **result, "per_node": {**per_round, "peers": run["peers"], "received": received}}
 
 
@@ -431,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     break
                 results.append(r)
                 print(table_row(r), flush=True)
+                if r["announce_per_node_round"]:
+                    notes.append(announce_line(r))
                 if r["publish_late_s"] > 0:
                     notes.append(f"{transport} N={n}: the last round's publishes ended {r['publish_late_s']:.1f} s "
                                  f"after the window: the rounds took longer than --round-s")

@@ -8,11 +8,12 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
         [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--seed 0] [--json PATH] [--progress]
-    PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64]   # benchmarks/swarm_scale.py's swarm
+    PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64] [--warmup-rounds 1] [--rounds 4]
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
-nodes on one bridge joining through node 0, no churn, rounds of 15 s all at once, one
-warm-up round and 4 measured ones, bundles of 8,000 bytes, no standing (its nodes have none).
+nodes on one bridge joining through node 0, no churn, rounds of 15 s all at once,
+``--warmup-rounds`` warm-up rounds (1) and ``--rounds`` measured ones (4), bundles of 8,000
+bytes, no standing (its nodes have none).
 
 Columns, per node per round of its own (mean over the nodes that published in the window):
 ``recv KB`` / ``sent KB`` (wire bytes), ``msgs`` (messages sent and received), ``sigs``
@@ -23,6 +24,15 @@ of them received within the node's freshness window of being made), ``p50`` / ``
 ``late`` (nodes whose own p95 is past their round), and the busiest host (bytes a second in
 and out, and what it is). A configuration that cannot hold ends in one line naming the
 constraint, exit status 2.
+
+Under the table, per run: a delivery's steps, its bytes by kind, and its events per node per
+round of its own in the window (``counts_per_round`` in the JSON). For hivemind these
+include how announcements were stored, named as the real transport reports them
+(``benchmarks/swarm_scale.py``'s ``announce_per_node_round``): ``announce_direct``,
+``announce_traversal``, ``announce_direct_failed`` (a direct store that reached too few
+replicas, so that the round traversed too), and the share of rounds whose direct store stood.
+swarm_scale counts its warm-up rounds too: ``--machine --warmup-rounds 0 --rounds R`` is its
+``--warmup-rounds W --rounds M`` with R = W + M.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from swarmnode.swarm.sim.hivemind_node import HivemindCosts
 from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
 from swarmnode.swarm.sim.run import run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
+from swarmnode.swarm.transport.hivemind_announce import direct_share
 from swarmnode.swarm.transport.joining import JOIN_DIALS
 
 MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
@@ -54,9 +65,13 @@ COLUMNS = ["transport", "N", "relays", "recv KB", "sent KB", "msgs", "sigs", "bu
            "p50 s", "p95 s", "p50, p95 of round", "late", "busiest (KB/s, what)", "wall s"]
 
 
-def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.0, rounds: int = 4) -> Scenario:
+def machine_scenario(transport: str, nodes: int, seed: int, round_s: float = 15.0, rounds: int = 4,
+                     warmup_rounds: int = 1) -> Scenario:
+    """``benchmarks/swarm_scale.py``'s swarm: ``warmup_rounds`` unmeasured rounds after the
+    join (0: the window starts with the first round), then ``rounds`` measured ones."""
     machine = {**MACHINE, "hardware": (Hardware("benchmark", 1.0, round_s),)}
-    return Scenario(transport=transport, nodes=nodes, seed=seed, warmup_s=MACHINE["join_s"] + round_s,
+    return Scenario(transport=transport, nodes=nodes, seed=seed,
+                    warmup_s=MACHINE["join_s"] + warmup_rounds * round_s,
                     measure_s=rounds * round_s, **machine)
 
 
@@ -72,9 +87,11 @@ def breakdown(r: dict[str, Any]) -> list[str]:
     if r.get("bytes_by_kind"):
         lines.append(f"{head} KB a node a round by kind: " + ", ".join(
             f"{kind} {v / 1e3:.1f}" for kind, v in r["bytes_by_kind"].items()))
-    if r.get("counts_per_round"):
-        lines.append(f"{head} a node a round: " + ", ".join(
-            f"{name} {v:.2f}" for name, v in r["counts_per_round"].items()))
+    counts = r.get("counts_per_round")
+    if counts:
+        share = direct_share(counts)
+        lines.append(f"{head} a node a round: " + ", ".join(f"{name} {v:.2f}" for name, v in counts.items())
+                     + ("" if share is None else f"; announcements' direct share {share:.2f}"))
     return lines
 
 
@@ -180,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nat", type=float, default=0.7, help="share of the nodes behind NAT")
     parser.add_argument("--churn", type=float, default=0.2, help="share of the nodes that leave in an hour")
     parser.add_argument("--relays", type=int, default=None, help="relays (default: enough for every node, at least 4)")
+    parser.add_argument("--rounds", type=int, default=4, help="with --machine: measured rounds")
+    parser.add_argument("--warmup-rounds", type=int, default=1,
+                        help="with --machine: rounds before the measured ones (0: measure from the first)")
     parser.add_argument("--warmup-s", type=float, default=900.0)
     parser.add_argument("--measure-s", type=float, default=1200.0)
     parser.add_argument("--relay-cap", type=int, default=None, metavar="C",
@@ -211,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for transport in args.transports:
         for n in sizes:
             if args.machine:
-                s = machine_scenario(transport, n, args.seed)
+                s = machine_scenario(transport, n, args.seed, rounds=args.rounds, warmup_rounds=args.warmup_rounds)
             else:
                 s = Scenario(transport=transport, nodes=n, nat_share=args.nat, churn_per_hour=args.churn,
                              relays=relays_for(transport, n, args.relay_cap) if args.relays is None else args.relays,

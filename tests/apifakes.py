@@ -47,7 +47,7 @@ class FakeControl:
 
     def refusals(self) -> dict[str, int]:
         return {"refused_far_expiry": 3, "refused_not_a_bundle": 1, "evicted": 2, "stored_bytes": 4096,
-                "cached_bytes": 0}
+                "cached_bytes": 0, "announce_direct": 6, "announce_traversal": 2, "announce_direct_failed": 1}
 
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0,

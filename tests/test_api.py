@@ -271,6 +271,9 @@ async def test_metrics_follow_the_prometheus_text_format(node):
     assert values['swarmnode_transport_refused_total{reason="not_a_bundle"}'] == "1"
     assert values["swarmnode_transport_evicted_total"] == "2"
     assert values['swarmnode_transport_stored_bytes{store="stored"}'] == "4096"
+    assert values['swarmnode_transport_announce_stores_total{how="direct"}'] == "6"
+    assert values['swarmnode_transport_announce_stores_total{how="traversal"}'] == "2"
+    assert values['swarmnode_transport_announce_stores_total{how="direct_failed"}'] == "1"
 
 
 def test_metrics_before_any_round_have_no_numbers_made_up():

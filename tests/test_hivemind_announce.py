@@ -6,7 +6,12 @@ import json
 import pytest
 
 from programs import output
-from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, ShardReplicas
+from swarmnode.swarm.transport.hivemind_announce import (
+    REFRESH_ROUNDS,
+    ShardReplicas,
+    direct_share,
+    rounds_announced,
+)
 
 
 def found(*peers):
@@ -81,10 +86,37 @@ def test_half_accepting_stands():
     assert rule.direct_done({"a", "b"})
 
 
+def test_the_counts_a_dht_process_reports_are_its_rules_decisions(monkeypatch):
+    calls = pytest.importorskip("swarmnode.swarm.transport.hivemind_calls")
+    rule = ShardReplicas()
+    monkeypatch.setattr(calls, "SHARD_REPLICAS", {"key": rule})
+    assert calls.announce_counts() == {"announce_direct": 0, "announce_traversal": 0, "announce_direct_failed": 0}
+    assert rule.targets() is None  # round 1 traverses
+    rule.traversed(found("a", "b", "c"), {"a", "b", "c"})
+    assert rule.direct_done(set(rule.targets()))  # round 2 direct
+    assert rule.targets() == ("a", "b", "c")
+    assert not rule.direct_done({"a"})  # round 3: 1 of 3 took it, so it traverses too
+    rule.traversed(found("a", "d", "e"), {"a", "d", "e"})
+    counts = calls.announce_counts()
+    assert counts == {"announce_direct": 2, "announce_traversal": 2, "announce_direct_failed": 1}
+    assert rounds_announced(counts) == 3 and direct_share(counts) == 1 / 3
+
+
+def test_a_direct_share_from_the_simulators_counts_which_lack_the_names_never_counted():
+    assert direct_share({"announce_traversal": 0.5, "announce_direct": 1.5}) == 0.75
+    assert direct_share({"announce_traversal": 1.0}) == 0.0
+    assert direct_share({}) is None
+
+
 @pytest.mark.slow
 def test_direct_announcements_are_read_back_and_fall_back_to_a_traversal_when_replicas_go():
     got = json.loads(output("hivemind_direct_announce", timeout=240).splitlines()[-1])
     assert got == {"first round traverses": True, "replicas learnt": 3, "read round 1": 1, "read round 2": 2,
                    "read round 3": 3, "rounds 2 and 3 direct": True, "replicas shut down": 2,
                    "round 4 tried direct, then traversed": True, "round 4's replicas exclude the gone": True,
-                   "read round 4": 4, "read round 5": 5, "round 5 direct again": True}
+                   "read round 4": 4, "read round 5": 5, "round 5 direct again": True,
+                   # (announce_direct, announce_traversal, announce_direct_failed) as reported
+                   "reported after round 1": [0, 1, 0], "reported after round 1 is the rule's": True,
+                   "reported after round 3": [2, 1, 0], "reported after round 3 is the rule's": True,
+                   "reported after round 4": [3, 2, 1], "reported after round 4 is the rule's": True,
+                   "reported after round 5": [4, 2, 1], "reported after round 5 is the rule's": True}

@@ -14,7 +14,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from natlab import LabUnavailable, SwitchLab  # noqa: E402
 from programs import argv  # noqa: E402
-from swarm_scale import cpu_s, deliveries, parse_net_dev, table_row, tree_usage  # noqa: E402
+from swarm_scale import (  # noqa: E402
+    announce_counts,
+    announce_line,
+    announce_per_round,
+    cpu_s,
+    deliveries,
+    parse_net_dev,
+    table_row,
+    tree_usage,
+)
 
 NET_DEV = ("Inter-|   Receive                                                |  Transmit\n"
            " face |bytes    packets errs drop fifo frame compressed multicast"
@@ -86,6 +95,35 @@ def test_a_row_without_namespaces_says_na_for_bytes():
            "received_mean": 7.0, "received_min": 6.5, "delivery_ratio": 1.0, "latency_s_p50": 0.02,
            "latency_s_p95": None, "cores": 0.1, "peers_mean": 6.5, "peers_max": 7}
     assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 | 6.5, 7 |"
+
+
+class CountingNode:
+    """A node's ``refusals`` as ProcNode reports them: ``readings`` in turn, the last one kept."""
+
+    def __init__(self, *readings: dict[str, int]):
+        self.readings = list(readings)
+
+    def refusals(self) -> dict[str, int]:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def test_announcement_counts_wait_for_every_round_then_average_per_node_and_round():
+    stale = {"evicted": 0, "announce_direct": 0, "announce_traversal": 1, "announce_direct_failed": 0}
+    node_a = CountingNode(stale, stale, {**stale, "announce_direct": 2, "announce_traversal": 2,
+                                         "announce_direct_failed": 1})  # round 3 fell back
+    node_b = CountingNode({"announce_direct": 2, "announce_traversal": 1, "announce_direct_failed": 0})
+    counts = announce_counts([node_a, node_b], rounds=3, timeout=10)
+    assert counts == [{"announce_direct": 2, "announce_traversal": 2, "announce_direct_failed": 1},
+                      {"announce_direct": 2, "announce_traversal": 1, "announce_direct_failed": 0}]
+    r = {"transport": "hivemind", "nodes": 2, "announce_per_node_round": announce_per_round(counts, 3)}
+    assert r["announce_per_node_round"]["per_node"][0]["announce_traversal"] == 2 / 3
+    assert announce_line(r) == ("hivemind N=2: announcements a node a round (warm-up rounds included): "
+                                "announce_direct 0.67, announce_traversal 0.50, announce_direct_failed 0.17; "
+                                "direct share 0.50")
+
+
+def test_a_transport_without_announcement_counts_reports_none():
+    assert announce_counts([CountingNode({"refused_push": 3})], rounds=1, timeout=1) is None
 
 
 def _counters(lab: SwitchLab, i: int) -> tuple[int, int]:

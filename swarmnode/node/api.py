@@ -412,6 +412,14 @@ def _transport_families(out: _Exposition, transport: Mapping[str, int] | None,
                [("swarmnode_transport_stored_bytes", {"store": store}, refusals[f"{store}_bytes"])
                 for store in ("stored", "cached", "held", "newcomer", "established", "announce_newcomer",
                               "announce_established") if f"{store}_bytes" in refusals])
+    stores = [(how, refusals[f"announce_{how}"]) for how in ("direct", "traversal", "direct_failed")
+              if f"announce_{how}" in refusals]
+    if stores:
+        out.family("swarmnode_transport_announce_stores_total", "counter",
+                   "This node's announcements stored straight at its shard's remembered replicas (direct), by a "
+                   "DHT traversal, and direct stores that reached too few and traversed in the same round "
+                   "(direct_failed, counted in both).",
+                   [("swarmnode_transport_announce_stores_total", {"how": how}, n) for how, n in stores])
     out.family("swarmnode_transport_signers", "gauge",
                "Signers whose records the transport holds now, by standing with it (announcements: announce_*).",
                [("swarmnode_transport_signers", {"standing": standing}, refusals[plural])

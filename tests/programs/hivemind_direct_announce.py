@@ -4,9 +4,11 @@ Seven DHT processes with 3 replicas a key. Node 1 publishes rounds with
 ``hivemind_calls.store_round``: the first traverses and learns the replicas, the next go
 straight to them; node 6 reads each back with ``read_announcements``. Then two of the three
 replicas other than node 1 and node 6 are shut down: the direct store reaches too few and
-falls back to a traversal in the same round, which node 6 reads back too.
+falls back to a traversal in the same round, which node 6 reads back too. After rounds 1, 3,
+4 and 5, what node 1's DHT process reports (``hivemind_calls.counters``: announce_direct,
+announce_traversal, announce_direct_failed) and whether that is its rule's own count.
 
-Run by tests/test_hivemind_direct_announce.py in a process of its own; prints one JSON object last.
+Run by tests/test_hivemind_announce.py in a process of its own; prints one JSON object last.
 """
 
 import json
@@ -31,6 +33,11 @@ async def replica_state(_dht, _node, *, key):
     """(replicas, direct stores, traversals) of ``key`` in this DHT process."""
     state = calls.SHARD_REPLICAS.get(key)
     return ([str(p) for p in state.replicas], state.directs, state.traversals) if state else ([], 0, 0)
+
+
+async def rule_counts(_dht, _node, *, key):
+    """ShardReplicas.counts() of ``key`` in this DHT process."""
+    return calls.SHARD_REPLICAS[key].counts()
 
 
 async def own_peer(_dht, node):
@@ -78,16 +85,24 @@ def main() -> None:
                                                             shards=[shard_of(author)]))
         return announced.get(author, (None, 0.0))[0]
 
+    def note_counts(round_no: int) -> None:
+        reported = call(dhts[1], calls.counters)
+        rule = call(dhts[1], partial(rule_counts, key=key))
+        out[f"reported after round {round_no}"] = [reported[k] for k in rule]
+        out[f"reported after round {round_no} is the rule's"] = {k: reported[k] for k in rule} == rule
+
     publish(1)
     replicas, directs, traversals = call(dhts[1], partial(replica_state, key=key))
     out["first round traverses"] = (directs, traversals) == (0, 1)
     out["replicas learnt"] = len(replicas)
     out["read round 1"] = read_round()
+    note_counts(1)
     for r in (2, 3):
         publish(r)
         out[f"read round {r}"] = read_round()
     replicas, directs, traversals = call(dhts[1], partial(replica_state, key=key))
     out["rounds 2 and 3 direct"] = (directs, traversals) == (2, 1)
+    note_counts(3)
 
     # Shut down two replicas other than the author (DHT ids are drawn at start: the reader may
     # be one); a node that stays up and is not the author reads from then on.
@@ -102,9 +117,11 @@ def main() -> None:
     out["round 4 tried direct, then traversed"] = (directs, traversals) == (3, 2)
     out["round 4's replicas exclude the gone"] = not any(peers[i] in after for i in gone) and len(after) > 0
     out["read round 4"] = read_round()
+    note_counts(4)
     publish(5)
     out["read round 5"] = read_round()
     out["round 5 direct again"] = call(dhts[1], partial(replica_state, key=key))[1:] == (4, 2)
+    note_counts(5)
     for i, dht in enumerate(dhts):
         if i not in gone:
             dht.shutdown()

@@ -277,6 +277,7 @@ class HivemindNode(SimNode):
             self.announced_at[round_no] = world.now + wait
             self.after(wait, self._published)
             return
+        world.meter.count("announce_direct_failed", world.now)
         self.after(wait, self.lookup, [key], False,
                    lambda found: self._announce_traversed(round_no, key, expires, set(up)), "store")
 

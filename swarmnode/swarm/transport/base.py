@@ -190,7 +190,9 @@ class Transport(ABC):
 
     def refusals(self) -> dict[str, int]:
         """What the transport refused or evicted below the bundle checks, by reason, as of
-        now (``hivemind``: its DHT's record validator and storage budget; for ``/metrics``)."""
+        now (``hivemind``: its DHT's record validator and storage budget; for ``/metrics``),
+        and the transport's other counters (``hivemind``: how its announcements were stored,
+        ``announce_*``, :meth:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas.counts`)."""
         return {}
 
     async def publish(self, round_no: int, data: bytes) -> None:

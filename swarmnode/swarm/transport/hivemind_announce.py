@@ -25,7 +25,7 @@ simulator follow. A replica is whatever identifies a peer to the caller (a PeerI
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # Rounds from one traversal to the next, the traversal's included. A traversal is what brings
@@ -58,8 +58,9 @@ class ShardReplicas:
     found: frozenset[Hashable] = frozenset()  # the peers the last traversal found nearest
     farthest: int = -1  # the distance to the key of the farthest of them
     direct_rounds: int = 0  # direct stores since the last traversal
-    traversals: int = field(default=0, compare=False)  # counters, for tests and the meter
+    traversals: int = field(default=0, compare=False)  # counters: see counts()
     directs: int = field(default=0, compare=False)
+    direct_failures: int = field(default=0, compare=False)
 
     def targets(self, table: Iterable[tuple[int, Hashable]] = ()) -> tuple[Hashable, ...] | None:
         """The replicas to store straight at this round, or None when this round traverses.
@@ -82,7 +83,10 @@ class ShardReplicas:
         if len(took) == len(asked):
             return True
         self.replicas = ()  # one missed: the next round learns the replicas again
-        return 2 * len(took) >= len(asked)
+        if 2 * len(took) >= len(asked):
+            return True
+        self.direct_failures += 1
+        return False
 
     def traversed(self, found: Sequence[tuple[int, Hashable]], accepted: Collection[Hashable]) -> None:
         """Remember what this round's traversal found, (distance to the key, peer), and the
@@ -92,3 +96,29 @@ class ShardReplicas:
         self.found = frozenset(p for _, p in found)
         self.farthest = max((d for d, _ in found), default=-1)
         self.direct_rounds = 0
+
+    def counts(self) -> dict[str, int]:
+        """How this shard's announcements were stored so far, named as the simulator's meter
+        names them: ``announce_direct`` (direct stores, those that fell back included),
+        ``announce_traversal`` (traversals, fallbacks included) and
+        ``announce_direct_failed`` (direct stores that reached too few replicas, so that the
+        same round traversed). Rounds announced: direct + traversal - direct_failed."""
+        return {"announce_direct": self.directs, "announce_traversal": self.traversals,
+                "announce_direct_failed": self.direct_failures}
+
+
+def rounds_announced(counts: Mapping[str, float]) -> float:
+    """The rounds whose announcements :meth:`ShardReplicas.counts` (or sums or means of them)
+    account for: each stored direct or by a traversal, one that fell back by both. A name
+    missing counts 0 (the simulator's meter has only the names it counted)."""
+    return counts.get("announce_direct", 0) + counts.get("announce_traversal", 0) - _fallbacks(counts)
+
+
+def direct_share(counts: Mapping[str, float]) -> float | None:
+    """The share of those rounds whose direct store stood (no traversal); None for none."""
+    rounds = rounds_announced(counts)
+    return (counts.get("announce_direct", 0) - _fallbacks(counts)) / rounds if rounds else None
+
+
+def _fallbacks(counts: Mapping[str, float]) -> float:
+    return counts.get("announce_direct_failed", 0)

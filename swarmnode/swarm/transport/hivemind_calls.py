@@ -78,8 +78,19 @@ def bound_node(node: DHTNode, swarm: str) -> None:
 
 
 async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
-    """The DHT process's refusal and eviction counters, and what its storage holds."""
-    return storage_counters(node)
+    """The DHT process's refusal and eviction counters, what its storage holds, and how its
+    announcements were stored (:func:`announce_counts`)."""
+    return {**storage_counters(node), **announce_counts()}
+
+
+def announce_counts() -> dict[str, int]:
+    """:meth:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas.counts` of this
+    process, over its shards (one once it has announced; zeros before)."""
+    total = ShardReplicas().counts()
+    for replicas in SHARD_REPLICAS.values():
+        for name, count in replicas.counts().items():
+            total[name] += count
+    return total
 
 
 def storage_counters(node: DHTNode) -> dict[str, int]:
