@@ -170,6 +170,9 @@ def test_more_rounds_on_the_command_line_extend_a_run_and_leave_the_node_setting
     short, longer = settings("--rounds", "10"), settings("--rounds", "20")
     assert (short.rounds, longer.rounds) == (10, 20)
     assert short.node.rounds is None and short.fingerprint() == longer.fingerprint(), "a resume with more rounds"
+    split = settings("--seeds", "2", "--first-seed", "3")
+    assert list(split.seed_numbers) == [3, 4] and list(short.seed_numbers) == [0]
+    assert split.fingerprint() == settings("--seeds", "2").fingerprint(), "which seeds run is no setting of a round"
 
 
 def test_nodes_parse_as_a_count_or_models_with_counts(tmp_path):

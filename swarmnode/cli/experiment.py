@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      "level-aware, ':ao' above-own, ':ab' above-best (4/4:ab)")
     p.add_argument("--rounds", type=int, help="rounds per seed (raise it to extend a finished run)")
     p.add_argument("--seeds", type=int, help="number of seeds (0..S-1, or from --first-seed)")
-    p.add_argument("--first-seed", type=int, default=0,
+    p.add_argument("--first-seed", type=int,
                    help="number of the first seed: seeds K..K+S-1 run, to split a run's seeds over processes or "
                         "machines (each with its own --out; their tables combine)")
     p.add_argument("--families", help="comma-separated subset of the task file's families")
@@ -77,12 +77,11 @@ def node_config(args: argparse.Namespace, profile: dict) -> NodeConfig:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     profile = PROFILES[args.profile]
     values = {k: v for k, v in profile.items() if k != "node"}
-    for key in ("nodes", "configs", "rounds", "seeds", "checkpoint_every"):
+    for key in ("nodes", "configs", "rounds", "seeds", "first_seed", "checkpoint_every"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     return Settings(profile=args.profile, node=node_config(args, profile), families=args.families,
-                    out=str(Path(args.out).expanduser()), time_limit_minutes=args.time_limit_minutes,
-                    first_seed=args.first_seed, **values)
+                    out=str(Path(args.out).expanduser()), time_limit_minutes=args.time_limit_minutes, **values)
 
 
 def _pick_model(s: Settings) -> Settings:

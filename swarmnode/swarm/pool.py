@@ -239,8 +239,7 @@ class ExternalPool:
         weigh = {"uniform": lambda g: 1.0,
                  "reward-weighted": lambda g: max(_mean(g), 0.0) + REWARD_FLOOR,
                  "level-aware": lambda g: level_weight(g, levels or {}),
-                 "above-own": lambda g: above(g) + REWARD_FLOOR,
-                 "above-best": lambda g: above(g) + REWARD_FLOOR}[mode]
+                 **dict.fromkeys(BAR_MODES, lambda g: above(g) + REWARD_FLOOR)}[mode]
         weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
