@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import heapq
 import random
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 BUCKET_SIZE = 20
@@ -63,6 +63,10 @@ REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own 
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
 _LOW = (1 << 64) - 1
+# Windows :meth:`Space.nearest` keeps (one a key): a key's readers and fetchers ask for the
+# same key again and again while the servers stay as they are. Past this many, all go.
+_WINDOWS_KEPT = 2048
+_WINDOW_SLACK = 16  # a window is kept this much wider than asked, for askers who skip more
 
 
 def key_id(key: str) -> int:
@@ -95,6 +99,13 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+        # key -> (where it falls in ``_sorted``, the window's width, the window's servers as
+        # (distance, host, index in ``_sorted``) nearest first): :meth:`nearest`'s sort, kept
+        # while ``_sorted`` stays as it is (emptied when it changes).
+        self._windows: dict[int, tuple[int, int, list[tuple[int, int, int]]]] = {}
+        # Of each region :meth:`held` looked at, its servers ordered by their ids' low bits, and
+        # the set of them; kept and emptied as ``_windows``.
+        self._regions: dict[int, tuple[list[int], list[tuple[int, int, int, int]], set[int]]] = {}
         # Counts the servers that stopped being gone (came back, or were forgotten): a node's
         # knowledge of gone servers is stale when this moved (:meth:`still_gone`).
         self.returns = 0
@@ -103,6 +114,7 @@ class Space:
         self.forget_stale(now)
         if host not in self.up and host not in self.gone:
             bisect.insort(self._sorted, (self.ids[host], host))
+            self._ring_changed()
         if self.gone.pop(host, None) is not None:
             self.returns += 1
         self.up.add(host)
@@ -122,19 +134,36 @@ class Space:
         for host in stale:
             del self.gone[host]
             self._sorted.remove((self.ids[host], host))
+            self._ring_changed()
         self.returns += len(stale)
 
+    def _ring_changed(self) -> None:
+        self._windows.clear()
+        self._regions.clear()
+
     def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
-        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""
-        ring = self._sorted
-        if not ring:
+        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``,
+        of the ``4 * k + len(skip) + 8`` on each side of ``key`` in id order."""
+        if not self._sorted:
             return []
         width = 4 * k + len(skip) + 8
-        pos = bisect.bisect_left(ring, (key, -1))
-        lo, hi = max(0, pos - width), min(len(ring), pos + width)
-        window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
-        window.sort()
-        return [h for _, h in window[:k]]
+        pos, _, by_distance = self._window(key, width)
+        lo, hi = pos - width, pos + width
+        return list(islice((h for _, h, i in by_distance if lo <= i < hi and h not in skip), k))
+
+    def _window(self, key: int, width: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+        """``_windows``' entry for ``key``, at least ``width`` wide on each side."""
+        window = self._windows.get(key)
+        if window is None or window[1] < width:
+            ring = self._sorted
+            pos = bisect.bisect_left(ring, (key, -1))
+            width += _WINDOW_SLACK
+            lo = max(0, pos - width)
+            window = pos, width, sorted([(i ^ key, h, n) for n, (i, h) in enumerate(ring[lo:pos + width], lo)])
+            if len(self._windows) >= _WINDOWS_KEPT:
+                self._windows.clear()
+            self._windows[key] = window
+        return window
 
     def held(self, src: int, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
         """The ``k`` servers nearest ``key`` (XOR) that ``src``'s routing table holds, but
@@ -143,19 +172,29 @@ class Space:
         of ``src``'s own that stays the same from one lookup to the next (hivemind keeps the
         servers it met first and adds others only as those go away)."""
         shift = _ID_BITS - REGION_BITS
-        if key >> shift == self.ids[src] >> shift:
+        region = key >> shift
+        if region == self.ids[src] >> shift:
             return self.nearest(key, k, skip)
-        ring = self._sorted
-        lo = bisect.bisect_left(ring, ((key >> shift) << shift, -1))
-        hi = bisect.bisect_left(ring, (((key >> shift) + 1) << shift, -1))
-        region = [(i, h) for i, h in ring[lo:hi] if h not in skip]
-        if len(region) <= k:
+        lows, by_low, members = self._region(region)
+        if len(members) - len(members.intersection(skip)) <= k:
             return self.nearest(key, k, skip)
         # Ranked by their ids' low bits against src's salt: a draw that owes nothing to where the
         # servers sit in the region (the high bits), so it holds a key's nearest by chance alone.
-        salt = self._salts[src] & _LOW
-        held = heapq.nsmallest(k, region, key=lambda entry: (entry[0] & _LOW) ^ salt)
+        held: list[tuple[int, int]] = []
+        _nearest_low(lows, by_low, 0, len(lows), self._salts[src] & _LOW, 63, k, skip, held)
         return [h for _, h in sorted(held, key=lambda entry: entry[0] ^ key)]
+
+    def _region(self, region: int) -> tuple[list[int], list[tuple[int, int, int, int]], set[int]]:
+        """``_regions``' entry for ``region``: the low bits of its servers' ids, sorted; the
+        servers as (low bits, place in id order, id, host) in that order; their hosts."""
+        entry = self._regions.get(region)
+        if entry is None:
+            ring, shift = self._sorted, _ID_BITS - REGION_BITS
+            lo = bisect.bisect_left(ring, (region << shift, -1))
+            hi = bisect.bisect_left(ring, ((region + 1) << shift, -1))
+            by_low = sorted((i & _LOW, n, i, h) for n, (i, h) in enumerate(ring[lo:hi]))
+            entry = self._regions[region] = [e[0] for e in by_low], by_low, {e[3] for e in by_low}
+        return entry
 
     def servers(self) -> int:
         return len(self.up)
@@ -206,6 +245,24 @@ class Space:
             return {p: v for p, v in live.items() if v[1] > expiry}
         start = bisect.bisect_right(record.log_expiry, expiry)
         return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
+
+
+def _nearest_low(lows: list[int], by_low: list[tuple[int, int, int, int]], lo: int, hi: int, salt: int,
+                 bit: int, k: int, skip: set[int] | frozenset[int], out: list[tuple[int, int]]) -> None:
+    """Add to ``out`` the (id, host) of ``by_low[lo:hi]``'s servers but ``skip`` nearest ``salt``
+    by their low bits (XOR; of two alike, the first in id order) until it holds ``k``: what
+    ``heapq.nsmallest`` gives over them all, from a walk down the bits of the sorted
+    ``lows`` (those of ``by_low``; ``lows[lo:hi]`` share their bits above ``bit``) that
+    visits the nearer half first and ranks a few dozen servers only."""
+    if hi - lo <= 2 * k or bit < 0:
+        ranked = sorted((low ^ salt, n, i, h) for low, n, i, h in by_low[lo:hi] if h not in skip)
+        out.extend((i, h) for _, _, i, h in ranked[:k - len(out)])
+        return
+    mid = bisect.bisect_left(lows, (lows[lo] >> bit | 1) << bit, lo, hi)
+    halves = ((lo, mid), (mid, hi)) if not salt >> bit & 1 else ((mid, hi), (lo, mid))
+    for start, end in halves:
+        if len(out) < k and start < end:
+            _nearest_low(lows, by_low, start, end, salt, bit - 1, k, skip, out)
 
 
 def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int],
