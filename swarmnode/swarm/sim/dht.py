@@ -51,7 +51,7 @@ import bisect
 import hashlib
 import random
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import accumulate, islice
 from typing import Any
 
 BUCKET_SIZE = 20
@@ -80,12 +80,27 @@ class Record:
     expires: float
     value: Any = None  # a bundle's (author, round)
     subkeys: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard: PeerID -> (round, expiry)
-    # A shard's stores in the order they came, (PeerID, round, expiry): a reader takes those
+    # A shard's stores in the order they came, (PeerID, (round, expiry)): a reader takes those
     # since its last read only (:meth:`Space.expiring_after`).
-    log: list[tuple[str, int, float]] = field(default_factory=list)
+    log: list[tuple[str, tuple[int, float]]] = field(default_factory=list)
     log_expiry: list[float] = field(default_factory=list)  # each store's expiry, as in ``log``: bisected
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
     earliest: float = float("inf")  # the earliest expiry among ``subkeys``
+
+
+class _Window:
+    """The servers ``width`` on each side of ``key`` in ``ring`` (id order), nearest ``key``
+    (XOR) first: ``hosts``, their ``places`` in ``ring``, and ``reach[j]``: the least width
+    a window needs to hold the ``j + 1`` nearest."""
+
+    def __init__(self, ring: list[tuple[int, int]], key: int, width: int):
+        self.pos = pos = bisect.bisect_left(ring, (key, -1))
+        self.width = width
+        lo = max(0, pos - width)
+        by_distance = sorted([(i ^ key, h, n) for n, (i, h) in enumerate(ring[lo:pos + width], lo)])
+        self.hosts = [h for _, h, _ in by_distance]
+        self.places = [n for _, _, n in by_distance]
+        self.reach = list(accumulate((max(pos - n, n - pos + 1) for n in self.places), max))
 
 
 class Space:
@@ -99,10 +114,9 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
-        # key -> (where it falls in ``_sorted``, the window's width, the window's servers as
-        # (distance, host, index in ``_sorted``) nearest first): :meth:`nearest`'s sort, kept
-        # while ``_sorted`` stays as it is (emptied when it changes).
-        self._windows: dict[int, tuple[int, int, list[tuple[int, int, int]]]] = {}
+        # key -> :class:`_Window`: :meth:`nearest`'s sort, kept while ``_sorted`` stays as it is
+        # (emptied when it changes).
+        self._windows: dict[int, _Window] = {}
         # Of each region :meth:`held` looked at, its servers ordered by their ids' low bits, and
         # the set of them; kept and emptied as ``_windows``.
         self._regions: dict[int, tuple[list[int], list[tuple[int, int, int, int]], set[int]]] = {}
@@ -147,19 +161,19 @@ class Space:
         if not self._sorted:
             return []
         width = 4 * k + len(skip) + 8
-        pos, _, by_distance = self._window(key, width)
-        lo, hi = pos - width, pos + width
-        return list(islice((h for _, h, i in by_distance if lo <= i < hi and h not in skip), k))
+        window = self._window(key, width)
+        nearest = window.hosts[:k]
+        # Mostly the k nearest are in the narrower window and none is skipped: no walk.
+        if len(nearest) == k and window.reach[k - 1] <= width and skip.isdisjoint(nearest):
+            return nearest
+        lo, hi = window.pos - width, window.pos + width
+        return list(islice((h for h, i in zip(window.hosts, window.places) if lo <= i < hi and h not in skip), k))
 
-    def _window(self, key: int, width: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+    def _window(self, key: int, width: int) -> _Window:
         """``_windows``' entry for ``key``, at least ``width`` wide on each side."""
         window = self._windows.get(key)
-        if window is None or window[1] < width:
-            ring = self._sorted
-            pos = bisect.bisect_left(ring, (key, -1))
-            width += _WINDOW_SLACK
-            lo = max(0, pos - width)
-            window = pos, width, sorted([(i ^ key, h, n) for n, (i, h) in enumerate(ring[lo:pos + width], lo)])
+        if window is None or window.width < width:
+            window = _Window(self._sorted, key, width + _WINDOW_SLACK)
             if len(self._windows) >= _WINDOWS_KEPT:
                 self._windows.clear()
             self._windows[key] = window
@@ -215,8 +229,8 @@ class Space:
         record = self.records[host].get(key)
         if record is None:
             record = self.records[host][key] = Record(expires)
-        record.subkeys[peer] = (round_no, expires)
-        record.log.append((peer, round_no, expires))
+        record.subkeys[peer] = entry = (round_no, expires)
+        record.log.append((peer, entry))
         record.log_expiry.append(expires)
         if len(record.log) > 2 * len(record.subkeys) + 64:
             dropped = len(record.log) // 2
@@ -240,11 +254,10 @@ class Space:
         (stored after it less their time to live): what came since a reader's last read, found
         from the stores' log where it reaches back that far, without a walk over the shard."""
         live = self.shard_entries(record, now)
-        log = record.log
-        if record.log_start and (not log or log[0][2] > expiry):  # stores dropped from the log may be among them
+        log, log_expiry = record.log, record.log_expiry
+        if record.log_start and (not log or log_expiry[0] > expiry):  # stores dropped from the log may be among them
             return {p: v for p, v in live.items() if v[1] > expiry}
-        start = bisect.bisect_right(record.log_expiry, expiry)
-        return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
+        return {p: v for p, v in log[bisect.bisect_right(log_expiry, expiry):] if live.get(p) == v}
 
 
 def _nearest_low(lows: list[int], by_low: list[tuple[int, int, int, int]], lo: int, hi: int, salt: int,
