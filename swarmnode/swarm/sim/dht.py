@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import heapq
 import random
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
@@ -85,7 +86,8 @@ class Record:
     log: list[tuple[str, tuple[int, float]]] = field(default_factory=list)
     log_expiry: list[float] = field(default_factory=list)  # each store's expiry, as in ``log``: bisected
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
-    earliest: float = float("inf")  # the earliest expiry among ``subkeys``
+    # (expiry, PeerID) of each store, a heap: what expires next (:meth:`Space.shard_entries`).
+    expiries: list[tuple[float, str]] = field(default_factory=list)
 
 
 class _Window:
@@ -238,15 +240,16 @@ class Space:
             del record.log_expiry[:dropped]
             record.log_start += dropped
         record.expires = max(record.expires, expires)
-        record.earliest = min(record.earliest, expires)
+        heapq.heappush(record.expiries, (expires, peer))
 
     def shard_entries(self, record: Record, now: float) -> dict[str, tuple[int, float]]:
-        """A shard's announcements not expired (expired ones are dropped)."""
-        if record.earliest >= now:
-            return record.subkeys
-        live = {p: v for p, v in record.subkeys.items() if v[1] >= now}
-        record.subkeys = live
-        record.earliest = min((v[1] for v in live.values()), default=float("inf"))
+        """A shard's announcements not expired (expired ones are dropped, the rest keep their order)."""
+        expiries, live = record.expiries, record.subkeys
+        while expiries and expiries[0][0] < now:
+            _, peer = heapq.heappop(expiries)
+            entry = live.get(peer)
+            if entry is not None and entry[1] < now:  # else stored again since
+                del live[peer]
         return live
 
     def expiring_after(self, record: Record, expiry: float, now: float) -> dict[str, tuple[int, float]]:
