@@ -63,7 +63,8 @@ WAIT_TIMEOUT = 3.0
 REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own id cover 1/32 of the ids each
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
-_LOW = (1 << 64) - 1
+_LOW_BITS = 64  # of an id, those that rank a region's servers for a node's table (:meth:`Space.held`)
+_LOW = (1 << _LOW_BITS) - 1
 # Windows :meth:`Space.nearest` keeps (one a key): a key's readers and fetchers ask for the
 # same key again and again while the servers stay as they are. Past this many, all go.
 _WINDOWS_KEPT = 2048
@@ -197,7 +198,7 @@ class Space:
         # Ranked by their ids' low bits against src's salt: a draw that owes nothing to where the
         # servers sit in the region (the high bits), so it holds a key's nearest by chance alone.
         held: list[tuple[int, int]] = []
-        _nearest_low(lows, by_low, 0, len(lows), self._salts[src] & _LOW, 63, k, skip, held)
+        _nearest_low(lows, by_low, 0, len(lows), self._salts[src] & _LOW, _LOW_BITS - 1, k, skip, held)
         return [h for _, h in sorted(held, key=lambda entry: entry[0] ^ key)]
 
     def _region(self, region: int) -> tuple[list[int], list[tuple[int, int, int, int]], set[int]]:
