@@ -195,13 +195,15 @@ class HivemindPull:
                 seen[peer] = (round_no, made, shard)
         if len(held) + len(seen.keys() - held.keys()) > plan.memory:
             # Keep what may be drawn: an established peer's announcement whatever its age (its
-            # period, its next round awaited), a newcomer's while fresh; the oldest go first.
-            # One sort of the (rank, peer) pairs, each peer once (as of this read if seen):
-            # what heapq.nsmallest gives, without its loop in Python.
-            ranked = [(not established(p), -a.made, p) for p, a in held.items() if p not in seen]
-            ranked += [(not established(p), -m, p) for p, (_, m, _) in seen.items()]
-            ranked.sort()
-            dropped = {p for _, _, p in ranked[plan.memory:]}
+            # period, its next round awaited), a newcomer's while fresh; the oldest go first (of
+            # two as old, the later PeerID). Each peer once, as of this read if seen.
+            made = {p: a.made for p, a in held.items()}
+            made.update((p, m) for p, (_, m, _) in seen.items())
+            # Newest first: a sort by PeerID, then a stable one by age (plain strings, then plain
+            # floats: what sorting (rank, age, peer) tuples gives, a third of its time).
+            by_age = sorted(sorted(made), key=made.__getitem__, reverse=True)
+            ranked = [p for p in by_age if established(p)] + [p for p in by_age if not established(p)]
+            dropped = set(ranked[plan.memory:])
             plan.forget([p for p in held if p in dropped])
             seen = {p: v for p, v in seen.items() if p not in dropped}
         plan.note_announced({p: r for p, (r, _, _) in seen.items()}, now,
