@@ -52,7 +52,7 @@ import hashlib
 import heapq
 import random
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
+from itertools import islice
 from typing import Any
 
 BUCKET_SIZE = 20
@@ -93,17 +93,17 @@ class Record:
 
 class _Window:
     """The servers ``width`` on each side of ``key`` in ``ring`` (id order), nearest ``key``
-    (XOR) first: ``hosts``, their ``places`` in ``ring``, and ``reach[j]``: the least width
-    a window needs to hold the ``j + 1`` nearest."""
+    (XOR) first: ``hosts``, and their ``places`` in ``ring``."""
 
     def __init__(self, ring: list[tuple[int, int]], key: int, width: int):
         self.pos = pos = bisect.bisect_left(ring, (key, -1))
         self.width = width
         lo = max(0, pos - width)
-        by_distance = sorted([(i ^ key, h, n) for n, (i, h) in enumerate(ring[lo:pos + width], lo)])
-        self.hosts = [h for _, h, _ in by_distance]
-        self.places = [n for _, _, n in by_distance]
-        self.reach = list(accumulate((max(pos - n, n - pos + 1) for n in self.places), max))
+        window = ring[lo:pos + width]
+        # A stable sort of places by distance: of two at one distance (one id), the lesser host first.
+        order = sorted(range(len(window)), key=[i ^ key for i, _ in window].__getitem__)
+        self.hosts = [window[j][1] for j in order]
+        self.places = [lo + j for j in order]
 
 
 class Space:
@@ -165,11 +165,11 @@ class Space:
             return []
         width = 4 * k + len(skip) + 8
         window = self._window(key, width)
-        nearest = window.hosts[:k]
-        # Mostly the k nearest are in the narrower window and none is skipped: no walk.
-        if len(nearest) == k and window.reach[k - 1] <= width and skip.isdisjoint(nearest):
-            return nearest
         lo, hi = window.pos - width, window.pos + width
+        nearest, places = window.hosts[:k], window.places[:k]
+        # Mostly the k nearest are in the narrower window and none is skipped: no walk.
+        if len(nearest) == k and lo <= min(places) and max(places) < hi and skip.isdisjoint(nearest):
+            return nearest
         return list(islice((h for h, i in zip(window.hosts, window.places) if lo <= i < hi and h not in skip), k))
 
     def _window(self, key: int, width: int) -> _Window:
