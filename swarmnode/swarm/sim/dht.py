@@ -66,8 +66,9 @@ _ID_BITS = 160
 _LOW_BITS = 64  # of an id, those that rank a region's servers for a node's table (:meth:`Space.held`)
 _LOW = (1 << _LOW_BITS) - 1
 # Windows :meth:`Space.nearest` keeps (one a key): a key's readers and fetchers ask for the
-# same key again and again while the servers stay as they are. Past this many, all go.
-_WINDOWS_KEPT = 2048
+# same key again and again while the servers stay as they are. Past this many the oldest goes:
+# 10,000 nodes publish ~80 bundles a second, fetched up to a round after (tens of seconds).
+_WINDOWS_KEPT = 8192
 _WINDOW_SLACK = 16  # a window is kept this much wider than asked, for askers who skip more
 
 
@@ -177,8 +178,9 @@ class Space:
         window = self._windows.get(key)
         if window is None or window.width < width:
             window = _Window(self._sorted, key, width + _WINDOW_SLACK)
+            self._windows.pop(key, None)
             if len(self._windows) >= _WINDOWS_KEPT:
-                self._windows.clear()
+                del self._windows[next(iter(self._windows))]
             self._windows[key] = window
         return window
 
