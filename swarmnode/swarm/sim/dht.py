@@ -52,6 +52,7 @@ import hashlib
 import heapq
 import random
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 BUCKET_SIZE = 20
@@ -62,7 +63,13 @@ WAIT_TIMEOUT = 3.0
 REGION_BITS = 5  # hivemind's depth_modulo: a table's buckets away from its own id cover 1/32 of the ids each
 STALE_S = 600.0  # a server gone this long has left every routing table that mattered
 _ID_BITS = 160
-_LOW = (1 << 64) - 1
+_LOW_BITS = 64  # of an id, those that rank a region's servers for a node's table (:meth:`Space.held`)
+_LOW = (1 << _LOW_BITS) - 1
+# Windows :meth:`Space.nearest` keeps (one a key): a key's readers and fetchers ask for the
+# same key again and again while the servers stay as they are. Past this many the oldest goes:
+# 10,000 nodes publish ~80 bundles a second, fetched up to a round after (tens of seconds).
+_WINDOWS_KEPT = 8192
+_WINDOW_SLACK = 16  # a window is kept this much wider than asked, for askers who skip more
 
 
 def key_id(key: str) -> int:
@@ -76,12 +83,28 @@ class Record:
     expires: float
     value: Any = None  # a bundle's (author, round)
     subkeys: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard: PeerID -> (round, expiry)
-    # A shard's stores in the order they came, (PeerID, round, expiry): a reader takes those
+    # A shard's stores in the order they came, (PeerID, (round, expiry)): a reader takes those
     # since its last read only (:meth:`Space.expiring_after`).
-    log: list[tuple[str, int, float]] = field(default_factory=list)
+    log: list[tuple[str, tuple[int, float]]] = field(default_factory=list)
     log_expiry: list[float] = field(default_factory=list)  # each store's expiry, as in ``log``: bisected
     log_start: int = 0  # stores dropped from the log's front (it keeps the recent ones)
-    earliest: float = float("inf")  # the earliest expiry among ``subkeys``
+    # (expiry, PeerID) of each store, a heap: what expires next (:meth:`Space.shard_entries`).
+    expiries: list[tuple[float, str]] = field(default_factory=list)
+
+
+class _Window:
+    """The servers ``width`` on each side of ``key`` in ``ring`` (id order), nearest ``key``
+    (XOR) first: ``hosts``, and their ``places`` in ``ring``."""
+
+    def __init__(self, ring: list[tuple[int, int]], key: int, width: int):
+        self.pos = pos = bisect.bisect_left(ring, (key, -1))
+        self.width = width
+        lo = max(0, pos - width)
+        window = ring[lo:pos + width]
+        # A stable sort of places by distance: of two at one distance (one id), the lesser host first.
+        order = sorted(range(len(window)), key=[i ^ key for i, _ in window].__getitem__)
+        self.hosts = [window[j][1] for j in order]
+        self.places = [lo + j for j in order]
 
 
 class Space:
@@ -95,6 +118,12 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+        # key -> :class:`_Window`: :meth:`nearest`'s sort, kept while ``_sorted`` stays as it is
+        # (emptied when it changes).
+        self._windows: dict[int, _Window] = {}
+        # Of each region :meth:`held` looked at, its servers ordered by their ids' low bits, and
+        # the set of them; kept and emptied as ``_windows``.
+        self._regions: dict[int, tuple[list[int], list[tuple[int, int, int, int]], set[int]]] = {}
         # Counts the servers that stopped being gone (came back, or were forgotten): a node's
         # knowledge of gone servers is stale when this moved (:meth:`still_gone`).
         self.returns = 0
@@ -103,6 +132,7 @@ class Space:
         self.forget_stale(now)
         if host not in self.up and host not in self.gone:
             bisect.insort(self._sorted, (self.ids[host], host))
+            self._ring_changed()
         if self.gone.pop(host, None) is not None:
             self.returns += 1
         self.up.add(host)
@@ -122,19 +152,37 @@ class Space:
         for host in stale:
             del self.gone[host]
             self._sorted.remove((self.ids[host], host))
+            self._ring_changed()
         self.returns += len(stale)
 
+    def _ring_changed(self) -> None:
+        self._windows.clear()
+        self._regions.clear()
+
     def nearest(self, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
-        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``."""
-        ring = self._sorted
-        if not ring:
+        """The ``k`` servers nearest ``key`` (XOR) among those up or lately gone, but ``skip``,
+        of the ``4 * k + len(skip) + 8`` on each side of ``key`` in id order."""
+        if not self._sorted:
             return []
         width = 4 * k + len(skip) + 8
-        pos = bisect.bisect_left(ring, (key, -1))
-        lo, hi = max(0, pos - width), min(len(ring), pos + width)
-        window = [(i ^ key, h) for i, h in ring[lo:hi] if h not in skip]
-        window.sort()
-        return [h for _, h in window[:k]]
+        window = self._window(key, width)
+        lo, hi = window.pos - width, window.pos + width
+        nearest, places = window.hosts[:k], window.places[:k]
+        # Mostly the k nearest are in the narrower window and none is skipped: no walk.
+        if len(nearest) == k and lo <= min(places) and max(places) < hi and skip.isdisjoint(nearest):
+            return nearest
+        return list(islice((h for h, i in zip(window.hosts, window.places) if lo <= i < hi and h not in skip), k))
+
+    def _window(self, key: int, width: int) -> _Window:
+        """``_windows``' entry for ``key``, at least ``width`` wide on each side."""
+        window = self._windows.get(key)
+        if window is None or window.width < width:
+            window = _Window(self._sorted, key, width + _WINDOW_SLACK)
+            self._windows.pop(key, None)
+            if len(self._windows) >= _WINDOWS_KEPT:
+                del self._windows[next(iter(self._windows))]
+            self._windows[key] = window
+        return window
 
     def held(self, src: int, key: int, k: int, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
         """The ``k`` servers nearest ``key`` (XOR) that ``src``'s routing table holds, but
@@ -143,19 +191,29 @@ class Space:
         of ``src``'s own that stays the same from one lookup to the next (hivemind keeps the
         servers it met first and adds others only as those go away)."""
         shift = _ID_BITS - REGION_BITS
-        if key >> shift == self.ids[src] >> shift:
+        region = key >> shift
+        if region == self.ids[src] >> shift:
             return self.nearest(key, k, skip)
-        ring = self._sorted
-        lo = bisect.bisect_left(ring, ((key >> shift) << shift, -1))
-        hi = bisect.bisect_left(ring, (((key >> shift) + 1) << shift, -1))
-        region = [(i, h) for i, h in ring[lo:hi] if h not in skip]
-        if len(region) <= k:
+        lows, by_low, members = self._region(region)
+        if len(members) - len(members.intersection(skip)) <= k:
             return self.nearest(key, k, skip)
         # Ranked by their ids' low bits against src's salt: a draw that owes nothing to where the
         # servers sit in the region (the high bits), so it holds a key's nearest by chance alone.
-        salt = self._salts[src] & _LOW
-        held = heapq.nsmallest(k, region, key=lambda entry: (entry[0] & _LOW) ^ salt)
+        held: list[tuple[int, int]] = []
+        _nearest_low(lows, by_low, 0, len(lows), self._salts[src] & _LOW, _LOW_BITS - 1, k, skip, held)
         return [h for _, h in sorted(held, key=lambda entry: entry[0] ^ key)]
+
+    def _region(self, region: int) -> tuple[list[int], list[tuple[int, int, int, int]], set[int]]:
+        """``_regions``' entry for ``region``: the low bits of its servers' ids, sorted; the
+        servers as (low bits, place in id order, id, host) in that order; their hosts."""
+        entry = self._regions.get(region)
+        if entry is None:
+            ring, shift = self._sorted, _ID_BITS - REGION_BITS
+            lo = bisect.bisect_left(ring, (region << shift, -1))
+            hi = bisect.bisect_left(ring, ((region + 1) << shift, -1))
+            by_low = sorted((i & _LOW, n, i, h) for n, (i, h) in enumerate(ring[lo:hi]))
+            entry = self._regions[region] = [e[0] for e in by_low], by_low, {e[3] for e in by_low}
+        return entry
 
     def servers(self) -> int:
         return len(self.up)
@@ -176,8 +234,8 @@ class Space:
         record = self.records[host].get(key)
         if record is None:
             record = self.records[host][key] = Record(expires)
-        record.subkeys[peer] = (round_no, expires)
-        record.log.append((peer, round_no, expires))
+        record.subkeys[peer] = entry = (round_no, expires)
+        record.log.append((peer, entry))
         record.log_expiry.append(expires)
         if len(record.log) > 2 * len(record.subkeys) + 64:
             dropped = len(record.log) // 2
@@ -185,15 +243,16 @@ class Space:
             del record.log_expiry[:dropped]
             record.log_start += dropped
         record.expires = max(record.expires, expires)
-        record.earliest = min(record.earliest, expires)
+        heapq.heappush(record.expiries, (expires, peer))
 
     def shard_entries(self, record: Record, now: float) -> dict[str, tuple[int, float]]:
-        """A shard's announcements not expired (expired ones are dropped)."""
-        if record.earliest >= now:
-            return record.subkeys
-        live = {p: v for p, v in record.subkeys.items() if v[1] >= now}
-        record.subkeys = live
-        record.earliest = min((v[1] for v in live.values()), default=float("inf"))
+        """A shard's announcements not expired (expired ones are dropped, the rest keep their order)."""
+        expiries, live = record.expiries, record.subkeys
+        while expiries and expiries[0][0] < now:
+            _, peer = heapq.heappop(expiries)
+            entry = live.get(peer)
+            if entry is not None and entry[1] < now:  # else stored again since
+                del live[peer]
         return live
 
     def expiring_after(self, record: Record, expiry: float, now: float) -> dict[str, tuple[int, float]]:
@@ -201,11 +260,28 @@ class Space:
         (stored after it less their time to live): what came since a reader's last read, found
         from the stores' log where it reaches back that far, without a walk over the shard."""
         live = self.shard_entries(record, now)
-        log = record.log
-        if record.log_start and (not log or log[0][2] > expiry):  # stores dropped from the log may be among them
+        log, log_expiry = record.log, record.log_expiry
+        if record.log_start and (not log or log_expiry[0] > expiry):  # stores dropped from the log may be among them
             return {p: v for p, v in live.items() if v[1] > expiry}
-        start = bisect.bisect_right(record.log_expiry, expiry)
-        return {p: (r, e) for p, r, e in log[start:] if live.get(p) == (r, e)}
+        return {p: v for p, v in log[bisect.bisect_right(log_expiry, expiry):] if live.get(p) == v}
+
+
+def _nearest_low(lows: list[int], by_low: list[tuple[int, int, int, int]], lo: int, hi: int, salt: int,
+                 bit: int, k: int, skip: set[int] | frozenset[int], out: list[tuple[int, int]]) -> None:
+    """Add to ``out`` the (id, host) of ``by_low[lo:hi]``'s servers but ``skip`` nearest ``salt``
+    by their low bits (XOR; of two alike, the first in id order) until it holds ``k``: what
+    ``heapq.nsmallest`` gives over them all, from a walk down the bits of the sorted
+    ``lows`` (those of ``by_low``; ``lows[lo:hi]`` share their bits above ``bit``) that
+    visits the nearer half first and ranks a few dozen servers only."""
+    if hi - lo <= 2 * k or bit < 0:
+        ranked = sorted((low ^ salt, n, i, h) for low, n, i, h in by_low[lo:hi] if h not in skip)
+        out.extend((i, h) for _, _, i, h in ranked[:k - len(out)])
+        return
+    mid = bisect.bisect_left(lows, (lows[lo] >> bit | 1) << bit, lo, hi)
+    halves = ((lo, mid), (mid, hi)) if not salt >> bit & 1 else ((mid, hi), (lo, mid))
+    for start, end in halves:
+        if len(out) < k and start < end:
+            _nearest_low(lows, by_low, start, end, salt, bit - 1, k, skip, out)
 
 
 def plan_lookup(space: Space, src: int, keys: list[int], gone_known: set[int],
