@@ -55,6 +55,7 @@ Not thread-safe: a transport uses it from one task.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -101,7 +102,7 @@ class Announced:
     round: int
     seen: float  # monotonic seconds it was last read or handed over
     detail: Any  # what the transport keeps with it (see PullPlan.detail)
-    made: float  # the earliest sign of this round: monotonic seconds
+    made: float  # the earliest sign of this round: monotonic seconds, never after ``seen``
     period: float | None = None  # seconds between the peer's rounds, from the last two made
 
 
@@ -294,6 +295,15 @@ class OnlyFresh(Freshness):
         return self.oldest_fresh(plan)
 
 
+def _narrower(bounds: tuple[float, float], than: tuple[float, float]) -> bool:
+    """True if candidates under ``bounds`` (seen since, made since) are those under ``than``
+    that were made since ``bounds``' made bound: that bound moved forward or stayed, and the
+    seen bound stayed or moved no further than it (a round is made before it is seen, so an
+    announcement seen before that bound was made before it too)."""
+    (since, made_since), (was_since, was_made_since) = bounds, than
+    return made_since >= was_made_since and (since == was_since or was_since <= since <= made_since)
+
+
 class PullPlan:
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *, memory: int,
                  freshness: Freshness, ttl: float = ANNOUNCE_TTL, rng: random.Random | None = None):
@@ -316,9 +326,11 @@ class PullPlan:
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
         # candidates() as last computed under its policy's bounds, kept up to date between
-        # computations: a node asks for them several times a poll, and a walk over every
-        # announcer read lately costs as many entries as a read brings.
+        # computations, and while the bounds move forward (OnlyFresh's move with ``now``): a
+        # node asks for them several times a poll, and a walk over every announcer read
+        # lately costs as many entries as a read brings.
         self._memo: tuple[tuple[float, float], dict[str, int]] | None = None
+        self._by_made: list[tuple[float, str]] = []  # heap: (made, peer) of the memo's, and stale ones
         self._moved: dict[str, None] = {}  # peers put at the end of ``announced`` since, in that order
         self._dirty: set[str] = set()  # other peers whose candidacy may have changed since
 
@@ -416,7 +428,7 @@ class PullPlan:
         key = (since, made_since)
         held = freshness.held()
         memo = self._memo
-        if memo is not None and memo[0] == key:
+        if memo is not None and _narrower(key, memo[0]):
             moved, dirty, found = self._moved, self._dirty, memo[1]
             self._moved, self._dirty = {}, set()
 
@@ -430,10 +442,19 @@ class PullPlan:
                     found.pop(p, None)
                 elif p not in found:  # a candidate again where it stood: rare, so walk again
                     return self._rebuild(key)
+            by_made = self._by_made
             for p in moved:  # at the end of announced, in this order
                 found.pop(p, None)
                 if admitted(p):
                     found[p] = announced[p].round
+                    heapq.heappush(by_made, (announced[p].made, p))
+            # Rounds made before the bound, earliest first: stale heap items name a peer that
+            # left ``found`` or came back with a later ``made``.
+            while by_made and by_made[0][0] < made_since:
+                p = heapq.heappop(by_made)[1]
+                if p in found and announced[p].made < made_since:
+                    del found[p]
+            self._memo = (key, found)
             return found
         return self._rebuild(key)
 
@@ -450,6 +471,8 @@ class PullPlan:
                 found.append((p, a.round))
         found.reverse()
         self._memo = (key, dict(found))
+        self._by_made = [(self.announced[p].made, p) for p, _ in found]
+        heapq.heapify(self._by_made)
         return self._memo[1]
 
     def drawable_from(self, established: Callable[[str], bool]) -> float | None:
