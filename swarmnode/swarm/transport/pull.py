@@ -164,8 +164,8 @@ class Freshness:
     def delivered(self, peer: str) -> None:
         """``peer``'s bundle arrived."""
 
-    def keep_only(self, peers: Collection[str]) -> None:
-        """Forget what is held of peers outside ``peers`` (those with an announcement held)."""
+    def forget(self, peers: Iterable[str]) -> None:
+        """Forget what is held of ``peers``, whose announcements the plan no longer holds."""
 
 
 @dataclass
@@ -280,8 +280,9 @@ class AwaitNext(Freshness):
     def delivered(self, peer: str) -> None:
         self.awaited.pop(peer, None)
 
-    def keep_only(self, peers: Collection[str]) -> None:
-        self.awaited = {p: a for p, a in self.awaited.items() if p in peers}
+    def forget(self, peers: Iterable[str]) -> None:
+        for peer in peers:
+            self.awaited.pop(peer, None)
 
 
 class OnlyFresh(Freshness):
@@ -333,6 +334,7 @@ class PullPlan:
         self._by_made: list[tuple[float, str]] = []  # heap: (made, peer) of the memo's, and stale ones
         self._moved: dict[str, None] = {}  # peers put at the end of ``announced`` since, in that order
         self._dirty: set[str] = set()  # other peers whose candidacy may have changed since
+        self._dropped: set[str] = set()  # peers whose announcements left since _keep_only_announced
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -368,7 +370,7 @@ class PullPlan:
                 del plan[peer]
             plan[peer] = entry
         while len(self.announced) > self.memory:
-            self._dirty.add(self.announced.popitem(last=False)[0])
+            self._drop(self.announced.popitem(last=False)[0])
         self._keep_only_announced()
 
     def forget(self, peers: Iterable[str]) -> None:
@@ -376,20 +378,29 @@ class PullPlan:
         holds by a rule of its own rather than by when it saw them last."""
         for peer in peers:
             if self.announced.pop(peer, None) is not None:
-                self._dirty.add(peer)
+                self._drop(peer)
         self._keep_only_announced()
 
+    def _drop(self, peer: str) -> None:
+        """``peer``'s announcement has just left ``announced``."""
+        self._dirty.add(peer)
+        self._dropped.add(peer)
+
     def _keep_only_announced(self) -> None:
-        """What the plan keeps of a peer beside its announcement goes with it."""
-        self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
-        self.freshness.keep_only(self.announced)
+        """What the plan keeps of a peer beside its announcement goes with it (only a peer whose
+        announcement left can have any: the rest is kept only of peers announced)."""
+        gone = [p for p in self._dropped if p not in self.announced]
+        self._dropped = set()
+        for peer in gone:
+            self.fetched.pop(peer, None)
+        self.freshness.forget(gone)
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
         what is fresh is judged from it."""
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
-            self._dirty.add(self.announced.popitem(last=False)[0])
+            self._drop(self.announced.popitem(last=False)[0])
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
