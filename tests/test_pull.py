@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from swarmnode.swarm.standing import Standing
 from swarmnode.swarm.transport.hivemind_layout import shard_of
 from swarmnode.swarm.transport.hivemind_pull import (
     PLAN_MEMORY,
@@ -364,3 +365,29 @@ def test_candidates_kept_between_calls_are_those_a_fresh_walk_finds():
                 plan.next_round(now)
             assert plan.candidates() == _walked(plan), (type(freshness).__name__, step)
             assert list(plan.candidates()) == list(_walked(plan)), "in the order last seen"
+
+
+def test_a_standings_set_counts_established_announcers_as_any_callable_would():
+    """Given a Standing's membership test, the plan counts established announcers from the
+    set's side when that is the smaller: its choices are those the same test wrapped in a
+    function (counted over the announcers) brings."""
+    standing = Standing()  # 9 established of 60
+    standing.restore({"round": 0, "qualified": 0, "rows": [[f"p{i}", [], None, True] for i in range(0, 60, 7)]})
+    plans = [PullPlan("me", 8, memory=50, freshness=OnlyFresh(share=0.25), rng=random.Random(2)) for _ in range(2)]
+    tests = [standing.is_established, lambda p: standing.is_established(p)]
+    rng = random.Random(9)
+    now, fetched = 0.0, []
+    for step in range(400):
+        now += rng.choice((0.5, 2.0))
+        heard = {f"p{rng.randint(0, 59)}": step for _ in range(rng.randint(1, 6))}
+        if step % 40 == 0:
+            for plan in plans:
+                plan.next_round(now)
+        picks = []
+        for plan, test in zip(plans, tests):
+            plan.census_done = step % 3 > 0
+            plan.note_announced(heard, now)
+            picks.append((plan.wants_announcements(test), plan.choose(test)))
+        assert picks[0] == picks[1], step
+        fetched += picks[0][1]
+    assert len(fetched) > 50

@@ -501,7 +501,10 @@ class PullPlan:
         for its room only): reading more announcements is worth its cost."""
         candidates = self._candidates()
         known = sum(map(established, candidates))
-        return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
+        crowd, budget = len(candidates) - known, int(self.budget)
+        if budget <= known or not crowd:  # the crowd's room cannot change the answer
+            return budget > known
+        return budget > known + min(crowd, self._newcomer_room(established))
 
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         """The (peer, round) pairs to fetch now: rounds the policy held back that are now due,
@@ -527,13 +530,15 @@ class PullPlan:
         candidates = self._candidates()
         if self.budget < 1 or not candidates:
             return []
-        room = self._newcomer_room(established)
+        room: int | None = None  # counted when a newcomer is first drawn
         chosen: list[tuple[str, int]] = []
         drawable = self.freshness.drawable(self, candidates, established)
         for peer in FETCH_SHARE.pick(self.k, drawable, established, self.rng):
             if len(chosen) >= int(self.budget):
                 break
             if not established(peer):
+                if room is None:
+                    room = self._newcomer_room(established)
                 if room < 1:
                     continue
                 room -= 1
@@ -547,6 +552,15 @@ class PullPlan:
         share = FETCH_SHARE.newcomers(self.k)
         if self.census_done:
             # Established announcers beyond K - share change nothing: stop counting there.
-            regulars = sum(1 for _ in islice(filter(established, self.announced), self.k - share))
-            share = max(share, self.k - regulars)
+            share = max(share, self.k - self._established_announcers(established, self.k - share))
         return max(0, share - self._newcomers_fetched)
+
+    def _established_announcers(self, established: Callable[[str], bool], most: int) -> int:
+        """How many announcers ``established`` admits, ``most`` at the most. Where it is a set's
+        membership test (:attr:`Standing.is_established` is) and the set is the smaller, counted
+        from the set's side: a node has a few established peers and hears of thousands."""
+        members = getattr(established, "__self__", None)
+        if type(members) is set and established == members.__contains__ and len(members) < len(self.announced):
+            # tuple() copies the set at once: a standing's may change in another thread.
+            return min(most, sum(map(self.announced.__contains__, tuple(members))))
+        return sum(1 for _ in islice(filter(established, self.announced), most))
