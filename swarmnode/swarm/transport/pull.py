@@ -437,8 +437,10 @@ class PullPlan:
         freshness, fetched, announced = self.freshness, self.fetched, self.announced
         since, made_since = freshness.seen_since(self), freshness.made_since(self)
         key = (since, made_since)
-        held = freshness.held()
         memo = self._memo
+        if memo is not None and memo[0] == key and not self._moved and not self._dirty:
+            return memo[1]  # nothing changed: a node asks again within a pass
+        held = freshness.held()
         if memo is not None and _narrower(key, memo[0]):
             moved, dirty, found = self._moved, self._dirty, memo[1]
             self._moved, self._dirty = {}, set()
