@@ -31,7 +31,6 @@ fetches a known peer's next round by its key:
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
@@ -96,7 +95,6 @@ class Watched:
     asked: float = float("-inf")  # when it was last asked for
     pushed: bool = False  # the author pushed that round to this node itself
     timing: tuple[float, tuple[float, float] | None] | None = None  # (round_s, _timing's) while asked stays
-    seq: int = 0  # its place among the watched: the later heard of, the higher
 
     def when(self, round_s: float) -> tuple[float, float] | None:
         """:func:`_timing` of this author, computed once for each ``asked`` and ``round_s``:
@@ -113,13 +111,6 @@ class NamedWatch:
         self.own_peer_id = own_peer_id
         self.memory = memory
         self._watched: OrderedDict[str, Watched] = OrderedDict()  # least lately heard first
-        # Heap of (when asks may first do anything about an author: the earlier of its due and
-        # until, its seq, the author) under ``_round_s``, so that a pass looks only at those:
-        # a node watches up to NAMED_MEMORY authors and asks for few each pass. An item whose
-        # author was heard of again or asked for since is stale (one of its present is there too).
-        self._next: list[tuple[float, int, str]] = []
-        self._round_s: float | None = None
-        self._seq = 0
 
     def heard(self, announcement: Announcement, now: float, known: bool, pushed: bool = False) -> None:
         """``announcement`` was heard of at ``now``: watch its author if it is ``known`` (its
@@ -136,10 +127,7 @@ class NamedWatch:
             period = (now - held.heard) / (announcement.round - held.round)
         self._watched.pop(author, None)
         sources = tuple(dict.fromkeys((author, *announcement.holders)))
-        self._seq += 1
-        watched = self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed,
-                                                  seq=self._seq)
-        self._index(author, watched)
+        self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed)
         while len(self._watched) > self.memory:
             self._watched.popitem(last=False)
 
@@ -151,41 +139,22 @@ class NamedWatch:
         finite: such an author is not asked for)."""
         present = set(connected)
         out: dict[str, Wanted] = {}
-        for author, watched in self._acting(now, round_s):  # the most lately heard first
-            due, until = watched.when(round_s)
+        for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
+            timing = watched.when(round_s)
+            if timing is None:
+                continue
+            due, until = timing
             if now > until:
                 del self._watched[author]  # gone, or much slower: heard of again, it is watched again
                 continue
-            if now >= due and established(author):
-                source = self._source(watched, present)
-                if source is not None and len(out.get(source, ())) < MAX_NAMES:
-                    out.setdefault(source, []).append((author, watched.round))
-                    watched.asked, watched.timing = now, None
-            self._index(author, watched)
+            if now < due or not established(author):
+                continue
+            source = self._source(watched, present)
+            if source is None or len(out.get(source, ())) >= MAX_NAMES:
+                continue
+            out.setdefault(source, []).append((author, watched.round))
+            watched.asked, watched.timing = now, None
         return out
-
-    def _acting(self, now: float, round_s: float) -> list[tuple[str, Watched]]:
-        """The watched authors that asks may do something about at ``now`` (due, or past
-        their until), most lately heard of first, taken out of the heap (asks puts back those
-        it keeps); every other author it would pass over."""
-        if round_s != self._round_s:  # every author's timing changes with this node's round
-            self._round_s, self._next = round_s, []
-            for author, watched in self._watched.items():
-                self._index(author, watched)
-        acting: dict[str, Watched] = {}
-        while self._next and self._next[0][0] <= now:
-            _, seq, author = heapq.heappop(self._next)
-            watched = self._watched.get(author)
-            if watched is not None and watched.seq == seq:
-                acting[author] = watched
-        return sorted(acting.items(), key=lambda item: item[1].seq, reverse=True)
-
-    def _index(self, author: str, watched: Watched) -> None:
-        """Put ``author`` in the heap at its present timing (none: never asked for)."""
-        if self._round_s is not None:
-            timing = watched.when(self._round_s)
-            if timing is not None:
-                heapq.heappush(self._next, (min(timing), watched.seq, author))
 
     def next_ask(self, connected: Iterable[str], established: Callable[[str], bool], round_s: float) -> float | None:
         """When :meth:`asks` would next name an author if the peers ``connected`` stayed so
