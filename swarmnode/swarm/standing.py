@@ -128,7 +128,8 @@ class Standing:
         self._qualified = 0
         self._lock = threading.Lock()
         # Whether a peer is established: the set's own membership test, as a pull plan asks it
-        # of every announcer it holds (a set is read safely without the lock).
+        # of every announcer it holds (a set is read safely without the lock); a plan that
+        # sees it is one counts established announcers from the set's side (PullPlan).
         self.is_established: Callable[[str], bool] = self._established.__contains__
 
     def note(self, peer: str, *, useful: bool) -> None:
