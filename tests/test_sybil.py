@@ -146,6 +146,25 @@ def test_standing_promotes_oldest_qualifier_first_and_a_flood_of_keys_forgets_no
     assert standing.stats() == {"established": 2, "newcomers": 98}
 
 
+def test_standing_promotes_what_its_rows_say_through_notes_trims_and_restores():
+    """Promotion keeps the qualified newcomers aside: after any notes, trims of the table and
+    restores, each advance promotes the oldest qualifiers its rows (to_json) hold."""
+    rng = random.Random(5)
+    standing = Standing(probation_rounds=2, promotions_per_round=2, max_peers=30)
+    promoted_ever = 0
+    for r in range(12):  # at most 24 established: rows to trim are newcomers' still
+        rows = standing.to_json()["rows"]
+        waiting = sorted((q, peer) for peer, _, q, established in rows if q is not None and not established)
+        promoted = standing.advance(r)
+        assert promoted == [peer for _, peer in waiting[:2]]
+        promoted_ever += len(promoted)
+        for _ in range(rng.randint(20, 60)):
+            standing.note(f"p{rng.randint(0, 59)}", useful=rng.random() < 0.7)
+        if r % 4 == 3:
+            standing.restore(standing.to_json())
+    assert promoted_ever > 8
+
+
 def test_bad_standing_parameters():
     with pytest.raises(ValueError):
         Standing(probation_rounds=0)

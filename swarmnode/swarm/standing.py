@@ -123,11 +123,13 @@ class Standing:
         self.max_peers = max_peers
         self._rows: OrderedDict[str, _Record] = OrderedDict()  # least recently heard first
         self._established: set[str] = set()  # the peers of rows established
+        self._ready: dict[str, int] = {}  # peer -> qualified, of rows qualified and not established
         self._round: int | None = None
         self._qualified = 0
         self._lock = threading.Lock()
         # Whether a peer is established: the set's own membership test, as a pull plan asks it
-        # of every announcer it holds (a set is read safely without the lock).
+        # of every announcer it holds (a set is read safely without the lock); a plan that
+        # sees it is one counts established announcers from the set's side (PullPlan).
         self.is_established: Callable[[str], bool] = self._established.__contains__
 
     def note(self, peer: str, *, useful: bool) -> None:
@@ -142,7 +144,7 @@ class Standing:
                 row.rounds.add(self._round)
                 if row.qualified is None and len(row.rounds) >= self.probation_rounds:
                     self._qualified += 1
-                    row.qualified = self._qualified
+                    row.qualified = self._ready[peer] = self._qualified
                     row.rounds.clear()  # only the count mattered; keep rows small
 
     def advance(self, round_no: int) -> list[str]:
@@ -152,12 +154,12 @@ class Standing:
             if round_no == self._round:
                 return []
             self._round = round_no
-            ready = sorted((row.qualified, peer) for peer, row in self._rows.items()
-                           if row.qualified is not None and not row.established)
+            ready = sorted((qualified, peer) for peer, qualified in self._ready.items())
             promoted = [peer for _, peer in ready[:self.promotions_per_round]]
             for peer in promoted:
                 self._rows[peer].established = True
                 self._established.add(peer)
+                del self._ready[peer]
             return promoted
 
     def to_json(self) -> dict:
@@ -181,6 +183,7 @@ class Standing:
             self._rows, self._round, self._qualified = rows, round_no, qualified
             self._established.clear()  # the same set: is_established reads it
             self._established.update(p for p, r in rows.items() if r.established)
+            self._ready = {p: r.qualified for p, r in rows.items() if r.qualified is not None and not r.established}
 
     def _trim(self) -> None:
         """Forget the least recently heard newcomer, else established peer, past ``max_peers``."""
@@ -190,6 +193,7 @@ class Standing:
                 victim = next(iter(self._rows))
             del self._rows[victim]
             self._established.discard(victim)
+            self._ready.pop(victim, None)
 
     def stats(self) -> dict[str, int]:
         """``{"established": n, "newcomers": n}`` among the peers remembered."""

@@ -191,7 +191,7 @@ class Libp2pNode(SimNode):
 
     def exchange(self, other: int, request_bytes: int, serve: Any, reply: Any) -> None:
         """A request/response stream to connected ``other``: ``serve(asker)`` there returns
-        (answer payload bytes, value); ``reply(value or None)`` here."""
+        (answer payload bytes, value); ``reply(value or None)`` here (None: no one awaits it)."""
         c = self.costs
 
         def served(asker: int) -> tuple[int, Any]:
@@ -310,7 +310,7 @@ class Libp2pNode(SimNode):
         for target in push_targets(self.connected_ids(), self.rng):
             other = world.index[target]
             self.exchange(other, self.costs.announcement_bytes(announcement),
-                          lambda asker, o=other: world.nodes[o].take_push(asker, announcement), _ignore)
+                          lambda asker, o=other: world.nodes[o].take_push(asker, announcement), None)
         self.pull.next_round(world.now)
         self.poke()
 
@@ -526,7 +526,3 @@ def _payload(size: int) -> bytes:
     if size not in _PAYLOADS:
         _PAYLOADS[size] = bytes(size)
     return _PAYLOADS[size]
-
-
-def _ignore(_value: Any) -> None:
-    return None

@@ -91,26 +91,31 @@ class Network:
             fn(*args)
 
     def call(self, src: int, dst: int, request_bytes: int, serve: Callable[[int], tuple[int, Any]],
-             reply: Callable[[Any], None], timeout: float) -> None:
+             reply: Callable[[Any], None] | None, timeout: float) -> None:
         """A request/response exchange: ``serve(src)`` runs at ``dst`` when the request arrives and
         returns (answer bytes, value); ``reply(value)`` runs at ``src`` when the answer arrives,
         or ``reply(None)`` at the time-out if ``dst`` is down or the answer would come later. A
-        ``src`` that went down meanwhile gets nothing."""
+        ``src`` that went down meanwhile gets nothing. ``reply`` None: the answer is sent and
+        counted, and nothing runs when it arrives (no event)."""
         started = self.engine.now
         if not self.online[dst]:
-            self.engine.at(started + timeout, self._reply, src, self.epoch[src], reply, None)
+            if reply is not None:
+                self.engine.at(started + timeout, self._reply, src, self.epoch[src], reply, None)
             return
         arrive = self.transfer(src, dst, request_bytes)
         self.engine.at(arrive, self._serve, src, dst, self.epoch[src], self.epoch[dst], serve, reply,
                        started + timeout)
 
     def _serve(self, src: int, dst: int, src_epoch: int, dst_epoch: int, serve: Callable[[int], tuple[int, Any]],
-               reply: Callable[[Any], None], deadline: float) -> None:
+               reply: Callable[[Any], None] | None, deadline: float) -> None:
         if not self.online[dst] or self.epoch[dst] != dst_epoch:
-            self.engine.at(deadline, self._reply, src, src_epoch, reply, None)
+            if reply is not None:
+                self.engine.at(deadline, self._reply, src, src_epoch, reply, None)
             return
         answer_bytes, value = serve(src)
         back = self.transfer(dst, src, answer_bytes)
+        if reply is None:
+            return
         if back > deadline:
             value, back = None, deadline
         self.engine.at(back, self._reply, src, src_epoch, reply, value)

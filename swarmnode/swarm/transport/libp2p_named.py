@@ -111,6 +111,9 @@ class NamedWatch:
         self.own_peer_id = own_peer_id
         self.memory = memory
         self._watched: OrderedDict[str, Watched] = OrderedDict()  # least lately heard first
+        # (round_s, t): no watched author's until comes before t under round_s, so that until
+        # then asks need look at the established authors only (most are not, and wait).
+        self._until_floor: tuple[float, float] | None = None
 
     def heard(self, announcement: Announcement, now: float, known: bool, pushed: bool = False) -> None:
         """``announcement`` was heard of at ``now``: watch its author if it is ``known`` (its
@@ -127,7 +130,12 @@ class NamedWatch:
             period = (now - held.heard) / (announcement.round - held.round)
         self._watched.pop(author, None)
         sources = tuple(dict.fromkeys((author, *announcement.holders)))
-        self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed)
+        watched = self._watched[author] = Watched(announcement.round, now, sources, period, pushed=pushed)
+        if self._until_floor is not None:
+            round_s, floor = self._until_floor
+            timing = watched.when(round_s)
+            if timing is not None and timing[1] < floor:
+                self._until_floor = (round_s, timing[1])
         while len(self._watched) > self.memory:
             self._watched.popitem(last=False)
 
@@ -139,7 +147,12 @@ class NamedWatch:
         finite: such an author is not asked for)."""
         present = set(connected)
         out: dict[str, Wanted] = {}
-        for author, watched in list(reversed(self._watched.items())):  # the most lately heard first
+        floor = self._until_floor
+        every = floor is None or floor[0] != round_s or now > floor[1]  # else none is past its until
+        authors = list(reversed(self._watched)) if every else list(filter(established, reversed(self._watched)))
+        least_until = float("inf")
+        for author in authors:  # the most lately heard first
+            watched = self._watched[author]
             timing = watched.when(round_s)
             if timing is None:
                 continue
@@ -147,6 +160,7 @@ class NamedWatch:
             if now > until:
                 del self._watched[author]  # gone, or much slower: heard of again, it is watched again
                 continue
+            least_until = min(least_until, until)
             if now < due or not established(author):
                 continue
             source = self._source(watched, present)
@@ -154,6 +168,8 @@ class NamedWatch:
                 continue
             out.setdefault(source, []).append((author, watched.round))
             watched.asked, watched.timing = now, None
+        if every:
+            self._until_floor = (round_s, least_until)
         return out
 
     def next_ask(self, connected: Iterable[str], established: Callable[[str], bool], round_s: float) -> float | None:
@@ -162,10 +178,10 @@ class NamedWatch:
         ask every second, as a simulation does; it marks nothing."""
         present = set(connected)
         times = []
-        for author, watched in self._watched.items():
+        for author in filter(established, self._watched):
+            watched = self._watched[author]
             timing = watched.when(round_s)
-            if (timing is not None and timing[0] <= timing[1] and established(author)
-                    and self._source(watched, present) is not None):
+            if timing is not None and timing[0] <= timing[1] and self._source(watched, present) is not None:
                 times.append(timing[0])
         return min(times, default=None)
 

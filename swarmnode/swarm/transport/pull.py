@@ -55,6 +55,7 @@ Not thread-safe: a transport uses it from one task.
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -101,7 +102,7 @@ class Announced:
     round: int
     seen: float  # monotonic seconds it was last read or handed over
     detail: Any  # what the transport keeps with it (see PullPlan.detail)
-    made: float  # the earliest sign of this round: monotonic seconds
+    made: float  # the earliest sign of this round: monotonic seconds, never after ``seen``
     period: float | None = None  # seconds between the peer's rounds, from the last two made
 
 
@@ -163,8 +164,8 @@ class Freshness:
     def delivered(self, peer: str) -> None:
         """``peer``'s bundle arrived."""
 
-    def keep_only(self, peers: Collection[str]) -> None:
-        """Forget what is held of peers outside ``peers`` (those with an announcement held)."""
+    def forget(self, peers: Iterable[str]) -> None:
+        """Forget what is held of ``peers``, whose announcements the plan no longer holds."""
 
 
 @dataclass
@@ -279,8 +280,9 @@ class AwaitNext(Freshness):
     def delivered(self, peer: str) -> None:
         self.awaited.pop(peer, None)
 
-    def keep_only(self, peers: Collection[str]) -> None:
-        self.awaited = {p: a for p, a in self.awaited.items() if p in peers}
+    def forget(self, peers: Iterable[str]) -> None:
+        for peer in peers:
+            self.awaited.pop(peer, None)
 
 
 class OnlyFresh(Freshness):
@@ -292,6 +294,15 @@ class OnlyFresh(Freshness):
 
     def made_since(self, plan: PullPlan) -> float:
         return self.oldest_fresh(plan)
+
+
+def _narrower(bounds: tuple[float, float], than: tuple[float, float]) -> bool:
+    """True if candidates under ``bounds`` (seen since, made since) are those under ``than``
+    that were made since ``bounds``' made bound: that bound moved forward or stayed, and the
+    seen bound stayed or moved no further than it (a round is made before it is seen, so an
+    announcement seen before that bound was made before it too)."""
+    (since, made_since), (was_since, was_made_since) = bounds, than
+    return made_since >= was_made_since and (since == was_since or was_since <= since <= made_since)
 
 
 class PullPlan:
@@ -316,11 +327,14 @@ class PullPlan:
         self.delivered: OrderedDict[str, None] = OrderedDict()  # peers whose bundles arrived, newest last
         self._newcomers_fetched = 0  # this round
         # candidates() as last computed under its policy's bounds, kept up to date between
-        # computations: a node asks for them several times a poll, and a walk over every
-        # announcer read lately costs as many entries as a read brings.
+        # computations, and while the bounds move forward (OnlyFresh's move with ``now``): a
+        # node asks for them several times a poll, and a walk over every announcer read
+        # lately costs as many entries as a read brings.
         self._memo: tuple[tuple[float, float], dict[str, int]] | None = None
+        self._by_made: list[tuple[float, str]] = []  # heap: (made, peer) of the memo's, and stale ones
         self._moved: dict[str, None] = {}  # peers put at the end of ``announced`` since, in that order
         self._dirty: set[str] = set()  # other peers whose candidacy may have changed since
+        self._dropped: set[str] = set()  # peers whose announcements left since _keep_only_announced
 
     def next_round(self, now: float) -> None:
         """This node published a round at ``now`` (monotonic seconds): the new round's K
@@ -356,7 +370,7 @@ class PullPlan:
                 del plan[peer]
             plan[peer] = entry
         while len(self.announced) > self.memory:
-            self._dirty.add(self.announced.popitem(last=False)[0])
+            self._drop(self.announced.popitem(last=False)[0])
         self._keep_only_announced()
 
     def forget(self, peers: Iterable[str]) -> None:
@@ -364,20 +378,29 @@ class PullPlan:
         holds by a rule of its own rather than by when it saw them last."""
         for peer in peers:
             if self.announced.pop(peer, None) is not None:
-                self._dirty.add(peer)
+                self._drop(peer)
         self._keep_only_announced()
 
+    def _drop(self, peer: str) -> None:
+        """``peer``'s announcement has just left ``announced``."""
+        self._dirty.add(peer)
+        self._dropped.add(peer)
+
     def _keep_only_announced(self) -> None:
-        """What the plan keeps of a peer beside its announcement goes with it."""
-        self.fetched = {p: r for p, r in self.fetched.items() if p in self.announced}
-        self.freshness.keep_only(self.announced)
+        """What the plan keeps of a peer beside its announcement goes with it (only a peer whose
+        announcement left can have any: the rest is kept only of peers announced)."""
+        gone = [p for p in self._dropped if p not in self.announced]
+        self._dropped = set()
+        for peer in gone:
+            self.fetched.pop(peer, None)
+        self.freshness.forget(gone)
 
     def tick(self, now: float) -> None:
         """Time is now ``now`` (monotonic seconds): announcements unseen for ``ttl`` expire, and
         what is fresh is judged from it."""
         self.now = now
         while self.announced and next(iter(self.announced.values())).seen < now - self.ttl:
-            self._dirty.add(self.announced.popitem(last=False)[0])
+            self._drop(self.announced.popitem(last=False)[0])
 
     def detail(self, peer: str) -> Any:
         """What :meth:`note_announced` was given with ``peer``'s latest announcement still held."""
@@ -414,9 +437,11 @@ class PullPlan:
         freshness, fetched, announced = self.freshness, self.fetched, self.announced
         since, made_since = freshness.seen_since(self), freshness.made_since(self)
         key = (since, made_since)
-        held = freshness.held()
         memo = self._memo
-        if memo is not None and memo[0] == key:
+        if memo is not None and memo[0] == key and not self._moved and not self._dirty:
+            return memo[1]  # nothing changed: a node asks again within a pass
+        held = freshness.held()
+        if memo is not None and _narrower(key, memo[0]):
             moved, dirty, found = self._moved, self._dirty, memo[1]
             self._moved, self._dirty = {}, set()
 
@@ -430,10 +455,19 @@ class PullPlan:
                     found.pop(p, None)
                 elif p not in found:  # a candidate again where it stood: rare, so walk again
                     return self._rebuild(key)
+            by_made = self._by_made
             for p in moved:  # at the end of announced, in this order
                 found.pop(p, None)
                 if admitted(p):
                     found[p] = announced[p].round
+                    heapq.heappush(by_made, (announced[p].made, p))
+            # Rounds made before the bound, earliest first: stale heap items name a peer that
+            # left ``found`` or came back with a later ``made``.
+            while by_made and by_made[0][0] < made_since:
+                p = heapq.heappop(by_made)[1]
+                if p in found and announced[p].made < made_since:
+                    del found[p]
+            self._memo = (key, found)
             return found
         return self._rebuild(key)
 
@@ -450,6 +484,8 @@ class PullPlan:
                 found.append((p, a.round))
         found.reverse()
         self._memo = (key, dict(found))
+        self._by_made = [(self.announced[p].made, p) for p, _ in found]
+        heapq.heapify(self._by_made)
         return self._memo[1]
 
     def drawable_from(self, established: Callable[[str], bool]) -> float | None:
@@ -467,7 +503,10 @@ class PullPlan:
         for its room only): reading more announcements is worth its cost."""
         candidates = self._candidates()
         known = sum(map(established, candidates))
-        return int(self.budget) > known + min(len(candidates) - known, self._newcomer_room(established))
+        crowd, budget = len(candidates) - known, int(self.budget)
+        if budget <= known or not crowd:  # the crowd's room cannot change the answer
+            return budget > known
+        return budget > known + min(crowd, self._newcomer_room(established))
 
     def choose(self, established: Callable[[str], bool]) -> list[tuple[str, int]]:
         """The (peer, round) pairs to fetch now: rounds the policy held back that are now due,
@@ -493,13 +532,15 @@ class PullPlan:
         candidates = self._candidates()
         if self.budget < 1 or not candidates:
             return []
-        room = self._newcomer_room(established)
+        room: int | None = None  # counted when a newcomer is first drawn
         chosen: list[tuple[str, int]] = []
         drawable = self.freshness.drawable(self, candidates, established)
         for peer in FETCH_SHARE.pick(self.k, drawable, established, self.rng):
             if len(chosen) >= int(self.budget):
                 break
             if not established(peer):
+                if room is None:
+                    room = self._newcomer_room(established)
                 if room < 1:
                     continue
                 room -= 1
@@ -513,6 +554,15 @@ class PullPlan:
         share = FETCH_SHARE.newcomers(self.k)
         if self.census_done:
             # Established announcers beyond K - share change nothing: stop counting there.
-            regulars = sum(1 for _ in islice(filter(established, self.announced), self.k - share))
-            share = max(share, self.k - regulars)
+            share = max(share, self.k - self._established_announcers(established, self.k - share))
         return max(0, share - self._newcomers_fetched)
+
+    def _established_announcers(self, established: Callable[[str], bool], most: int) -> int:
+        """How many announcers ``established`` admits, ``most`` at the most. Where it is a set's
+        membership test (:attr:`Standing.is_established` is) and the set is the smaller, counted
+        from the set's side: a node has a few established peers and hears of thousands."""
+        members = getattr(established, "__self__", None)
+        if type(members) is set and established == members.__contains__ and len(members) < len(self.announced):
+            # tuple() copies the set at once: a standing's may change in another thread.
+            return min(most, sum(map(self.announced.__contains__, tuple(members))))
+        return sum(1 for _ in islice(filter(established, self.announced), most))
