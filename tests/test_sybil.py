@@ -165,6 +165,20 @@ def test_standing_promotes_what_its_rows_say_through_notes_trims_and_restores():
     assert promoted_ever > 8
 
 
+def test_a_newcomer_heard_of_when_every_row_is_established_takes_the_least_recently_heard_ones_place():
+    standing = Standing(probation_rounds=1, promotions_per_round=2, max_peers=2)
+    standing.advance(0)
+    for peer in ("a", "b"):
+        standing.note(peer, useful=True)
+    assert standing.advance(1) == ["a", "b"]
+    standing.note("c", useful=True)
+    assert [row[0] for row in standing.to_json()["rows"]] == ["b", "c"]
+    assert not standing.is_established("a") and standing.is_established("b")
+    assert standing.advance(2) == ["c"]
+
+
 def test_bad_standing_parameters():
     with pytest.raises(ValueError):
         Standing(probation_rounds=0)
+    with pytest.raises(ValueError):
+        Standing(max_peers=0)

@@ -116,8 +116,8 @@ class Standing:
 
     def __init__(self, *, probation_rounds: int = 3, promotions_per_round: int = PROMOTIONS_PER_ROUND,
                  max_peers: int = 10_000):
-        if probation_rounds < 1 or promotions_per_round < 1:
-            raise ValueError("probation_rounds and promotions_per_round must be >= 1")
+        if probation_rounds < 1 or promotions_per_round < 1 or max_peers < 1:
+            raise ValueError("probation_rounds, promotions_per_round and max_peers must be >= 1")
         self.probation_rounds = probation_rounds
         self.promotions_per_round = promotions_per_round
         self.max_peers = max_peers
@@ -138,7 +138,7 @@ class Standing:
             row = self._rows.get(peer)
             if row is None:
                 row = self._rows[peer] = _Record()
-                self._trim()
+                self._trim(keep=peer)
             self._rows.move_to_end(peer)
             if useful and not row.established and self._round is not None:
                 row.rounds.add(self._round)
@@ -185,10 +185,12 @@ class Standing:
             self._established.update(p for p, r in rows.items() if r.established)
             self._ready = {p: r.qualified for p, r in rows.items() if r.qualified is not None and not r.established}
 
-    def _trim(self) -> None:
-        """Forget the least recently heard newcomer, else established peer, past ``max_peers``."""
+    def _trim(self, keep: str | None = None) -> None:
+        """Forget the least recently heard newcomer, else established peer, past ``max_peers``;
+        never ``keep`` (the peer just heard of, the most recent: a table of established peers
+        makes room for it rather than refusing every newcomer)."""
         while len(self._rows) > self.max_peers:
-            victim = next((p for p, r in self._rows.items() if not r.established), None)
+            victim = next((p for p, r in self._rows.items() if not r.established and p != keep), None)
             if victim is None:
                 victim = next(iter(self._rows))
             del self._rows[victim]
