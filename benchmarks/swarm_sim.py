@@ -30,7 +30,11 @@ round of its own in the window (``counts_per_round`` in the JSON). For hivemind 
 include how announcements were stored, named as the real transport reports them
 (``benchmarks/swarm_scale.py``'s ``announce_per_node_round``): ``announce_direct``,
 ``announce_traversal``, ``announce_direct_failed`` (a direct store that reached too few
-replicas, so that the round traversed too), and the share of rounds whose direct store stood.
+replicas, so that the round traversed too), and the share of rounds whose direct store stood;
+and what reads lacked: ``read_news`` (announcements stored at any server since a read's bound,
+its last read of the shard less 30 s), ``read_missed`` (those the copies it read lacked though
+a server up held them: it stopped at a copy that missed them) and ``read_missed_asleep``
+(held only by servers asleep), with the two as shares of the news.
 swarm_scale counts its warm-up rounds too: ``--machine --warmup-rounds 0 --rounds R`` is its
 ``--warmup-rounds W --rounds M`` with R = W + M.
 """
@@ -89,9 +93,11 @@ def breakdown(r: dict[str, Any]) -> list[str]:
             f"{kind} {v / 1e3:.1f}" for kind, v in r["bytes_by_kind"].items()))
     counts = r.get("counts_per_round")
     if counts:
-        share = direct_share(counts)
+        share, news = direct_share(counts), counts.get("read_news")
         lines.append(f"{head} a node a round: " + ", ".join(f"{name} {v:.2f}" for name, v in counts.items())
-                     + ("" if share is None else f"; announcements' direct share {share:.2f}"))
+                     + ("" if share is None else f"; announcements' direct share {share:.2f}")
+                     + ("" if not news else f"; reads lacked {counts.get('read_missed', 0) / news:.2%} of the news"
+                        f" held by servers up, {counts.get('read_missed_asleep', 0) / news:.2%} held only asleep"))
     return lines
 
 
