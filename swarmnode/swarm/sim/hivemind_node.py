@@ -38,7 +38,7 @@ from swarmnode.swarm.sim.dht import (
     plan_lookup,
 )
 from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
-from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
+from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, ShardReplicas
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -106,8 +106,9 @@ class HivemindNode(SimNode):
         self.stored_at: dict[int, float] = {}
         self.announced_at: dict[int, float] = {}
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
-        # The replicas of its shard it stores its announcement at (hosts), and when it traverses.
-        self.shard_replicas = ShardReplicas()
+        # The replicas of its shard it stores its announcement at (hosts), and when it traverses
+        # (a scenario may set how often, to compare).
+        self.shard_replicas = ShardReplicas(world.scenario.extra.get("refresh_rounds", REFRESH_ROUNDS))
 
     # -- the DHT's wire ----------------------------------------------------------------------
 
