@@ -7,7 +7,8 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--refresh-rounds N] [--seed 0] [--json PATH] [--progress]
+        [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--refresh-rounds N] [--seed 0]
+        [--json PATH] [--progress]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64] [--warmup-rounds 1] [--rounds 4]
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
