@@ -7,7 +7,8 @@ mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the reposit
 
     PYTHONPATH=. python benchmarks/swarm_sim.py [--nodes 1000 10000] [--transports hivemind libp2p]
         [--nat 0.7] [--churn 0.2] [--relays R] [--relay-cap C] [--warmup-s 900] [--measure-s 1200]
-        [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--seed 0] [--json PATH] [--progress]
+        [--round-s S] [--slots-held] [--no-standing] [--no-asks-by-name] [--refresh-rounds N] [--seed 0]
+        [--json PATH] [--progress]
     PYTHONPATH=. python benchmarks/swarm_sim.py --machine [--nodes 8 32 64] [--warmup-rounds 1] [--rounds 4]
 
 ``--machine`` simulates the swarm ``benchmarks/swarm_scale.py`` runs on one machine: N public
@@ -30,7 +31,11 @@ round of its own in the window (``counts_per_round`` in the JSON). For hivemind 
 include how announcements were stored, named as the real transport reports them
 (``benchmarks/swarm_scale.py``'s ``announce_per_node_round``): ``announce_direct``,
 ``announce_traversal``, ``announce_direct_failed`` (a direct store that reached too few
-replicas, so that the round traversed too), and the share of rounds whose direct store stood.
+replicas, so that the round traversed too), and the share of rounds whose direct store stood;
+and what reads lacked: ``read_news`` (announcements stored at any server since a read's bound,
+its last read of the shard less 30 s), ``read_missed`` (those the copies it read lacked though
+a server up held them: it stopped at a copy that missed them) and ``read_missed_asleep``
+(held only by servers asleep), with the two as shares of the news.
 swarm_scale counts its warm-up rounds too: ``--machine --warmup-rounds 0 --rounds R`` is its
 ``--warmup-rounds W --rounds M`` with R = W + M.
 """
@@ -53,7 +58,7 @@ from swarmnode.swarm.sim.hivemind_node import HivemindCosts
 from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
 from swarmnode.swarm.sim.run import run
 from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
-from swarmnode.swarm.transport.hivemind_announce import direct_share
+from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, direct_share
 from swarmnode.swarm.transport.joining import JOIN_DIALS
 
 MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
@@ -89,9 +94,11 @@ def breakdown(r: dict[str, Any]) -> list[str]:
             f"{kind} {v / 1e3:.1f}" for kind, v in r["bytes_by_kind"].items()))
     counts = r.get("counts_per_round")
     if counts:
-        share = direct_share(counts)
+        share, news = direct_share(counts), counts.get("read_news")
         lines.append(f"{head} a node a round: " + ", ".join(f"{name} {v:.2f}" for name, v in counts.items())
-                     + ("" if share is None else f"; announcements' direct share {share:.2f}"))
+                     + ("" if share is None else f"; announcements' direct share {share:.2f}")
+                     + ("" if not news else f"; reads lacked {counts.get('read_missed', 0) / news:.2%} of the news"
+                        f" held by servers up, {counts.get('read_missed_asleep', 0) / news:.2%} held only asleep"))
     return lines
 
 
@@ -215,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-asks-by-name", action="store_true",
                         help="libp2p: nodes that do not ask by name (/swarmnode/latest/3.0.0), as older releases; "
                              "they still answer")
+    parser.add_argument("--refresh-rounds", type=int, metavar="N",
+                        help="hivemind: a node traverses to store its announcement one round in N at least "
+                             f"(default: the transport's, {REFRESH_ROUNDS}; 1: every round)")
     parser.add_argument("--fetch-per-round", type=int, default=8, metavar="K")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
@@ -223,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fit", metavar="DIR", type=Path,
                         help="fit the cost models' overheads to swarm_scale.py's JSON files in DIR (see fit())")
     args = parser.parse_args(argv)
+    if args.refresh_rounds is not None and args.refresh_rounds < 1:
+        parser.error("--refresh-rounds: at least 1 (1: traverse every round)")
     if args.fit:
         fit(args.fit, args.transports, max(args.nodes or [4]), args.seed)
         return 0
@@ -247,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 s = replace(s, extra={**s.extra, "standing": False})
             if args.no_asks_by_name:
                 s = replace(s, extra={**s.extra, "asks_by_name": False})
+            if args.refresh_rounds is not None:
+                s = replace(s, extra={**s.extra, "refresh_rounds": args.refresh_rounds})
             scenarios.append(s)
     try:
         for s in scenarios:

@@ -209,6 +209,27 @@ def test_a_shards_announcements_since_a_time_come_from_its_log_as_from_a_walk_ov
                 assert space.expiring_after(record, after, float(t)) == walk
 
 
+def test_a_read_that_stopped_at_a_partial_copy_counts_what_it_lacked_held_up_and_held_only_asleep():
+    space = Space(3, random.Random(5))
+    for host in range(3):
+        space.server_up(host, 0.0)
+    kid = key_id("shard")
+    space.put_announcement(0, kid, "a", 1, expires=120.0)
+    space.put_announcement(1, kid, "a", 1, expires=120.0)
+    space.put_announcement(0, kid, "b", 1, expires=121.0)  # not at host 1: a newcomer nearer the key, say
+    space.put_announcement(2, kid, "c", 1, expires=122.0)
+    space.server_down(2, 1.0)
+    copy = space.holds(1, kid, 2.0)
+    assert copy is not None
+    got = space.expiring_after(copy, float("-inf"), 2.0)
+    assert space.read_gaps(kid, float("-inf"), got, 2.0) == (3, 1, 1)
+    space.put_announcement(0, kid, "a", 2, expires=130.0)  # a's next round, at host 0 alone
+    assert space.read_gaps(kid, float("-inf"), got, 3.0) == (3, 2, 1)
+    assert space.read_gaps(kid, 121.5, got, 3.0) == (2, 1, 1)  # only what expires after the bound
+    assert space.read_gaps(kid, 121.5, {**got, "a": (2, 0.0)}, 3.0) == (2, 0, 1)
+    assert space.read_gaps(key_id("no such shard"), float("-inf"), got, 3.0) == (0, 0, 0)
+
+
 def test_a_configuration_that_cannot_hold_is_refused_in_one_line_naming_the_constraint(capsys):
     with pytest.raises(ScenarioError, match="^nat_share: every node is behind NAT and there is no relay"):
         Scenario(nodes=100, nat_share=1.0, relays=0).check()

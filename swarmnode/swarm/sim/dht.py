@@ -118,6 +118,10 @@ class Space:
         self.up: set[int] = set()
         self.gone: dict[int, float] = {}  # server -> when it went away
         self.records: list[dict[int, Record]] = [{} for _ in range(hosts)]
+        # Per shard key, the latest announcement of each peer stored at any server, and the
+        # servers holding it: what a read that missed nothing would bring (:meth:`read_gaps`).
+        self.everywhere: dict[int, Record] = {}
+        self.holders: dict[int, dict[str, list[int]]] = {}
         # key -> :class:`_Window`: :meth:`nearest`'s sort, kept while ``_sorted`` stays as it is
         # (emptied when it changes).
         self._windows: dict[int, _Window] = {}
@@ -234,16 +238,31 @@ class Space:
         record = self.records[host].get(key)
         if record is None:
             record = self.records[host][key] = Record(expires)
-        record.subkeys[peer] = entry = (round_no, expires)
-        record.log.append((peer, entry))
-        record.log_expiry.append(expires)
-        if len(record.log) > 2 * len(record.subkeys) + 64:
-            dropped = len(record.log) // 2
-            del record.log[:dropped]
-            del record.log_expiry[:dropped]
-            record.log_start += dropped
-        record.expires = max(record.expires, expires)
-        heapq.heappush(record.expiries, (expires, peer))
+        _log_store(record, peer, (round_no, expires))
+        everywhere = self.everywhere.get(key)
+        if everywhere is None:
+            everywhere = self.everywhere[key] = Record(expires)
+        holders = self.holders.setdefault(key, {})
+        if everywhere.subkeys.get(peer) == (round_no, expires):
+            holders[peer].append(host)
+        else:
+            _log_store(everywhere, peer, (round_no, expires))
+            holders[peer] = [host]
+
+    def read_gaps(self, key: int, expiry: float, got: dict[str, tuple[int, float]], now: float
+                  ) -> tuple[int, int, int]:
+        """Of ``key``'s announcements stored at any server that expire after ``expiry`` (as
+        :meth:`expiring_after`), how many there are, and how many a read that brought ``got``
+        (peer -> (round, ...)) lacked a round of: held by a server up, and held only by
+        servers down (asleep: no read could have them)."""
+        record = self.everywhere.get(key)
+        if record is None:
+            return 0, 0, 0
+        news = self.expiring_after(record, expiry, now)
+        lacked = [p for p, (round_no, _) in news.items() if got.get(p, (-1, 0.0))[0] < round_no]
+        holders, up = self.holders[key], self.up
+        reachable = sum(1 for p in lacked if any(h in up for h in holders[p]))
+        return len(news), reachable, len(lacked) - reachable
 
     def shard_entries(self, record: Record, now: float) -> dict[str, tuple[int, float]]:
         """A shard's announcements not expired (expired ones are dropped, the rest keep their order)."""
@@ -264,6 +283,20 @@ class Space:
         if record.log_start and (not log or log_expiry[0] > expiry):  # stores dropped from the log may be among them
             return {p: v for p, v in live.items() if v[1] > expiry}
         return {p: v for p, v in log[bisect.bisect_right(log_expiry, expiry):] if live.get(p) == v}
+
+
+def _log_store(record: Record, peer: str, entry: tuple[int, float]) -> None:
+    """Store ``peer``'s announcement ``entry`` (round, expiry) in shard ``record``, and in its log."""
+    record.subkeys[peer] = entry
+    record.log.append((peer, entry))
+    record.log_expiry.append(entry[1])
+    if len(record.log) > 2 * len(record.subkeys) + 64:
+        dropped = len(record.log) // 2
+        del record.log[:dropped]
+        del record.log_expiry[:dropped]
+        record.log_start += dropped
+    record.expires = max(record.expires, entry[1])
+    heapq.heappush(record.expiries, (entry[1], peer))
 
 
 def _nearest_low(lows: list[int], by_low: list[tuple[int, int, int, int]], lo: int, hi: int, salt: int,

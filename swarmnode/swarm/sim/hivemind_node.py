@@ -38,7 +38,7 @@ from swarmnode.swarm.sim.dht import (
     plan_lookup,
 )
 from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
-from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
+from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, ShardReplicas
 from swarmnode.swarm.transport.hivemind_layout import (
     announce_expiry,
     announce_key,
@@ -106,8 +106,9 @@ class HivemindNode(SimNode):
         self.stored_at: dict[int, float] = {}
         self.announced_at: dict[int, float] = {}
         self.read_to_first_copy = world.scenario.extra.get("read_to_first_copy", READ_TO_FIRST_COPY)
-        # The replicas of its shard it stores its announcement at (hosts), and when it traverses.
-        self.shard_replicas = ShardReplicas()
+        # The replicas of its shard it stores its announcement at (hosts), and when it traverses
+        # (a scenario may set how often, to compare).
+        self.shard_replicas = ShardReplicas(world.scenario.extra.get("refresh_rounds", REFRESH_ROUNDS))
 
     # -- the DHT's wire ----------------------------------------------------------------------
 
@@ -352,12 +353,17 @@ class HivemindNode(SimNode):
         ``HivemindPull.read_since``), merged over the replicas visited: peer -> (round, age);
         and the shards whose read found a copy, with the announcers the largest copy held. The
         signatures checked are those of what was stored since the node's last read of the
-        shard: its validator has checked the rest."""
+        shard: its validator has checked the rest. Counted too: the announcements stored at
+        any server in that time (``read_news``) and those the copies read lacked, held by a
+        server up (``read_missed``: a reader that stopped at a copy that missed them, such as
+        a server that joined nearer the key than an announcer's remembered replicas) or only
+        by servers asleep (``read_missed_asleep``)."""
         world, space, pull = self.world, self.space, self.pull
         now = world.now
         merged: dict[str, tuple[int, float]] = {}
         answered: dict[int, int] = {}
         signatures = 0
+        gaps = [0, 0, 0]
         for shard, key in zip(shards, keys):
             kid = key_id(key)
             copies = [r for r in (space.holds(h, kid, now) for h in found.get(kid, [])) if r is not None]
@@ -370,17 +376,20 @@ class HivemindNode(SimNode):
                 signatures += sum(expires > last for _, expires in news[0].values())
                 merged.update({peer: (round_no, announcement_age(expires, now))
                                for peer, (round_no, expires) in news[0].items()})
-                continue
-            checked: set[tuple[str, int, float]] = set()
-            for stored in news:
-                for peer, (round_no, expires) in stored.items():
-                    if expires > last:
-                        checked.add((peer, round_no, expires))
-                    held = merged.get(peer)
-                    if held is None or held[0] < round_no:
-                        merged[peer] = (round_no, announcement_age(expires, now))
-            signatures += len(checked)
+            else:
+                checked: set[tuple[str, int, float]] = set()
+                for stored in news:
+                    for peer, (round_no, expires) in stored.items():
+                        if expires > last:
+                            checked.add((peer, round_no, expires))
+                        held = merged.get(peer)
+                        if held is None or held[0] < round_no:
+                            merged[peer] = (round_no, announcement_age(expires, now))
+                signatures += len(checked)
+            gaps = [a + b for a, b in zip(gaps, space.read_gaps(kid, since, merged, now))]
         world.meter.signatures(self.idx, now, signatures)
+        for name, n in zip(("read_news", "read_missed", "read_missed_asleep"), gaps):
+            world.meter.count(name, now, n)
         return merged, answered
 
     def _read(self, started: float, established: Callable[[str], bool], shards: list[int],
