@@ -1,32 +1,32 @@
 """The ``libp2p`` transport, protocol version 3: announcements pushed and sampled, bundles pulled.
 
 What goes where (``docs/protocol.md`` section 4), all request/response streams
-(:mod:`~swarmnode.swarm.transport.libp2p_streams`):
+(:mod:`~swarmnode.swarm.transport.libp2p.streams`):
 
 * ``/swarmnode/announce/3.0.0``: on publish a node pushes its signed
-  :class:`~swarmnode.swarm.transport.announce.Announcement` (round, size, sha256 digest, the
+  :class:`~swarmnode.swarm.transport.libp2p.announce.Announcement` (round, size, sha256 digest, the
   PeerIDs that serve the bundle) to a few connected peers; a receiver keeps the newest one
   each peer pushed itself. ``/swarmnode/sample/3.0.0``: while a node has fewer candidates
   than it could pull, it asks its connected peers in turn for a sample of what was pushed to
-  them. The rules: :mod:`~swarmnode.swarm.transport.libp2p_spread`. ``/swarmnode/latest/3.0.0``:
+  them. The rules: :mod:`~swarmnode.swarm.transport.libp2p.spread`. ``/swarmnode/latest/3.0.0``:
   a node asks a peer for anything newer of the authors it pulls from, by name, once their
-  next round is near (:mod:`~swarmnode.swarm.transport.libp2p_named`).
+  next round is near (:mod:`~swarmnode.swarm.transport.libp2p.named`).
 * ``/swarmnode/bundle/2.0.0`` serves bundles, ``/swarmnode/hold/2.0.0`` lets a private node
   (behind NAT) leave each bundle with public peers that serve it for it. The rules, and the
-  checks of a pulled bundle: :mod:`~swarmnode.swarm.transport.libp2p_holding`.
+  checks of a pulled bundle: :mod:`~swarmnode.swarm.transport.libp2p.holding`.
 * ``/swarmnode/peers/1.0.0``, the peer exchange: a node with few connections asks its peers
-  for the addresses of theirs. The rules: :mod:`~swarmnode.swarm.transport.libp2p_peers`.
+  for the addresses of theirs. The rules: :mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`.
 
 A node pulls at most ``fetch_per_round`` (K) bundles per round of its own, chosen over the
 announcers by :class:`~swarmnode.swarm.transport.pull.PullPlan`: its bytes and verification
 work per round stay flat however many peers announce. Whatever a peer sends that does not
 check out is counted against it: an announcement (malformed, another swarm's, a bad
 signature, a push of someone else's) as ``bad_announcement`` against the peer that sent it,
-a pulled bundle (see :func:`~swarmnode.swarm.transport.libp2p_holding.pulled_rejection`, or
+a pulled bundle (see :func:`~swarmnode.swarm.transport.libp2p.holding.pulled_rejection`, or
 ``missing_payload``) against its announcer.
 
 py-libp2p runs on trio, the node on asyncio: the host lives in a
-:class:`~swarmnode.swarm.transport.trio_bridge.TrioThread`. :meth:`start` returns once the
+:class:`~swarmnode.swarm.transport.libp2p.trio_bridge.TrioThread`. :meth:`start` returns once the
 host listens, or raises :class:`TransportError` with the host's startup error; :meth:`stop`
 cancels everything in the host thread and joins it.
 """
@@ -53,14 +53,6 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from swarmnode.compat.libp2p import allow_redial, batch_window_updates, keep_own_keys, release_inbound_slots
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (
-    MAX_ANNOUNCEMENT_BYTES,
-    MAX_SAMPLE_BYTES,
-    Announcement,
-    parse_push,
-    parse_sample,
-    source_addresses,
-)
 from swarmnode.swarm.transport.base import (
     MAX_MESSAGE_BYTES,
     NodeIdentity,
@@ -68,7 +60,15 @@ from swarmnode.swarm.transport.base import (
     TransportError,
     expand_unspecified,
 )
-from swarmnode.swarm.transport.libp2p_holding import (
+from swarmnode.swarm.transport.libp2p.announce import (
+    MAX_ANNOUNCEMENT_BYTES,
+    MAX_SAMPLE_BYTES,
+    Announcement,
+    parse_push,
+    parse_sample,
+    source_addresses,
+)
+from swarmnode.swarm.transport.libp2p.holding import (
     BUNDLE_PROTOCOL,
     HELD_ACK,
     HELD_BYTES,
@@ -83,15 +83,15 @@ from swarmnode.swarm.transport.libp2p_holding import (
     hold_rejection,
     parse_request,
 )
-from swarmnode.swarm.transport.libp2p_named import (
+from swarmnode.swarm.transport.libp2p.named import (
     MAX_NAMED_REQUEST_BYTES,
     NAMED_PROTOCOL,
     named_answer,
     named_request,
     parse_named_request,
 )
-from swarmnode.swarm.transport.libp2p_peers import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
-from swarmnode.swarm.transport.libp2p_spread import (
+from swarmnode.swarm.transport.libp2p.peer_exchange import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
+from swarmnode.swarm.transport.libp2p.spread import (
     ANNOUNCE_PROTOCOL,
     SAMPLE_PROTOCOL,
     FirstHand,
@@ -100,7 +100,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     PushPacer,
     push_targets,
 )
-from swarmnode.swarm.transport.libp2p_streams import (
+from swarmnode.swarm.transport.libp2p.streams import (
     answer_peers,
     ask_peers,
     dialable,
@@ -110,8 +110,8 @@ from swarmnode.swarm.transport.libp2p_streams import (
     push_announcement,
     serve,
 )
+from swarmnode.swarm.transport.libp2p.trio_bridge import TrioThread
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
-from swarmnode.swarm.transport.trio_bridge import TrioThread
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -474,7 +474,7 @@ class Libp2pTransport(Transport):
                 return
 
     async def _exchange_peers(self, host: Any) -> None:
-        """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p_peers.ExchangeRound`:
+        """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p.peer_exchange.ExchangeRound`:
         ask the peers it names for theirs, dial the ones it finds worth it."""
         bootstrap = {p for m in self.bootstrap if (p := peer_id_of(m))}  # dialed by the join loop only
         await trio.sleep(EXCHANGE_FIRST)
@@ -532,7 +532,7 @@ class Libp2pTransport(Transport):
         return HELD_ACK
 
     async def _leave_with_holders(self, data: bytes) -> dict[str, list[str]]:
-        """Push ``data`` to the holders :func:`~swarmnode.swarm.transport.libp2p_holding.choose_holders`
+        """Push ``data`` to the holders :func:`~swarmnode.swarm.transport.libp2p.holding.choose_holders`
         picks among the connected peers it can dial (all a private node has dialed carry
         addresses); the ones that took it, each with its addresses."""
         host = self._host
