@@ -125,6 +125,28 @@ def test_a_signed_announcement_round_trips_and_anything_else_is_refused():
         good.signed(identity_for(2))  # only its author signs one
 
 
+def test_a_later_releases_fields_are_accepted_signed_and_passed_on_unchanged():
+    """Protocol 3 grows by fields: a node reads an announcement with fields it does not know
+    of (within the size bound) and passes the wire object on as signed, so a later release
+    may add one without splitting the swarm."""
+    good = _announcement(addresses=((identity_for(1).peer_id, ("/ip4/203.0.113.7/tcp/4001",)),))
+
+    def signed(fields: dict) -> dict:
+        return {"announcement": fields, "signature": identity_for(1).sign(DOMAIN + canonical_json(fields)).hex()}
+
+    later = signed({**good.fields(), "receipts": {"n": 2, "of": ["x" * 40]}, "zone": "eu"})
+    assert read_signed(later, SW) == good
+    assert parse_push(canonical_json(later), SW) == (good, later), "the wire object, extra fields and all"
+    assert parse_sample(canonical_json([later, good.signed(identity_for(1))]), SW) == ([good, good], 0)
+    stripped = {**later, "announcement": good.fields()}
+    assert read_signed(stripped, SW) is None, "the signature covers the fields it does not know of"
+    padded = signed({**good.fields(), "pad": "x" * MAX_ANNOUNCEMENT_BYTES})
+    assert read_signed(padded, SW) is None, "within the size bound"
+    missing = {k: v for k, v in good.fields().items() if k != "digest"}
+    assert read_signed(signed({**missing, "digest2": "ab" * 32}), SW) is None, "every field it knows of is there"
+    assert read_signed(signed({**good.fields(), "deep": [[[[[[]]]]]] * 3}), SW) == good
+
+
 def test_an_announcement_carries_its_sources_addresses_bounded_and_checked():
     alice, bob = identity_for(1).peer_id, identity_for(2).peer_id
     given = source_addresses({alice: [f"/ip4/203.0.113.7/tcp/4001/p2p/{alice}", "/ip4/0.0.0.0/tcp/4001",
@@ -437,6 +459,8 @@ def test_holders_sources_and_the_checks_of_a_pulled_bundle():
     assert hold_rejection(author.peer_id, data) == (1, None)
     assert hold_rejection(other.peer_id, data) == (None, "peer_id_mismatch")
     assert parse_request(bundle_request(author.peer_id, 7)) == (author.peer_id, 7)
+    assert parse_request(canonical_json({"author": author.peer_id, "round": 7, "later": [1]})) == (author.peer_id, 7), \
+        "a field a later release adds is ignored"
     bad = {"garbage": b"\xff{", "nested": b"[" * 100_000, "a list": canonical_json([author.peer_id, 7]),
            "no round": canonical_json({"author": author.peer_id}), "not a PeerID": bundle_request("x", 7),
            "negative round": bundle_request(author.peer_id, -1), "null": b"null",

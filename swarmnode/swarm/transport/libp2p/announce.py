@@ -70,17 +70,23 @@ class Announcement:
 def read_signed(obj: Any, swarm: str) -> Announcement | None:
     """The announcement a wire object (already JSON-decoded) carries, or None: not this
     swarm's, malformed (see :func:`_well_formed`), over :data:`MAX_ANNOUNCEMENT_BYTES`
-    encoded, or not signed by its author. Never raises."""
+    encoded, or not signed by its author. Never raises.
+
+    Fields this release does not know of (a later release's additions to protocol 3) are
+    accepted and ignored, within the size bound: the signature covers them, so a node that
+    passes the wire object on passes them on unchanged. The fields it knows of must all be
+    there and be well formed."""
     if not isinstance(obj, dict) or set(obj) != {"announcement", "signature"}:
         return None
     fields, signature = obj["announcement"], obj["signature"]
-    if not isinstance(fields, dict) or set(fields) - {"addrs"} != _FIELDS:
+    if not isinstance(fields, dict) or not _FIELDS <= set(fields):
         return None
     if not isinstance(signature, str) or len(signature) != 128:
         return None
     try:
         if len(canonical_json(obj)) > MAX_ANNOUNCEMENT_BYTES:
             return None
+        body = DOMAIN + canonical_json(fields)  # fields this release does not know of included
         addresses = _read_addresses(fields.get("addrs", {}))
         announcement = Announcement(fields["author"], fields["swarm"], fields["round"], fields["size"],
                                     fields["digest"], tuple(fields["holders"]), addresses or ())
@@ -91,7 +97,6 @@ def read_signed(obj: Any, swarm: str) -> Announcement | None:
         return None
     if "addrs" in fields and not addresses:  # one encoding per announcement: no empty field
         return None
-    body = DOMAIN + canonical_json(announcement.fields())
     if not verify_signature(public_key_from_peer_id(announcement.author), body, signature_bytes):
         return None
     return announcement
@@ -161,8 +166,6 @@ def _read_addresses(obj: Any) -> Addresses | None:
             return None
         out.append((source, tuple(addrs)))
     return tuple(sorted(out))
-
-
 
 
 def _well_formed(a: Announcement) -> bool:

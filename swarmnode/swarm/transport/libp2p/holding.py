@@ -52,9 +52,10 @@ def bundle_request(author: str, round_no: int) -> bytes:
 
 
 def parse_request(raw: bytes) -> tuple[str, int] | None:
-    """(author, round) of a bundle request, or None for anything malformed. Never raises."""
+    """(author, round) of a bundle request, or None for anything malformed. Never raises.
+    Fields a later release may add are ignored, within :data:`MAX_REQUEST_BYTES`."""
     fields = loads_bounded(raw, MAX_REQUEST_BYTES)
-    if not isinstance(fields, dict) or set(fields) != {"author", "round"}:
+    if not isinstance(fields, dict) or not {"author", "round"} <= set(fields):
         return None
     author, round_no = fields["author"], fields["round"]
     return (author, round_no) if is_peer_id(author) and is_count(round_no) else None
