@@ -49,6 +49,7 @@ from libp2p.peer.id import ID
 from swarmnode.compat.libp2p import batch_window_updates
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
+from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.libp2p.announce import MAX_SAMPLE_BYTES, Announcement, parse_sample, source_addresses
 from swarmnode.swarm.transport.libp2p.holding import (
     HELD_BYTES,
@@ -70,8 +71,9 @@ log = logging.getLogger("swarmnode.swarm.transport")
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PULL_INTERVAL = 1.0
-# A host that ends on an error is started again after a pause that doubles from 1 s up to
-# this; a host that ran this long since its last start counts as healthy (the pause starts over).
+# A host that ends on an error is started again after a pause (joining.Backoff) that doubles
+# from 1 s up to this; a host that ran this long since its last start counts as healthy (the
+# pause starts over).
 REVIVE_MAX_PAUSE = 60.0
 
 
@@ -102,7 +104,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
         self._host_args: tuple[multiaddr.Multiaddr, list[multiaddr.Multiaddr] | None] | None = None
         self._host_started = 0.0
-        self._revive_pause = 0.0
+        self._revive_backoff = Backoff(1.0, REVIVE_MAX_PAUSE)
         self._host: Any = None
         self._pull_task: asyncio.Task | None = None
         self._peers: list[str] = []
@@ -148,11 +150,11 @@ class Libp2pTransport(Libp2pHost, Transport):
         """The host ended on an error (the bridge logged it): start a new one on the same
         addresses, with the same stores and pull plan, after a pause that doubles with every
         failure in a row, so a node out of its network keeps training and comes back to it."""
-        healthy = time.monotonic() - self._host_started >= REVIVE_MAX_PAUSE
-        self._revive_pause = 1.0 if healthy or not self._revive_pause else min(2 * self._revive_pause,
-                                                                               REVIVE_MAX_PAUSE)
-        log.warning("libp2p transport: starting the host again in %.0f s", self._revive_pause)
-        await asyncio.sleep(self._revive_pause)
+        if time.monotonic() - self._host_started >= REVIVE_MAX_PAUSE:  # it ran healthy since its last start
+            self._revive_backoff.reset()
+        pause = self._revive_backoff.next_delay()
+        log.warning("libp2p transport: starting the host again in %.0f s", pause)
+        await asyncio.sleep(pause)
         await self._bridge.stop(STOP_TIMEOUT)
         self._peers = []
         try:
