@@ -154,10 +154,12 @@ class ProcNode:
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
-                 signal_grace: float = 0.0):
+                 signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
-        ``signal_grace``: ``--signal-grace``."""
-        args = [*prefix, sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed),
+        ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
+        of this one (another release's copy of it, which speaks these commands too), with ``env``."""
+        program = program or (sys.executable, str(Path(__file__).resolve()))
+        args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
         if private:
             args += ["--reachability", "private"]
@@ -169,7 +171,7 @@ class ProcNode:
         self._stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
         # A session of its own, so a test can signal the node's process group as a terminal would.
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     text=True, start_new_session=True)
+                                     text=True, start_new_session=True, env=env)
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
