@@ -10,7 +10,10 @@ functions run in the transport's trio thread. Every contract was checked on the 
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -49,18 +52,50 @@ class InboundConnectionClosed(Exception):
     """Ends py-libp2p's handler of an inbound connection once the connection has closed."""
 
 
-def release_inbound_slots(host: Any) -> None:
-    """Make ``host`` give an inbound connection's slot back when that connection closes.
+@dataclass(frozen=True)
+class InboundConnection:
+    """An inbound connection that holds one of a host's inbound slots."""
+
+    peer: str       # the remote PeerID
+    address: str    # the remote IP address
+    opened: float   # time.monotonic() once upgraded
+
+
+class InboundSlots:
+    """A host's inbound slots as :func:`release_inbound_slots` keeps them: :meth:`free` slots,
+    the connections that hold the others (:meth:`held`), at most ``per_address`` of them from
+    one IP address (a connection beyond is closed before its handshake and told to
+    ``refused``). Bounded by the slots: a connection is in it while it holds one."""
+
+    def __init__(self, limiter: trio.CapacityLimiter, per_address: int, refused: Callable[[str], None]):
+        self._limiter = limiter
+        self.per_address = per_address
+        self._refused = refused
+        self._held: dict[int, InboundConnection] = {}
+        self._by_address: Counter[str] = Counter()  # upgrading or held
+
+    def free(self) -> int:
+        return int(self._limiter.available_tokens)
+
+    def held(self) -> list[InboundConnection]:
+        return list(self._held.values())
+
+
+def release_inbound_slots(host: Any, per_address: int, refused: Callable[[str], None]) -> InboundSlots:
+    """Make ``host`` give an inbound connection's slot back when that connection closes, take
+    at most ``per_address`` inbound connections from one IP address (``refused("inbound_address_full")``
+    for each one beyond), and return the :class:`InboundSlots` that shows who holds them.
 
     Contract (checked on 0.8.1): the swarm (``host.get_network()``) takes a token of its
     ``_inbound_limiter`` (a ``trio.CapacityLimiter`` of ``max_connections - min_connections``
     tokens, 250 by default) in ``_handle_inbound_connection`` for each connection it accepts,
     refuses a connection when none is left, and gives the token back when that handler
-    returns. The handler upgrades the connection with ``upgrade_inbound_raw_conn``, which
-    returns the muxed connection (``event_closed``: a ``trio.Event`` set when either end closes
-    it), and then waits for the swarm's end: stock, a host accepts 250 inbound connections in
-    its life. Here ``upgrade_inbound_raw_conn`` of this swarm, called by a task that holds an
-    inbound slot, waits until the connection closes and then raises
+    returns. The handler upgrades the connection with ``upgrade_inbound_raw_conn(raw_conn,
+    maddr)`` (``raw_conn.get_remote_address()``: the remote ``(host, port)``), which
+    returns the muxed connection (``peer_id``; ``event_closed``: a ``trio.Event`` set when
+    either end closes it), and then waits for the swarm's end: stock, a host accepts 250
+    inbound connections in its life. Here ``upgrade_inbound_raw_conn`` of this swarm, called
+    by a task that holds an inbound slot, waits until the connection closes and then raises
     :class:`InboundConnectionClosed`, which the handler takes as a connection that ended: it
     closes the raw connection (already closed, quietly), logs at debug and gives the slot back.
     The cap on inbound connections open at once stays. Other callers (hole punching upgrades an
@@ -76,18 +111,36 @@ def release_inbound_slots(host: Any) -> None:
     swarm = host.get_network()
     limiter: trio.CapacityLimiter = swarm._inbound_limiter
     upgrade: Callable[[Any, Any], Awaitable[Any]] = swarm.upgrade_inbound_raw_conn
+    slots = InboundSlots(limiter, per_address, refused)
 
     async def upgrade_until_closed(raw_conn: Any, maddr: Any) -> Any:
         if not swarm.manager.is_running or swarm.manager.is_cancelled:
             await raw_conn.close()
             raise InboundConnectionClosed("the host has stopped")
-        muxed_conn = await upgrade(raw_conn, maddr)
         if trio.lowlevel.current_task() not in limiter.statistics().borrowers:
-            return muxed_conn
-        await muxed_conn.event_closed.wait()
+            return await upgrade(raw_conn, maddr)
+        remote = raw_conn.get_remote_address()
+        address = str(remote[0]) if remote else "?"
+        if slots._by_address[address] >= per_address:
+            await raw_conn.close()
+            refused("inbound_address_full")
+            raise InboundConnectionClosed(f"{per_address} inbound connections from {address} already")
+        slots._by_address[address] += 1
+        try:
+            muxed_conn = await upgrade(raw_conn, maddr)
+            slots._held[id(muxed_conn)] = InboundConnection(str(muxed_conn.peer_id), address, time.monotonic())
+            try:
+                await muxed_conn.event_closed.wait()
+            finally:
+                del slots._held[id(muxed_conn)]
+        finally:
+            slots._by_address[address] -= 1
+            if not slots._by_address[address]:
+                del slots._by_address[address]
         raise InboundConnectionClosed(f"inbound connection from {muxed_conn.peer_id} closed")
 
     swarm.upgrade_inbound_raw_conn = upgrade_until_closed
+    return slots
 
 
 def keep_own_keys(host: Any) -> None:

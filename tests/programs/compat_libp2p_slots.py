@@ -1,8 +1,9 @@
 """swarmnode.compat.libp2p's release_inbound_slots on real hosts: prints one JSON object of checks.
 
-A server host with 3 inbound slots, stock and with release_inbound_slots, visited by fresh
-client hosts (a key and a TCP connection each) that connect, read one answer on a stream and
-close; then one more client once the server host has stopped (its listener outlives it).
+A server host with 3 inbound slots, stock and with release_inbound_slots (at most 2 connections
+from one address), visited by fresh client hosts (a key and a TCP connection each, all from
+127.0.0.1) that connect, read one answer on a stream and close; then one more client once the
+server host has stopped (its listener outlives it).
 Run by tests/test_compat.py in a process of its own (hivemind and py-libp2p cannot share one).
 """
 
@@ -23,6 +24,7 @@ from swarmnode.compat.libp2p import release_inbound_slots
 
 PROTOCOL = TProtocol("/slots-check/1")
 CAP = 3  # inbound slots: max_connections - min_connections
+PER_ADDRESS = 2
 
 
 async def answer(stream) -> None:
@@ -30,17 +32,16 @@ async def answer(stream) -> None:
     await stream.close()
 
 
-def server(release: bool):
+def server(release: bool, refused: list[str]):
     config = ConnectionConfig(max_connections=6, min_connections=3, low_watermark=3, high_watermark=6)
     host = new_host(key_pair=create_new_key_pair(os.urandom(32)), connection_config=config)
     host.set_stream_handler(PROTOCOL, answer)
-    if release:
-        release_inbound_slots(host)
+    slots = release_inbound_slots(host, PER_ADDRESS, refused.append) if release else None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     address = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")
-    return host, address, info_from_p2p_addr(multiaddr.Multiaddr(f"{address}/p2p/{host.get_id()}"))
+    return host, slots, address, info_from_p2p_addr(multiaddr.Multiaddr(f"{address}/p2p/{host.get_id()}"))
 
 
 async def visit(info, leave: trio.Event | None = None) -> bool:
@@ -75,8 +76,9 @@ async def in_turn(host, info, visits: int) -> int:
     return accepted
 
 
-async def at_once(info, clients: int) -> tuple[int, bool]:
-    """``clients`` held open together; then one leaves and a new one comes: (accepted at once, new one accepted)."""
+async def at_once(info, slots, clients: int) -> tuple[int, list[str], int, bool]:
+    """``clients`` held open together; then one leaves and a new one comes: (accepted at once,
+    the addresses ``slots`` says hold slots then, its free slots, new one accepted)."""
     leave = trio.Event()
     results: list[bool] = []
 
@@ -90,13 +92,14 @@ async def at_once(info, clients: int) -> tuple[int, bool]:
             while len(results) < clients - CAP:  # the refused ones return at once
                 await trio.sleep(0.05)
         await trio.sleep(1)
+        holding, free = sorted(c.address for c in slots.held()), slots.free()
         leave.set()
     newcomer = False
     for _attempt in range(3):
         if newcomer := await visit(info):
             break
         await trio.sleep(0.3)
-    return sum(results), newcomer
+    return sum(results), holding, free, newcomer
 
 
 class Warnings(logging.Handler):
@@ -115,13 +118,15 @@ async def main():
     warnings = Warnings()
     logging.getLogger("libp2p").addHandler(warnings)
     for release in (False, True):
-        host, address, info = server(release)
+        refused: list[str] = []
+        host, slots, address, info = server(release, refused)
         name = "released" if release else "stock"
         async with host.run([address]):
             out[f"{name}: accepted in turn of {2 * CAP + 2}"] = await in_turn(host, info, 2 * CAP + 2)
             if release:
-                out[f"{name}: accepted at once of {CAP + 2}"], out[f"{name}: one more after"] = \
-                    await at_once(info, CAP + 2)
+                (out[f"{name}: accepted at once of {CAP + 2}"], out[f"{name}: held by"], out[f"{name}: free"],
+                 out[f"{name}: one more after"]) = await at_once(info, slots, CAP + 2)
+                out[f"{name}: refused"] = refused
         warnings.messages.clear()
         out[f"{name}: a client after the host stopped connects"] = await visit(info)
         await trio.sleep(0.5)

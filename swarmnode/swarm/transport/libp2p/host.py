@@ -12,6 +12,7 @@ holders. What it hands the asyncio side goes through the event loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -24,9 +25,10 @@ import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from swarmnode.compat.libp2p import allow_redial, keep_own_keys, release_inbound_slots
+from swarmnode.compat.libp2p import InboundSlots, allow_redial, keep_own_keys, release_inbound_slots
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, TransportError, expand_unspecified
@@ -48,6 +50,7 @@ from swarmnode.swarm.transport.libp2p.named import (
     parse_named_request,
 )
 from swarmnode.swarm.transport.libp2p.peer_exchange import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
+from swarmnode.swarm.transport.libp2p.slots import PER_ADDRESS, Activity, to_close
 from swarmnode.swarm.transport.libp2p.spread import (
     ANNOUNCE_PROTOCOL,
     SAMPLE_PROTOCOL,
@@ -73,6 +76,7 @@ DIAL_TIMEOUT = 5.0
 PEER_REFRESH = 0.5
 # How long a host's connections and listeners may take to close when it ends.
 CLOSE_TIMEOUT = 3.0
+SLOT_CHECK_S = 1.0  # seconds between looks at the inbound slots (libp2p.slots)
 # What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
 OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
 
@@ -103,6 +107,7 @@ class Libp2pHost:
     _first_hand: FirstHand
     _pacer: PushPacer
     _pull_dials: PullDials
+    _activity: Activity
     _hold_filter: Callable[[bytes], bool] | None
     _bridge: TrioThread
     _host: Any
@@ -118,7 +123,8 @@ class Libp2pHost:
         try:
             key_pair = create_new_key_pair(self.identity.seed)
             host = new_host(key_pair=key_pair, announce_addrs=announce)
-            release_inbound_slots(host)  # else a host accepts 250 inbound connections in its whole life
+            # Else a host accepts 250 inbound connections in its whole life; and a cap per address.
+            slots = release_inbound_slots(host, PER_ADDRESS, lambda reason: self._counts.update(["refused_" + reason]))
             keep_own_keys(host)  # else the host fails once it has met 1,000 peers
             self._pull_dials = PullDials()  # a host started again has none of the last one's connections
             own_id = host.get_id()
@@ -133,7 +139,7 @@ class Libp2pHost:
             if not self.private:  # a private node never holds for others
                 handlers[HOLD_PROTOCOL] = partial(serve, self._take_hold, MAX_MESSAGE_BYTES)
             for protocol, handler in handlers.items():
-                host.set_stream_handler(TProtocol(protocol), handler)
+                host.set_stream_handler(TProtocol(protocol), partial(self._from_peer, handler))
             async with host.run([listen]):
                 self._host = host
                 self._addresses = self._own_addresses(host)
@@ -142,10 +148,30 @@ class Libp2pHost:
                         self._bridge.ready(nursery)
                         nursery.start_soon(self._refresh_peers, host)
                         nursery.start_soon(self._exchange_peers, host)
+                        nursery.start_soon(self._keep_slots_free, host, slots)
                 finally:
                     await _close_network(host)
         finally:
             self._peers = []
+
+    async def _from_peer(self, handler: Callable[[Any], Any], stream: Any) -> None:
+        """A stream a peer opened: its connection is in use (libp2p.slots.Activity); then ``handler``."""
+        with contextlib.suppress(Exception):  # a stream whose connection is already gone
+            self._activity.seen(str(stream.muxed_conn.peer_id), time.monotonic())
+        await handler(stream)
+
+    async def _keep_slots_free(self, host: Any, slots: InboundSlots) -> None:
+        """Every :data:`SLOT_CHECK_S`, close the idle inbound connections
+        :func:`~swarmnode.swarm.transport.libp2p.slots.to_close` names, so newcomers find a slot."""
+        while True:
+            for peer in to_close(slots.held(), self._activity, slots.free(), time.monotonic()):
+                self._counts["refused_inbound_idle"] += 1
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    try:
+                        await host.disconnect(ID.from_base58(peer))
+                    except Exception as exc:  # a connection already going
+                        log.debug("libp2p transport: closing the idle connection of %s failed: %r", peer, exc)
+            await trio.sleep(SLOT_CHECK_S)
 
     def _own_addresses(self, host: Any) -> list[str]:
         if self.private:
@@ -160,7 +186,9 @@ class Libp2pHost:
         return list(dict.fromkeys(out))
 
     async def _push(self, wire: bytes) -> None:
-        await push_announcement(self._host, wire, push_targets(self._host.get_connected_peers(), self._host_rng))
+        now = time.monotonic()
+        await push_announcement(self._host, wire, push_targets(self._host.get_connected_peers(), self._host_rng,
+                                                               lambda p: self._activity.active(str(p), now)))
 
     async def _take_announcement(self, pusher: str, request: bytes) -> bytes:
         """ANNOUNCE_PROTOCOL: keep a peer's own announcement, at most one every PUSH_EVERY

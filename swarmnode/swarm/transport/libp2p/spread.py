@@ -5,7 +5,8 @@ The rules, without I/O (time comes in as ``now``, randomness from an injected
 simulation of many nodes in virtual time run the same code:
 
 * on publish a node pushes its signed announcement to :func:`push_targets`: up to
-  :data:`PUSH_FANOUT` of its connected peers, drawn at random;
+  :data:`PUSH_FANOUT` of its connected peers, drawn at random, first among those that opened
+  a stream to it lately;
 * a receiver reads at most one push a :data:`PUSH_EVERY` seconds from each peer
   (:class:`PushPacer`; closer ones are dropped unread) and keeps the newest announcement each
   peer pushed itself (:class:`FirstHand`). Those, and only those, are what it passes on when a
@@ -54,9 +55,16 @@ PLAN_TTL = 60.0             # seconds the pull plan keeps an announcement
 P = TypeVar("P")
 
 
-def push_targets(connected: Sequence[P], rng: random.Random) -> list[P]:
-    """The connected peers a node pushes its announcement to: up to :data:`PUSH_FANOUT`, at random."""
-    return rng.sample(list(connected), min(PUSH_FANOUT, len(connected)))
+def push_targets(connected: Sequence[P], rng: random.Random, active: Callable[[P], bool] | None = None) -> list[P]:
+    """The connected peers a node pushes its announcement to: up to :data:`PUSH_FANOUT`, at
+    random; with ``active``, the peers it names first (those that use their connection: a
+    crowd of idle keys connected to a node gets its pushes only when no one else is there)."""
+    if active is None:
+        return rng.sample(list(connected), min(PUSH_FANOUT, len(connected)))
+    first = [p for p in connected if active(p)]
+    chosen = rng.sample(first, min(PUSH_FANOUT, len(first)))
+    rest = [p for p in connected if not active(p)]
+    return chosen + rng.sample(rest, min(PUSH_FANOUT - len(chosen), len(rest)))
 
 
 def sources_to_ask(own_peer_id: str, author: str, announcement: Announcement,

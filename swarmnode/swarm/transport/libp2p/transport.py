@@ -61,6 +61,7 @@ from swarmnode.swarm.transport.libp2p.holding import (
 )
 from swarmnode.swarm.transport.libp2p.host import Libp2pHost
 from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL, named_request
+from swarmnode.swarm.transport.libp2p.slots import Activity
 from swarmnode.swarm.transport.libp2p.spread import SAMPLE_PROTOCOL, FirstHand, Libp2pPull, PullDials, PushPacer
 from swarmnode.swarm.transport.libp2p.streams import exchange, pull_bundles
 from swarmnode.swarm.transport.libp2p.trio_bridge import TrioThread
@@ -99,6 +100,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self._first_hand = FirstHand(rng=self._host_rng)
         self._pacer = PushPacer()
         self._pull_dials = PullDials()
+        self._activity = Activity()
         self._hold_filter: Callable[[bytes], bool] | None = None
         self._blocked: dict[str, float] = {}  # PeerID -> monotonic time it is ignored until
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
