@@ -311,8 +311,8 @@ def test_libp2p_yamux_credit_batches_on_real_hosts():
 @pytest.mark.slow
 def test_libp2p_inbound_slot_comes_back_when_its_connection_closes():
     # Stock py-libp2p gives a slot back only when the host stops: 3 of 8 in turn. With the door
-    # every closed connection's slot comes back, while the 3 open at once stay the cap (2 of
-    # them from one address, the third refused before its handshake and counted); and a
+    # every closed connection's slot comes back, at most 3 are open at once, and at most 2 of
+    # them from one address (a third is refused before its handshake, and counted); and a
     # connection reaching the host's listener after it stopped is closed without a warning.
     assert _run_check("compat_libp2p_slots") == {"stock: accepted in turn of 8": 3,
                                                  "stock: a client after the host stopped connects": False,

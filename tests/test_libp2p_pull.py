@@ -16,6 +16,7 @@ import hashlib
 import json
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,13 @@ from swarmnode.swarm.transport.libp2p.named import (
     parse_named_request,
 )
 from swarmnode.swarm.transport.libp2p.peer_exchange import PEER_TARGET, ExchangeRound, answer_order
+from swarmnode.swarm.transport.libp2p.slots import (
+    IDLE_GRACE_S,
+    PER_ADDRESS,
+    SLOT_RESERVE,
+    Activity,
+    to_close,
+)
 from swarmnode.swarm.transport.libp2p.spread import (
     SAMPLE_EVERY,
     SAMPLE_EVERY_MAX,
@@ -61,6 +69,7 @@ from swarmnode.swarm.transport.libp2p.spread import (
     PullDials,
     PushPacer,
     SampleSchedule,
+    push_targets,
     sources_to_ask,
 )
 
@@ -259,6 +268,53 @@ def test_a_crowd_of_new_authors_cannot_push_the_long_heard_ones_out_of_samples()
     assert not all({"n": 3} in s for s in samples), "an author back after a gap is a newcomer again"
     assert len({e["n"] for s in samples for e in s}) > 100, "the rest drawn over everyone else"
     assert {"n": 1} not in table.sample(now=29.0, exclude=[identity_for(1).peer_id])
+
+
+@dataclass(frozen=True)
+class _Held:
+    peer: str
+    address: str
+    opened: float
+
+
+def test_idle_inbound_connections_make_room_idlest_first_and_active_ones_never():
+    activity = Activity()
+    now = 1000.0
+    idle = [_Held(f"idle{i}", f"10.0.0.{i}", opened=now - 100 + i) for i in range(40)]
+    fresh = [_Held(f"fresh{i}", f"10.1.0.{i}", opened=now - IDLE_GRACE_S / 2) for i in range(40)]
+    busy = [_Held(f"busy{i}", f"10.2.0.{i}", opened=now - 500) for i in range(40)]
+    for c in busy:
+        activity.seen(c.peer, now - 1)
+    held = idle + fresh + busy
+    assert to_close(held, activity, free=SLOT_RESERVE, now=now) == [], "the reserve is free: nothing to do"
+    assert to_close(held, activity, free=SLOT_RESERVE - 3, now=now) == ["idle0", "idle1", "idle2"], "idlest first"
+    assert set(to_close(held, activity, free=0, now=now)) == {f"idle{i}" for i in range(SLOT_RESERVE)}
+    assert to_close(fresh + busy, activity, free=0, now=now) == [], "never one within its grace, never an active one"
+    activity.seen("idle5", now - IDLE_GRACE_S + 1)
+    assert "idle5" not in to_close(held, activity, free=0, now=now), "a stream of its peer's makes it active again"
+
+    # One address with more than its share less the reserve loses its idlest, free slots or not.
+    crowd = [_Held(f"k{i}", "203.0.113.9", opened=now - 60 - i) for i in range(PER_ADDRESS)]
+    closing = to_close(crowd, activity, free=200, now=now)
+    assert closing == [f"k{i}" for i in range(PER_ADDRESS - 1, PER_ADDRESS - 1 - SLOT_RESERVE, -1)]
+    twice = [_Held("same", "198.51.100.1", now - 60), _Held("same", "198.51.100.1", now - 50)]
+    assert to_close(twice, activity, free=0, now=now) == ["same"], "a peer with two connections is closed once"
+
+    bounded = Activity(max_peers=3)
+    for i in range(5):
+        bounded.seen(f"p{i}", float(i))
+    assert [bounded.last(f"p{i}") for i in range(5)] == [None, None, 2.0, 3.0, 4.0], "bounded, quietest out"
+    assert bounded.active("p4", 10.0) and not bounded.active("p4", 100.0)
+
+
+def test_pushes_go_first_to_peers_that_use_their_connection():
+    rng = random.Random(0)
+    connected = [f"idle{i}" for i in range(100)] + ["a", "b", "c"]
+    for _ in range(20):
+        chosen = push_targets(connected, rng, lambda p: not p.startswith("idle"))
+        assert len(chosen) == 8 and set(chosen[:3]) == {"a", "b", "c"}, "the active ones, then others at random"
+    assert sorted(push_targets(["a", "b"], rng, lambda p: False)) == ["a", "b"]
+    assert len(set(push_targets(connected, rng))) == 8, "without a view of activity: at random"
 
 
 def test_pushes_are_read_one_a_second_from_each_peer():

@@ -126,7 +126,7 @@ async def main():
             if release:
                 (out[f"{name}: accepted at once of {CAP + 2}"], out[f"{name}: held by"], out[f"{name}: free"],
                  out[f"{name}: one more after"]) = await at_once(info, slots, CAP + 2)
-                out[f"{name}: refused"] = refused
+                out[f"{name}: refused"] = sorted(set(refused))  # a refused client dials again
         warnings.messages.clear()
         out[f"{name}: a client after the host stopped connects"] = await visit(info)
         await trio.sleep(0.5)
