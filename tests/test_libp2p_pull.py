@@ -62,6 +62,7 @@ from swarmnode.swarm.transport.libp2p.slots import (
     to_close,
 )
 from swarmnode.swarm.transport.libp2p.spread import (
+    ANNOUNCE_PROTOCOL,
     SAMPLE_EVERY,
     SAMPLE_EVERY_MAX,
     FirstHand,
@@ -69,6 +70,7 @@ from swarmnode.swarm.transport.libp2p.spread import (
     PullDials,
     PushPacer,
     SampleSchedule,
+    other_release,
     push_targets,
     sources_to_ask,
 )
@@ -602,9 +604,18 @@ def test_a_node_pulls_from_a_source_it_met_only_in_an_announcement_and_closes_th
 
 
 @pytest.mark.slow
-def test_a_peer_of_an_older_protocol_is_named_once():
+def test_a_peer_of_an_older_or_a_newer_protocol_is_named_once():
     warnings = run_checks("libp2p_old_peer")["warnings"]
     assert len([w for w in warnings if "older swarmnode" in w]) == 1, warnings
+    assert len([w for w in warnings if "newer swarmnode" in w and "/swarmnode/announce/4.0.0" in w]) == 1, warnings
+
+
+def test_what_a_peers_protocols_say_of_its_release():
+    assert other_release({ANNOUNCE_PROTOCOL, "/meshsub/1.1.0", "/swarmnode/announce/4.0.0"}) is None, "it speaks ours"
+    assert other_release({"/meshsub/1.1.0", "/ipfs/id/1.0.0"}) == "older"
+    assert other_release({"/swarmnode/announce/4.0.0"}) == "newer"
+    assert other_release({"/swarmnode/announce/2.0.0", "/swarmnode/announce/x.0"}) is None
+    assert other_release(set()) is None, "identify said nothing: no word"
 
 
 @pytest.mark.slow

@@ -168,3 +168,14 @@ def test_above_own_measures_the_bar_by_what_this_node_itself_shared():
     ex.outgoing(2, [Group(question(i), ["<answer>x</answer>", "y"], [0.0, 0.0]) for i in range(30)])
     # Its own window (the last 64 completions) is now 2 right in 64: both peers' groups pass again.
     assert {g.source for g in ex.draw(4, 4, random.Random(0))} == {HONEST.peer_id, LIAR.peer_id}
+
+
+def test_bundles_of_a_newer_format_are_refused_counted_and_said_once(caplog):
+    ex = exchange()
+    newer = bytearray(bundle(HONEST, 1, honest_groups(1)))
+    newer[3] = 3  # the format version byte of a later release
+    with caplog.at_level("WARNING", logger="swarmnode.swarm.exchange"):
+        verdicts = [ex.receive(bytes(newer)) for _ in range(3)]
+    assert [v.reason for v in verdicts] == ["bad_version"] * 3 and len(ex.pool) == 0
+    assert len([r for r in caplog.records if "newer release" in r.getMessage()]) == 1
+    assert ex.receive(bundle(HONEST, 2, honest_groups(1))).accepted, "its bundles of this format still count"

@@ -12,6 +12,7 @@ use this class, so what the experiment measures is what a real node does.
 
 from __future__ import annotations
 
+import logging
 import random
 import statistics
 from typing import Callable, Mapping, Protocol
@@ -19,12 +20,13 @@ from typing import Callable, Mapping, Protocol
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
-from swarmnode.swarm.bundle import BundleLimits, BundleVerifier, Verdict, encode_bundle
+from swarmnode.swarm.bundle import SIGNING_DOMAINS, BundleLimits, BundleVerifier, Verdict, encode_bundle
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.pool import ExternalPool, OwnRewards, PeerTable
 from swarmnode.swarm.standing import Standing
 
+log = logging.getLogger("swarmnode.swarm.exchange")
 
 class Rescorer(Protocol):
     """This node's own verifier (the trainer's ``Scorer``): a reward, or None when it cannot verify."""
@@ -60,6 +62,7 @@ class Exchange:
         self.peers = PeerTable()
         self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
+        self._warned_newer = False
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
         """This node's signed bundle of ``round_no`` (its rewards also go into :attr:`own`)."""
@@ -81,6 +84,11 @@ class Exchange:
         self.guard.judge(peer_id, reason)
         self.peers.record_rejection(peer_id, reason)
         self._emit(BundleRefused(peer_id, reason))
+        if reason == "bad_version" and not self._warned_newer:  # once: every bundle of such a peer is one
+            self._warned_newer = True
+            log.warning("a peer sends bundles of a format this swarmnode cannot read (it reads versions %s; "
+                        "each is counted as bad_version): it runs a newer release; upgrade swarmnode to use its "
+                        "bundles", " and ".join(map(str, sorted(SIGNING_DOMAINS))))
 
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""

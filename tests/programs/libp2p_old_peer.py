@@ -1,5 +1,6 @@
-"""A host that speaks gossipsub (as nodes of protocols 1 and 2 do) connects to a libp2p
-transport of this version: prints ``{"warnings": [...]}``, the warnings the transport logged.
+"""A host that speaks gossipsub (as nodes of protocols 1 and 2 do) and one that speaks only a
+later announce protocol (``/swarmnode/announce/4.0.0``, as a later release might) connect to a
+libp2p transport of this version: prints ``{"warnings": [...]}``, the warnings the transport logged.
 
 Run by tests/test_libp2p_pull.py in a process of its own (py-libp2p cannot share one with
 hivemind).
@@ -14,6 +15,7 @@ import multiaddr
 import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.custom_types import TProtocol
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
@@ -31,6 +33,20 @@ warnings = []
 class Catch(logging.Handler):
     def emit(self, record):
         warnings.append(record.getMessage())
+
+
+async def ignore(stream) -> None:
+    await stream.close()
+
+
+def newer_node(address: str, done: threading.Event) -> None:
+    async def main():
+        host = new_host(key_pair=create_new_key_pair(b"n" * 32))
+        host.set_stream_handler(TProtocol("/swarmnode/announce/4.0.0"), ignore)
+        async with host.run([multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            await host.connect(info_from_p2p_addr(multiaddr.Multiaddr(address)))
+            await trio.to_thread.run_sync(done.wait)
+    trio.run(main)
 
 
 def old_node(address: str, done: threading.Event) -> None:
@@ -52,14 +68,16 @@ async def main() -> None:
     node = Libp2pTransport(identity_for(1), "sw", listen="/ip4/127.0.0.1/tcp/0")
     await node.start()
     done = threading.Event()
-    thread = threading.Thread(target=old_node, args=(node.addresses()[0], done))
-    thread.start()
+    threads = [threading.Thread(target=peer, args=(node.addresses()[0], done)) for peer in (old_node, newer_node)]
+    for thread in threads:
+        thread.start()
     try:
-        await wait_until_async(lambda: warnings, 10, "a warning about the older peer")
+        await wait_until_async(lambda: len(warnings) >= 2, 10, "a warning about each peer")
         await asyncio.sleep(QUIET_S)
     finally:
         done.set()
-        thread.join()
+        for thread in threads:
+            thread.join()
     await node.stop()
     print(json.dumps({"warnings": warnings}))
 

@@ -53,10 +53,12 @@ from swarmnode.swarm.transport.libp2p.peer_exchange import EXCHANGE_EVERY, EXCHA
 from swarmnode.swarm.transport.libp2p.slots import PER_ADDRESS, Activity, to_close
 from swarmnode.swarm.transport.libp2p.spread import (
     ANNOUNCE_PROTOCOL,
+    PROTOCOL_VERSION,
     SAMPLE_PROTOCOL,
     FirstHand,
     PullDials,
     PushPacer,
+    other_release,
     push_targets,
 )
 from swarmnode.swarm.transport.libp2p.streams import (
@@ -71,14 +73,11 @@ from swarmnode.swarm.transport.libp2p.trio_bridge import TrioThread
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
-PROTOCOL_VERSION = 3
 DIAL_TIMEOUT = 5.0
 PEER_REFRESH = 0.5
 # How long a host's connections and listeners may take to close when it ends.
 CLOSE_TIMEOUT = 3.0
 SLOT_CHECK_S = 1.0  # seconds between looks at the inbound slots (libp2p.slots)
-# What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
-OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
 
 
 async def _close_network(host: Any) -> None:
@@ -113,7 +112,7 @@ class Libp2pHost:
     _host: Any
     _peers: list[str]
     _addresses: list[str]
-    _warned_old_version: bool
+    _warned_releases: set[str]
     _loop: asyncio.AbstractEventLoop | None
     _is_blocked: Callable[[str, float], bool]
     _reject_threadsafe: Callable[[str, str], None]
@@ -232,23 +231,32 @@ class Libp2pHost:
     async def _refresh_peers(self, host: Any) -> None:
         while True:
             self._peers = [str(p) for p in host.get_connected_peers()]
-            self._warn_old_version(host)
+            self._warn_other_release(host)
             await trio.sleep(PEER_REFRESH)
 
-    def _warn_old_version(self, host: Any) -> None:
-        if self._warned_old_version:
+    def _warn_other_release(self, host: Any) -> None:
+        """Log once for a peer of an older release and once for a peer of a newer one, when
+        its announcements and this node's cannot cross (libp2p.spread.other_release)."""
+        if len(self._warned_releases) == 2:
             return
         for peer in host.get_connected_peers():
             try:
                 spoken = set(host.get_peerstore().get_protocols(peer))
             except Exception:  # PeerStoreError: identify has not told us yet
                 continue
-            if spoken.intersection(OLD_PROTOCOLS) and ANNOUNCE_PROTOCOL not in spoken:
-                self._warned_old_version = True
+            release = other_release(spoken)
+            if release is None or release in self._warned_releases:
+                continue
+            self._warned_releases.add(release)
+            if release == "older":
                 log.warning("libp2p transport: peer %s runs an older swarmnode (gossipsub, protocol v1 or v2); it and "
                             "this node (v%d, announcements pushed and sampled) exchange no bundles until it upgrades",
                             peer, PROTOCOL_VERSION)
-                return
+            else:
+                log.warning("libp2p transport: peer %s runs a newer swarmnode (%s; this node speaks v%d): it and this "
+                            "node exchange no bundles until this node upgrades swarmnode", peer,
+                            ", ".join(sorted(p for p in spoken if p.startswith("/swarmnode/announce/"))),
+                            PROTOCOL_VERSION)
 
     async def _exchange_peers(self, host: Any) -> None:
         """Every few seconds, one :class:`~swarmnode.swarm.transport.libp2p.peer_exchange.ExchangeRound`:

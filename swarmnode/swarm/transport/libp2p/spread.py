@@ -54,6 +54,23 @@ PLAN_TTL = 60.0             # seconds the pull plan keeps an announcement
 
 P = TypeVar("P")
 
+PROTOCOL_VERSION = 3
+# What releases before protocol 3 spoke (gossipsub carried their announcements or bundles).
+OLD_PROTOCOLS = ("/meshsub/1.0.0", "/meshsub/1.1.0", "/meshsub/1.2.0")
+_ANNOUNCE_PREFIX = "/swarmnode/announce/"
+
+
+def other_release(spoken: Collection[str]) -> str | None:
+    """What the protocols a peer speaks (identify's list) say of its release, when it cannot
+    exchange announcements with this one: ``"older"`` (gossipsub, protocols 1 and 2),
+    ``"newer"`` (only a later ``/swarmnode/announce/`` major version), else None."""
+    if ANNOUNCE_PROTOCOL in spoken:
+        return None
+    if any(p in spoken for p in OLD_PROTOCOLS):
+        return "older"
+    majors = [p[len(_ANNOUNCE_PREFIX):].split(".", 1)[0] for p in spoken if p.startswith(_ANNOUNCE_PREFIX)]
+    return "newer" if any(m.isdigit() and int(m) > PROTOCOL_VERSION for m in majors) else None
+
 
 def push_targets(connected: Sequence[P], rng: random.Random, active: Callable[[P], bool] | None = None) -> list[P]:
     """The connected peers a node pushes its announcement to: up to :data:`PUSH_FANOUT`, at

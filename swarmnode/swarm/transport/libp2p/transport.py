@@ -111,7 +111,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self._pull_task: asyncio.Task | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
-        self._warned_old_version = False
+        self._warned_releases: set[str] = set()  # 'older', 'newer': each logged once
 
     def set_hold_filter(self, admit: Callable[[bytes], bool]) -> None:
         """Ask ``admit(data)`` before holding a bundle a private peer pushed (signed by that
