@@ -21,7 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from transport_node import ProcNode  # noqa: E402
+from nodeproc import free_port  # noqa: E402
+from transport_node import ProcNode, identity_for  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,22 +68,19 @@ def previous_release(tmp_path_factory) -> tuple[list[str], dict[str, str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_the_previous_release_and_this_one_exchange_bundles_both_ways(previous_release, transport, tmp_path):
-    """An old bootstrap node, a new node that joins it and an old node that joins the new one:
-    each publishes a bundle, and each receives the other two, with nothing dropped."""
+    """An old bootstrap node, a new node that joins it and an old node that joins the new one
+    (all three started at once): each publishes a bundle, and each receives the other two,
+    with nothing dropped."""
     program, env = previous_release
-    nodes: list[ProcNode] = []
-
-    def start(seed: int, old: bool, bootstrap: list[str]) -> ProcNode:
-        kind = "old" if old else "new"
-        node = ProcNode(transport, seed, bootstrap, stderr_path=tmp_path / f"{kind}{seed}.err",
-                        **({"program": program, "env": env} if old else {}))
-        nodes.append(node)
-        return node.ready()
-
+    ports = [free_port() for _ in range(3)]
+    listen = [f"/ip4/127.0.0.1/tcp/{port}" for port in ports]
+    # Started at once, each joining the one before (ports and keys are known in advance).
+    nodes = [ProcNode(transport, seed, [f"{listen[seed - 1]}/p2p/{identity_for(seed - 1).peer_id}"] if seed else [],
+                      listen[seed], stderr_path=tmp_path / f"{'new' if seed == 1 else 'old'}{seed}.err",
+                      **({} if seed == 1 else {"program": program, "env": env}))
+             for seed in range(3)]
     try:
-        old0 = start(0, True, [])
-        new1 = start(1, False, old0.addresses[:1])
-        old2 = start(2, True, new1.addresses[:1])
+        old0, new1, old2 = (node.ready() for node in nodes)
         for node, peer in ((new1, old0), (old2, new1)):
             wait_until(lambda: peer.peer_id in node.peers(), 30, f"{node.stderr_path.stem} to join")
         sent = {node.peer_id: node.publish(1, 5_000)["digest"] for node in nodes}
