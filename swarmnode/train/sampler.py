@@ -109,10 +109,11 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     shared = _shared_prefix(model.config)
     if shared:
         # One prompt at a time, without its padding: a batch of 8 x 251-token prompts held about
-        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, sampling: one prompt's prefill at a time),
-        # and a padded batch computes every prompt at the longest one's length (1.7x the tokens
-        # in Qwen2.5's first rounds). The cache keeps every prompt state (the model's own would
-        # keep only a sliding layer's window); the shared-prefix cache pads them back.
+        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, sampling:
+        # each prompt once), and a padded batch computes every prompt at the longest one's length
+        # (1.7x the tokens in Qwen2.5's first rounds). The cache keeps every prompt state (the
+        # model's own would keep only a sliding layer's window); the shared-prefix cache pads them
+        # back.
         logits, caches = [], []
         for i in range(len(prompts)):
             real = ids[i:i + 1, attn[i].bool()]
