@@ -87,7 +87,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from natlab import LabUnavailable, SwitchLab  # noqa: E402
 from relay_memory import _pss_kb, _status_kb  # noqa: E402
-from swarmnode.swarm.transport.hivemind_announce import direct_share, rounds_announced  # noqa: E402
+from swarmnode.swarm.transport.hivemind.announce import direct_share, rounds_announced  # noqa: E402
 from transport_latency import percentile  # noqa: E402
 from transport_node import ProcNode, descendants  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -221,7 +221,7 @@ def announce_counts(nodes: list[ProcNode], rounds: int,
 
 def announce_per_round(counts: list[dict[str, int]], rounds: int) -> dict[str, Any]:
     """:func:`announce_counts` per node per round (mean over the nodes), each node's, and the
-    share of the rounds stored direct (:func:`~swarmnode.swarm.transport.hivemind_announce.direct_share`)."""
+    share of the rounds stored direct (:func:`~swarmnode.swarm.transport.hivemind.announce.direct_share`)."""
     per_node = [{k: v / rounds for k, v in c.items()} for c in counts]
     mean = {k: _mean([c[k] for c in per_node]) for k in ANNOUNCE_COUNTS}
     return {**mean, "direct_share": direct_share(mean), "per_node": per_node}

@@ -1,6 +1,6 @@
 """The swarm at 1,000 and 10,000 nodes, rehearsed: the transports' own rules in a simulated network.
 
-One process, virtual time (``swarmnode.swarm.sim``): every node runs the decision code of
+One process, virtual time (``swarmsim``): every node runs the decision code of
 the real transport (libp2p protocol 3, hivemind layout 2) over a model of the network (latency,
 bandwidth, NAT, py-libp2p's and p2pd's connection limits, hivemind's DHT), with churn and a
 mix of hardware. Imports neither hivemind nor py-libp2p. Usage, from the repository root::
@@ -54,12 +54,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from swarmnode.swarm.sim.hivemind_node import HivemindCosts
-from swarmnode.swarm.sim.libp2p_node import Libp2pCosts
-from swarmnode.swarm.sim.run import run
-from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
-from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, direct_share
+from swarmnode.swarm.transport.hivemind.announce import REFRESH_ROUNDS, direct_share
 from swarmnode.swarm.transport.joining import JOIN_DIALS
+from swarmsim.hivemind_node import HivemindCosts
+from swarmsim.libp2p_node import Libp2pCosts
+from swarmsim.run import run
+from swarmsim.scenario import Hardware, Scenario, ScenarioError
 
 MACHINE = dict(relays=0, nat_share=0.0, churn_per_hour=0.0, hardware=(Hardware("benchmark", 1.0, 15.0),),
                round_jitter=0.0, aligned=True, regions_s=((0.0002,),), access_s=(0.0001, 0.0001),

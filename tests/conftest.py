@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# the simulator (benchmarks/swarmsim) and the benchmark scripts the tests import by name
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from tinymodel import build_tiny_model
 

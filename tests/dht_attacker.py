@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport.hivemind_layout import (  # noqa: E402
+from swarmnode.swarm.transport.hivemind.layout import (  # noqa: E402
     ANNOUNCE_DOMAIN,
     ANNOUNCE_SHARDS,
     announce_key,

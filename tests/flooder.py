@@ -40,12 +40,12 @@ from swarmnode.records import (
 )
 from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport.libp2p_spread import PLAN_TTL  # noqa: E402
+from swarmnode.swarm.transport.libp2p.spread import PLAN_TTL  # noqa: E402
 
 SWARM = "flood-test"
 FLOODER_SEED = b"F" * 32
 # How long a peer may pull an announced round: its push takes up to a stream time-out
-# (libp2p_streams.STREAM_TIMEOUT, 10 s; that module imports py-libp2p, which test_flood's
+# (libp2p.streams.STREAM_TIMEOUT, 10 s; that module imports py-libp2p, which test_flood's
 # process must not) to land, the pull plan keeps it PLAN_TTL from then (its freshness window is
 # never longer), and the pull takes up to a stream time-out. At about 400 publishes a second of
 # about 500 bytes that is some 16 MB; KEEP_BYTES bounds it should the rate be higher.
@@ -158,8 +158,8 @@ async def main() -> None:
     identity = Identity.from_seed(FLOODER_SEED)
     from libp2p.peer.id import ID
 
-    from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
-    from swarmnode.swarm.transport.libp2p_streams import STREAM_TIMEOUT, exchange
+    from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PUSH_EVERY
+    from swarmnode.swarm.transport.libp2p.streams import STREAM_TIMEOUT, exchange
 
     assert KEEP_S >= PLAN_TTL + 2 * STREAM_TIMEOUT, "KEEP_S: the stream time-out has grown"
     transport = create_transport("libp2p", identity, args.swarm, listen=args.listen)

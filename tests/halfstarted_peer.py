@@ -29,8 +29,8 @@ from hivemind.dht.node import DHTNode  # noqa: E402
 from hivemind.p2p import P2P  # noqa: E402
 
 from swarmnode.swarm.bundle import open_envelope  # noqa: E402
-from swarmnode.swarm.transport.hivemind_calls import store_round  # noqa: E402
-from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator  # noqa: E402
+from swarmnode.swarm.transport.hivemind.dht_process import store_round  # noqa: E402
+from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator  # noqa: E402
 from transport_node import SWARM, identity_for, make_bundle  # noqa: E402
 
 

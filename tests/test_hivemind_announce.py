@@ -6,7 +6,7 @@ import json
 import pytest
 
 from programs import output
-from swarmnode.swarm.transport.hivemind_announce import (
+from swarmnode.swarm.transport.hivemind.announce import (
     REFRESH_ROUNDS,
     ShardReplicas,
     direct_share,
@@ -87,7 +87,7 @@ def test_half_accepting_stands():
 
 
 def test_the_counts_a_dht_process_reports_are_its_rules_decisions(monkeypatch):
-    calls = pytest.importorskip("swarmnode.swarm.transport.hivemind_calls")
+    calls = pytest.importorskip("swarmnode.swarm.transport.hivemind.dht_process")
     rule = ShardReplicas()
     monkeypatch.setattr(calls, "SHARD_REPLICAS", {"key": rule})
     assert calls.announce_counts() == {"announce_direct": 0, "announce_traversal": 0, "announce_direct_failed": 0}

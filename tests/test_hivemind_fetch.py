@@ -14,10 +14,10 @@ pytest.importorskip("hivemind")
 
 from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
-from swarmnode.swarm.transport import hivemind_calls as calls  # noqa: E402
-from swarmnode.swarm.transport.hivemind_dht import HivemindTransport  # noqa: E402
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of  # noqa: E402
-from swarmnode.swarm.transport.hivemind_pull import SHARDS_PER_POLL, HivemindPull  # noqa: E402
+from swarmnode.swarm.transport.hivemind import dht_process as calls  # noqa: E402
+from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, shard_of  # noqa: E402
+from swarmnode.swarm.transport.hivemind.reads import SHARDS_PER_POLL, HivemindPull  # noqa: E402
+from swarmnode.swarm.transport.hivemind.transport import HivemindTransport  # noqa: E402
 
 
 class FakeSwarm:

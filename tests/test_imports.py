@@ -7,23 +7,25 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "swarmnode"
+SIMULATOR = Path(__file__).resolve().parent.parent / "benchmarks" / "swarmsim"
 # The transports' decisions, plain code that a simulation of many nodes imports beside each
 # other: neither network stack (hivemind and py-libp2p cannot share a process), nor trio.
-RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.announce",
-         "swarmnode.swarm.transport.libp2p_spread", "swarmnode.swarm.transport.libp2p_holding",
-         "swarmnode.swarm.transport.libp2p_peers", "swarmnode.swarm.transport.hivemind_layout",
-         "swarmnode.swarm.transport.hivemind_pull", "swarmnode.swarm.transport.room",
-         "swarmnode.swarm.transport.joining", "swarmnode.swarm.sim.run")
+RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.libp2p.announce",
+         "swarmnode.swarm.transport.libp2p.spread", "swarmnode.swarm.transport.libp2p.holding",
+         "swarmnode.swarm.transport.libp2p.peer_exchange", "swarmnode.swarm.transport.hivemind.layout",
+         "swarmnode.swarm.transport.hivemind.reads", "swarmnode.swarm.transport.room",
+         "swarmnode.swarm.transport.joining", "swarmsim.run")
 NETWORK_STACKS = {"hivemind", "libp2p", "trio", "multiaddr"}
 
 
 def is_project(module: str) -> bool:
-    return module == "swarmnode" or module.startswith("swarmnode.")
+    return module.split(".")[0] in ("swarmnode", "swarmsim")
 
 
 def source_of(module: str) -> Path | None:
     """The file of a project module (a package's ``__init__.py``), None for a name that is none."""
-    path = PACKAGE.parent.joinpath(*module.split("."))
+    root = SIMULATOR.parent if module.split(".")[0] == "swarmsim" else PACKAGE.parent
+    path = root.joinpath(*module.split("."))
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -32,10 +34,11 @@ def source_of(module: str) -> Path | None:
 
 def modules() -> dict[str, ast.Module]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = ast.parse(path.read_text())
+    for package in (PACKAGE, SIMULATOR):
+        for path in sorted(package.rglob("*.py")):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = ast.parse(path.read_text())
     return out
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_named import MAX_NAMES, NamedWatch
+from swarmnode.swarm.transport.libp2p.announce import Announcement
+from swarmnode.swarm.transport.libp2p.named import MAX_NAMES, NamedWatch
 
 
 def _walked_asks(watch: NamedWatch, now: float, connected: list[str], established, round_s: float) -> dict:

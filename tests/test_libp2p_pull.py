@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import (
+from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
+from swarmnode.swarm.transport.libp2p.announce import (
     DOMAIN,
     MAX_ADDRESS_CHARS,
     MAX_ANNOUNCEMENT_BYTES,
@@ -34,8 +35,7 @@ from swarmnode.swarm.transport.announce import (
     read_signed,
     source_addresses,
 )
-from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES
-from swarmnode.swarm.transport.libp2p_holding import (
+from swarmnode.swarm.transport.libp2p.holding import (
     MAX_REQUEST_BYTES,
     bundle_request,
     choose_holders,
@@ -44,7 +44,7 @@ from swarmnode.swarm.transport.libp2p_holding import (
     pull_sources,
     pulled_rejection,
 )
-from swarmnode.swarm.transport.libp2p_named import (
+from swarmnode.swarm.transport.libp2p.named import (
     MAX_NAMED_REQUEST_BYTES,
     MAX_NAMES,
     NAMED_ROUNDS,
@@ -52,8 +52,8 @@ from swarmnode.swarm.transport.libp2p_named import (
     named_request,
     parse_named_request,
 )
-from swarmnode.swarm.transport.libp2p_peers import PEER_TARGET, ExchangeRound, answer_order
-from swarmnode.swarm.transport.libp2p_spread import (
+from swarmnode.swarm.transport.libp2p.peer_exchange import PEER_TARGET, ExchangeRound, answer_order
+from swarmnode.swarm.transport.libp2p.spread import (
     SAMPLE_EVERY,
     SAMPLE_EVERY_MAX,
     FirstHand,

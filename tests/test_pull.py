@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from swarmnode.swarm.standing import Standing
-from swarmnode.swarm.transport.hivemind_layout import shard_of
-from swarmnode.swarm.transport.hivemind_pull import (
+from swarmnode.swarm.transport.hivemind.layout import shard_of
+from swarmnode.swarm.transport.hivemind.reads import (
     PLAN_MEMORY,
     POLL_ANNOUNCERS,
     READ_OVERLAP_S,

@@ -6,7 +6,7 @@ import copy
 import random
 import threading
 
-from swarmnode.swarm.transport.libp2p_holding import BundleStore
+from swarmnode.swarm.transport.libp2p.holding import BundleStore
 from swarmnode.swarm.transport.room import PROBATION_SLOTS, SLOT_S, TIE_BYTES, Room
 
 

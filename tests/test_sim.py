@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from swarmnode.swarm.sim.dht import BUCKET_SIZE, NUM_REPLICAS, REGION_BITS, STALE_S, Space, key_id, plan_lookup
-from swarmnode.swarm.sim.engine import Engine
-from swarmnode.swarm.sim.libp2p_node import Libp2pNode
-from swarmnode.swarm.sim.network import Hosts, Network, Place
-from swarmnode.swarm.sim.node import peer_id
-from swarmnode.swarm.sim.run import build, run
-from swarmnode.swarm.sim.scenario import Hardware, Scenario, ScenarioError
-from swarmnode.swarm.transport.announce import Announcement
 from swarmnode.swarm.transport.joining import JOIN_DIALS, JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.libp2p_named import NamedWatch
-from swarmnode.swarm.transport.libp2p_spread import PullDials
+from swarmnode.swarm.transport.libp2p.announce import Announcement
+from swarmnode.swarm.transport.libp2p.named import NamedWatch
+from swarmnode.swarm.transport.libp2p.spread import PullDials
+from swarmsim.dht import BUCKET_SIZE, NUM_REPLICAS, REGION_BITS, STALE_S, Space, key_id, plan_lookup
+from swarmsim.engine import Engine
+from swarmsim.libp2p_node import Libp2pNode
+from swarmsim.network import Hosts, Network, Place
+from swarmsim.node import peer_id
+from swarmsim.run import build, run
+from swarmsim.scenario import Hardware, Scenario, ScenarioError
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -402,7 +402,7 @@ def test_at_the_machine_benchmark_no_author_that_pushes_to_a_node_is_asked_for_b
 
 
 def test_a_hivemind_node_stores_its_announcement_straight_at_its_shards_replicas_and_traverses_one_round_in_8():
-    from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS
+    from swarmnode.swarm.transport.hivemind.announce import REFRESH_ROUNDS
 
     s = replace(swarm_sim.machine_scenario("hivemind", 12, seed=3), measure_s=600.0)
     r = run(s)

@@ -7,7 +7,7 @@ import bisect
 import heapq
 import random
 
-from swarmnode.swarm.sim.dht import REGION_BITS, STALE_S, Space
+from swarmsim.dht import REGION_BITS, STALE_S, Space
 
 _LOW = (1 << 64) - 1
 

@@ -1,10 +1,9 @@
 """hivemind internals that the hivemind transport relies on, each behind one function.
 
-Only the hivemind transport's modules that run hivemind (``swarmnode.swarm.transport``'s
-``hivemind_dht``, ``hivemind_server``, ``hivemind_records``, ``hivemind_storage`` and
-``hivemind_calls``) may import this module: it imports hivemind, which cannot share a
-process with py-libp2p (see :mod:`swarmnode.compat`). The functions taking a ``DHTNode`` run
-inside hivemind's DHT process (``DHT.run_coroutine``).
+Only the hivemind transport's modules that run hivemind (in ``swarmnode.swarm.transport.hivemind``:
+``transport``, ``server``, ``records``, ``storage`` and ``dht_process``) may import this module:
+it imports hivemind, which cannot share a process with py-libp2p (see :mod:`swarmnode.compat`).
+The functions taking a ``DHTNode`` run inside hivemind's DHT process (``DHT.run_coroutine``).
 Every contract was checked on the releases in :data:`CHECKED_ON` by ``tests/test_compat.py``
 and the transport contract tests (``nearest_replicas``, ``store_subkey_at`` and ``table_nearest`` by
 ``tests/test_hivemind_announce.py``); ``pyproject.toml`` admits exactly :data:`CHECKED_RANGE`.

@@ -1,6 +1,6 @@
 """py-libp2p internals that the libp2p transport relies on, each behind one function.
 
-Only :mod:`swarmnode.swarm.transport.libp2p_pull` may import this module: it imports
+Only :mod:`swarmnode.swarm.transport.libp2p.transport` may import this module: it imports
 py-libp2p, which cannot share a process with hivemind (see :mod:`swarmnode.compat`). The
 functions run in the transport's trio thread. Every contract was checked on the releases in
 :data:`CHECKED_ON` by ``tests/test_compat.py`` and the transport contract tests;

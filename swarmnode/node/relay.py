@@ -7,11 +7,11 @@ and keep their records in its DHT server; libp2p: they leave their bundles with 
 hold protocol, it serves them to pullers, and it passes on in sample answers the
 announcements peers pushed to it). It pulls no bundle itself (``fetch_per_round`` 0). It
 loads no model, no task source and no verifier, and never imports torch (on hivemind it runs
-:class:`~swarmnode.swarm.transport.hivemind_server.HivemindServer`, a DHT server on its own
+:class:`~swarmnode.swarm.transport.hivemind.server.HivemindServer`, a DHT server on its own
 event loop, instead of hivemind's torch-backed ``DHT`` process), so it fits a small VPS.
 
 It must not amplify garbage: what it stores or passes on passes the transport's own checks
-(hivemind's :class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator`
+(hivemind's :class:`~swarmnode.swarm.transport.hivemind.records.SwarmRecordValidator`
 accepts only bundles signed by the subkey's owner and announcements signed by theirs;
 libp2p holds only bundles signed by the peer that pushed them, and passes on only
 announcements their signed author pushed to it itself), and on libp2p the bundles pushed to
@@ -77,7 +77,7 @@ class Relay:
     def _open_transport(self, identity: Identity) -> Transport:
         # A relay is the public peer NAT'd nodes lean on, whatever `reachability` says.
         if self.cfg.transport == "hivemind":
-            from swarmnode.swarm.transport.hivemind_server import HivemindServer
+            from swarmnode.swarm.transport.hivemind.server import HivemindServer
 
             return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce)
         return create_transport(self.cfg.transport, identity, self.cfg.swarm, bootstrap=self.bootstrap,

@@ -8,9 +8,9 @@ import time
 
 from hivemind.dht.routing import DHTID
 
-import swarmnode.swarm.transport.hivemind_storage as hs
-from swarmnode.swarm.transport.hivemind_records import COUNTS
-from swarmnode.swarm.transport.hivemind_storage import ENTRY_OVERHEAD, BoundedStorage
+import swarmnode.swarm.transport.hivemind.storage as hs
+from swarmnode.swarm.transport.hivemind.records import COUNTS
+from swarmnode.swarm.transport.hivemind.storage import ENTRY_OVERHEAD, BoundedStorage
 from swarmnode.swarm.transport.room import SLOT_S
 
 clock = [time.time() - 300]  # the storage's clock (hivemind's own expires records by the real one)

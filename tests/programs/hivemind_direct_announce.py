@@ -1,11 +1,11 @@
 """Announcements stored straight at their shard's replicas, on real hivemind DHTs on 127.0.0.1.
 
 Seven DHT processes with 3 replicas a key. Node 1 publishes rounds with
-``hivemind_calls.store_round``: the first traverses and learns the replicas, the next go
+``hivemind.dht_process.store_round``: the first traverses and learns the replicas, the next go
 straight to them; node 6 reads each back with ``read_announcements``. Then two of the three
 replicas other than node 1 and node 6 are shut down: the direct store reaches too few and
 falls back to a traversal in the same round, which node 6 reads back too. After rounds 1, 3,
-4 and 5, what node 1's DHT process reports (``hivemind_calls.counters``: announce_direct,
+4 and 5, what node 1's DHT process reports (``hivemind.dht_process.counters``: announce_direct,
 announce_traversal, announce_direct_failed) and whether that is its rule's own count.
 
 Run by tests/test_hivemind_announce.py in a process of its own; prints one JSON object last.
@@ -20,9 +20,9 @@ import time
 from functools import partial
 
 from swarmnode.compat.hivemind import start_dht
-from swarmnode.swarm.transport import hivemind_calls as calls
-from swarmnode.swarm.transport.hivemind_layout import announce_key, shard_of
-from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind import dht_process as calls
+from swarmnode.swarm.transport.hivemind.layout import announce_key, shard_of
+from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator
 from transport_node import identity_for, make_bundle
 
 SWARM = "sw"

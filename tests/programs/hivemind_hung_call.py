@@ -7,7 +7,8 @@ import asyncio
 import gc
 import json
 
-from swarmnode.swarm.transport import create_transport, hivemind_calls
+from swarmnode.swarm.transport import create_transport
+from swarmnode.swarm.transport.hivemind import dht_process as hivemind_calls
 from transport_node import identity_for
 
 hivemind_calls.CALL_TIMEOUT = 2.0

@@ -15,8 +15,8 @@ from hivemind.utils import get_dht_time
 
 from swarmnode.compat.hivemind import record_key_id
 from swarmnode.swarm.bundle import MAGIC, SIGNING_DOMAIN, VERSION, canonical_json, encode_bundle
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, BUNDLE_TTL, announce_key, bundle_key, shard_of
-from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, BUNDLE_TTL, announce_key, bundle_key, shard_of
+from swarmnode.swarm.transport.hivemind.records import COUNTS, READING, SwarmRecordValidator
 from transport_node import identity_for, make_bundle
 
 alice, mallory = identity_for(1), identity_for(2)

@@ -18,9 +18,9 @@ import random
 import trio
 from libp2p.peer.id import ID
 
-import swarmnode.swarm.transport.libp2p_pull as libp2p_pull
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_streams import dialable
+import swarmnode.swarm.transport.libp2p.transport as libp2p_pull
+from swarmnode.swarm.transport.libp2p.streams import dialable
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from transport_node import identity_for, make_bundle
 from waiting import wait_until_async
 

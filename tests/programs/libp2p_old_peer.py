@@ -19,7 +19,7 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from transport_node import identity_for
 from waiting import wait_until_async
 

@@ -11,8 +11,8 @@ import asyncio
 import json
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_streams import ask_peers
+from swarmnode.swarm.transport.libp2p.streams import ask_peers
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from transport_node import identity_for
 from waiting import wait_until_async
 

@@ -5,7 +5,7 @@ Run by tests/test_transport_contract.py in a process of its own; prints one JSON
 
 import json
 
-from swarmnode.swarm.transport.libp2p_peers import parse_peer_answer
+from swarmnode.swarm.transport.libp2p.peer_exchange import parse_peer_answer
 
 good = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWHjcpeecN6FBgGGp3wsFGJHrgcuNa5hBpcbHAViLPpjEB"
 cases = {

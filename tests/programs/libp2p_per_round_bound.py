@@ -13,9 +13,9 @@ import time
 from collections import Counter
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_holding import Pulled, parse_request
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
+from swarmnode.swarm.transport.libp2p.announce import Announcement
+from swarmnode.swarm.transport.libp2p.holding import Pulled, parse_request
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 from transport_node import identity_for
 

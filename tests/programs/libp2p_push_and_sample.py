@@ -14,11 +14,11 @@ import asyncio
 import json
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_named import NAMED_PROTOCOL, named_request
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PUSH_EVERY, SAMPLE_PROTOCOL
-from swarmnode.swarm.transport.libp2p_streams import exchange
+from swarmnode.swarm.transport.libp2p.announce import Announcement
+from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL, named_request
+from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PUSH_EVERY, SAMPLE_PROTOCOL
+from swarmnode.swarm.transport.libp2p.streams import exchange
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from transport_node import identity_for
 from waiting import wait_until_async
 

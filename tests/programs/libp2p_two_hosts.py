@@ -12,9 +12,9 @@ import asyncio
 import json
 import random
 
-from swarmnode.swarm.transport.libp2p_holding import HOLD_PROTOCOL
-from swarmnode.swarm.transport.libp2p_pull import Libp2pTransport
-from swarmnode.swarm.transport.libp2p_streams import exchange
+from swarmnode.swarm.transport.libp2p.holding import HOLD_PROTOCOL
+from swarmnode.swarm.transport.libp2p.streams import exchange
+from swarmnode.swarm.transport.libp2p.transport import Libp2pTransport
 from transport_node import identity_for, make_bundle
 from waiting import wait_until_async
 

@@ -6,22 +6,13 @@ for, and a process runs one transport.
 
 Each transport's decisions are plain code that imports neither network stack (time passed
 in as ``now``, randomness from an injected ``random.Random``), called by the transport and
-callable as they are by a simulation of many nodes in one process:
-
-* both: :mod:`.pull` (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``),
-  :mod:`.room` (``Room``: how a store of peers' records is split over signers),
-  :mod:`.joining` (``JoinLoop``: when to dial the bootstrap peers again);
-* hivemind: :mod:`.hivemind_layout` (record keys, shards, expiries), :mod:`.hivemind_pull`
-  (``HivemindPull``: which shards a poll reads, what it fetches);
-* libp2p: :mod:`.announce` (the signed announcement), :mod:`.libp2p_spread`
-  (``Libp2pPull``, pushes, ``FirstHand``, samples), :mod:`.libp2p_holding` (bundle store,
-  holders, pull sources and checks), :mod:`.libp2p_peers` (the peer exchange).
-
-The I/O around them: :mod:`.base` (the ``Transport`` interface, the dials of its join loop),
-:mod:`.hivemind_dht`, :mod:`.hivemind_calls`, :mod:`.hivemind_records`,
-:mod:`.hivemind_storage`, :mod:`.hivemind_server` (hivemind); :mod:`.libp2p_pull`,
-:mod:`.libp2p_streams`, :mod:`.trio_bridge` (libp2p). ``tests/test_imports.py`` checks that
-the decision modules import no network stack.
+callable as they are by the simulation of many nodes in ``benchmarks/swarmsim``. Shared by
+both: :mod:`.base` (the ``Transport`` interface, the dials of its join loop), :mod:`.pull`
+(``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``), :mod:`.room`
+(``Room``: how a store of peers' records is split over signers), :mod:`.joining`
+(``JoinLoop``: when to dial the bootstrap peers again). One subpackage per stack:
+:mod:`.hivemind` and :mod:`.libp2p`. ``tests/test_imports.py`` checks that the decision
+modules import no network stack.
 
 Part of the swarm layer. May import: base, compat.
 """
@@ -36,8 +27,8 @@ from swarmnode.config import NodeConfig
 from swarmnode.swarm.transport.base import MessageHandler, NodeIdentity, Transport, TransportError, TransportStats
 
 TRANSPORTS = {
-    "hivemind": ("swarmnode.swarm.transport.hivemind_dht", "HivemindTransport"),
-    "libp2p": ("swarmnode.swarm.transport.libp2p_pull", "Libp2pTransport"),
+    "hivemind": ("swarmnode.swarm.transport.hivemind.transport", "HivemindTransport"),
+    "libp2p": ("swarmnode.swarm.transport.libp2p.transport", "Libp2pTransport"),
 }
 
 log = logging.getLogger("swarmnode.swarm.transport")

@@ -192,7 +192,7 @@ class Transport(ABC):
         """What the transport refused or evicted below the bundle checks, by reason, as of
         now (``hivemind``: its DHT's record validator and storage budget; for ``/metrics``),
         and the transport's other counters (``hivemind``: how its announcements were stored,
-        ``announce_*``, :meth:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas.counts`)."""
+        ``announce_*``, :meth:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas.counts`)."""
         return {}
 
     async def publish(self, round_no: int, data: bytes) -> None:

@@ -1,9 +1,9 @@
 """Who holds what of a bounded store of peers' records, and whose record leaves when it is full.
 
 :class:`Room` is the accounting both transports' stores share: a node's or relay's DHT
-storage (:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`) and the
+storage (:class:`~swarmnode.swarm.transport.hivemind.storage.BoundedStorage`) and the
 bundles a public libp2p node holds for private ones
-(:class:`~swarmnode.swarm.transport.libp2p_holding.BundleStore`). Keys are free, so the
+(:class:`~swarmnode.swarm.transport.libp2p.holding.BundleStore`). Keys are free, so the
 room is split over *signers* (the PeerID a record is signed by), as the pool splits its
 groups (:class:`~swarmnode.swarm.standing.PeerShare`):
 

@@ -1,17 +1,18 @@
 """A simulated ``libp2p`` node, protocol 3: the transport's own rules over the simulated network.
 
 What it decides, it decides with the code the real transport runs
-(:mod:`~swarmnode.swarm.transport.libp2p_spread`: :class:`Libp2pPull` and its
+(:mod:`~swarmnode.swarm.transport.libp2p.spread`: :class:`Libp2pPull` and its
 :class:`PullPlan`, :func:`push_targets`, :class:`PushPacer`, :class:`FirstHand`,
-:func:`sources_to_ask`; :mod:`~swarmnode.swarm.transport.libp2p_named`: the
+:func:`sources_to_ask`; :mod:`~swarmnode.swarm.transport.libp2p.named`: the
 :class:`NamedWatch` of :class:`Libp2pPull` and :func:`named_answer`;
-:mod:`~swarmnode.swarm.transport.libp2p_holding`: :func:`choose_holders`,
-:class:`BundleStore`; :func:`~swarmnode.swarm.transport.announce.source_addresses`;
-:mod:`~swarmnode.swarm.transport.libp2p_peers`: :class:`ExchangeRound`, :func:`answer_order`; the bootstrap rule of
+:mod:`~swarmnode.swarm.transport.libp2p.holding`: :func:`choose_holders`,
+:class:`BundleStore`; :func:`~swarmnode.swarm.transport.libp2p.announce.source_addresses`;
+:mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`: :class:`ExchangeRound`,
+:func:`answer_order`; the bootstrap rule of
 :class:`~swarmnode.swarm.transport.base.Transport`). What it does instead of I/O is this
-module: every stream is a request/response exchange on :class:`~swarmnode.swarm.sim.network.Network`
+module: every stream is a request/response exchange on :class:`~swarmsim.network.Network`
 with the bytes :class:`Libp2pCosts` says it costs, and connections live in
-:class:`~swarmnode.swarm.sim.network.Hosts` under py-libp2p 0.8.1's caps.
+:class:`~swarmsim.network.Hosts` under py-libp2p 0.8.1's caps.
 
 How the real transport's loops map to events:
 
@@ -39,24 +40,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
-from swarmnode.swarm.transport.announce import Announcement, source_addresses
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.libp2p_holding import (
+from swarmnode.swarm.transport.libp2p.announce import Announcement, source_addresses
+from swarmnode.swarm.transport.libp2p.holding import (
     HELD_BYTES,
     HELD_ROUNDS,
     OWN_ROUNDS,
     BundleStore,
     choose_holders,
 )
-from swarmnode.swarm.transport.libp2p_named import named_answer
-from swarmnode.swarm.transport.libp2p_peers import (
+from swarmnode.swarm.transport.libp2p.named import named_answer
+from swarmnode.swarm.transport.libp2p.peer_exchange import (
     EXCHANGE_EVERY,
     EXCHANGE_FIRST,
     ExchangeRound,
     answer_order,
 )
-from swarmnode.swarm.transport.libp2p_spread import (
+from swarmnode.swarm.transport.libp2p.spread import (
     FirstHand,
     Libp2pPull,
     PullDials,
@@ -65,6 +65,7 @@ from swarmnode.swarm.transport.libp2p_spread import (
     sources_to_ask,
 )
 from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
+from swarmsim.node import ConnectedIds, SimNode, World, address, peer_id
 
 PULL_INTERVAL = 1.0
 STREAM_TIMEOUT = 10.0

@@ -1,18 +1,18 @@
 """The ``hivemind`` transport (the default): bundles as records of a hivemind DHT.
 
-The records (layout version 2, :mod:`~swarmnode.swarm.transport.hivemind_layout`): one key
+The records (layout version 2, :mod:`~swarmnode.swarm.transport.hivemind.layout`): one key
 per peer and round for bundles, announcements of each peer's latest round in one of a few
 shards. What a node reads and fetches each poll is decided by
-:class:`~swarmnode.swarm.transport.hivemind_pull.HivemindPull`, so its cost per round stays
+:class:`~swarmnode.swarm.transport.hivemind.reads.HivemindPull`, so its cost per round stays
 flat however many peers announce. What a node's DHT accepts is
-:class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator`, how much it holds
-:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`.
+:class:`~swarmnode.swarm.transport.hivemind.records.SwarmRecordValidator`, how much it holds
+:class:`~swarmnode.swarm.transport.hivemind.storage.BoundedStorage`.
 
 hivemind's DHT runs in a forked process and talks over a pipe. That process and its p2pd run
 in a session of their own (:func:`~swarmnode.compat.hivemind.start_dht`): a signal to the
 node's process group (Ctrl-C) reaches only the node, which stops them in order, and they end
 by themselves once the node is gone. Every call runs a coroutine of
-:mod:`~swarmnode.swarm.transport.hivemind_calls` there through
+:mod:`~swarmnode.swarm.transport.hivemind.dht_process` there through
 :meth:`HivemindTransport._call`, which sends from a worker thread (never blocking the event
 loop) under a lock (the pipe is not safe for concurrent writers). The node starts its DHT
 without initial peers, which always works and gives it an address at once, then joins the
@@ -39,16 +39,16 @@ from hivemind.dht.node import DHTNode
 
 from swarmnode.compat.hivemind import start_dht
 from swarmnode.swarm.bundle import open_envelope
-from swarmnode.swarm.transport import hivemind_calls as calls
 from swarmnode.swarm.transport.base import (
     MAX_MESSAGE_BYTES,
     NodeIdentity,
     Transport,
     TransportError,
 )
-from swarmnode.swarm.transport.hivemind_layout import LAYOUT_VERSION
-from swarmnode.swarm.transport.hivemind_pull import HivemindPull
-from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind import dht_process as calls
+from swarmnode.swarm.transport.hivemind.layout import LAYOUT_VERSION
+from swarmnode.swarm.transport.hivemind.reads import HivemindPull
+from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator
 from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
@@ -180,14 +180,14 @@ class HivemindTransport(Transport):
 
     def peers(self) -> list[str]:
         """Connected peers in the DHT's routing table, as of the last poll (see
-        :func:`~swarmnode.swarm.transport.hivemind_calls.read_announcements`)."""
+        :func:`~swarmnode.swarm.transport.hivemind.dht_process.read_announcements`)."""
         return list(self._peers)
 
     def addresses(self) -> list[str]:
         return [] if self.private else list(self._addresses)
 
     def refusals(self) -> dict[str, int]:
-        """The DHT process's counters (:func:`~swarmnode.swarm.transport.hivemind_calls.counters`),
+        """The DHT process's counters (:func:`~swarmnode.swarm.transport.hivemind.dht_process.counters`),
         read every tenth poll."""
         return dict(self._dht_counters)
 
@@ -242,7 +242,7 @@ class HivemindTransport(Transport):
                 await asyncio.sleep(backoff.next_delay())
 
     async def _poll_once(self) -> None:
-        """One poll of :class:`~swarmnode.swarm.transport.hivemind_pull.HivemindPull`: read the
+        """One poll of :class:`~swarmnode.swarm.transport.hivemind.reads.HivemindPull`: read the
         shards it asks for, fetch what it chooses, deliver what was found, report the rest."""
         pull = self._pull
         shards = pull.shards_to_read(pull.plan.established(self._established, self._peers))

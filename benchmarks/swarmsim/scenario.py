@@ -14,8 +14,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from swarmnode.swarm.sim.network import Place
 from swarmnode.swarm.transport.joining import JOIN_DIALS
+from swarmsim.network import Place
 
 MBIT = 1e6 / 8  # bytes a second in one Mbit/s
 TRANSPORTS = ("hivemind", "libp2p")

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Iterable
 
 from swarmnode.swarm.bundle import BundleRejected, canonical_json, open_envelope
-from swarmnode.swarm.transport.announce import Announcement, is_count, is_peer_id
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, relay_rejection
-from swarmnode.swarm.transport.libp2p_json import loads_bounded
+from swarmnode.swarm.transport.libp2p.announce import Announcement, is_count, is_peer_id
+from swarmnode.swarm.transport.libp2p.wire import loads_bounded
 from swarmnode.swarm.transport.room import NEWCOMER_SHARE, Room
 
 BUNDLE_PROTOCOL = "/swarmnode/bundle/2.0.0"
@@ -38,7 +38,7 @@ HOLD_PROTOCOL = "/swarmnode/hold/2.0.0"
 MAX_REQUEST_BYTES = 512
 HOLDERS = 2                 # public peers a private node leaves each bundle with
 # Rounds a node serves of its own and holds for a private author: a pull can come up to
-# SHARE_TTL + PLAN_TTL (80 s, libp2p_spread) after the announcement, over 5 rounds of the
+# SHARE_TTL + PLAN_TTL (80 s, libp2p.spread) after the announcement, over 5 rounds of the
 # benchmark's 15 s.
 OWN_ROUNDS = 8
 HELD_ROUNDS = 8

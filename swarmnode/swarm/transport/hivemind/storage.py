@@ -10,7 +10,7 @@ crowd of keys announcing leaves the bundles' room alone and the other way round.
 record is counted with what it costs in memory (:data:`ENTRY_OVERHEAD`). What it refuses it
 refuses before the record's expensive check (decompression, signature), and what it evicts
 leaves nothing behind in hivemind's structures. Refusals and evictions are counted in
-:data:`~swarmnode.swarm.transport.hivemind_records.COUNTS`.
+:data:`~swarmnode.swarm.transport.hivemind.records.COUNTS`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from hivemind.dht.validation import DHTRecord
 from hivemind.utils import MSGPackSerializer, get_dht_time
 
 from swarmnode.compat.hivemind import DHTID, DHTLocalStorage, DictionaryDHTValue, compact_expirations
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, announce_key
-from swarmnode.swarm.transport.hivemind_records import COUNTS, MAX_ANNOUNCE_BYTES, SwarmRecordValidator, refuse
+from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, SUBKEYS_PER_KEY, announce_key
+from swarmnode.swarm.transport.hivemind.records import COUNTS, MAX_ANNOUNCE_BYTES, SwarmRecordValidator, refuse
 from swarmnode.swarm.transport.room import Room
 
 STORAGE_BYTES = 24 * 1024 * 1024  # this node's share of the swarm's records

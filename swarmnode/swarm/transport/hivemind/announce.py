@@ -19,7 +19,7 @@ shard's readers:
   at the others meanwhile).
 
 This module imports no hivemind: :class:`ShardReplicas` is the rule both the transport (in the
-DHT process, :func:`~swarmnode.swarm.transport.hivemind_calls.store_round`) and the
+DHT process, :func:`~swarmnode.swarm.transport.hivemind.dht_process.store_round`) and the
 simulator follow. A replica is whatever identifies a peer to the caller (a PeerID, a host).
 """
 

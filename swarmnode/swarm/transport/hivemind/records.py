@@ -2,17 +2,17 @@
 
 :class:`SwarmRecordValidator` runs in every node's DHT (and a relay's) and refuses any record
 a peer could forge or that this swarm's protocol does not need (the layout:
-:mod:`~swarmnode.swarm.transport.hivemind_layout`): a bundle record must be a valid bundle
+:mod:`~swarmnode.swarm.transport.hivemind.layout`): a bundle record must be a valid bundle
 (:func:`~swarmnode.swarm.bundle.open_envelope`, then
 :func:`~swarmnode.swarm.bundle.parse_payload`) signed by the subkey's PeerID, for this swarm,
 under the key of its sender and round, expiring no later than its signed ``created`` +
-:data:`~swarmnode.swarm.transport.hivemind_layout.BUNDLE_TTL` (+ :data:`PUBLISH_SLACK`); an
+:data:`~swarmnode.swarm.transport.hivemind.layout.BUNDLE_TTL` (+ :data:`PUBLISH_SLACK`); an
 announcement must sit in its signer's shard and carry the subkey owner's signature, which
 covers its expiry; no record may expire later than its kind's TTL (+ :data:`MAX_CLOCK_SKEW`)
 from now, or exceed its kind's size. Records of the version 1 layout (``<swarm>/heads``,
 ``<swarm>/rounds/<round>``) are refused as ``old_version``. hivemind runs the validator on
 what it stores *and* on what it reads, so it holds no per-signer state; the storage bounds
-(:mod:`~swarmnode.swarm.transport.hivemind_storage`) do. Refusals are counted in
+(:mod:`~swarmnode.swarm.transport.hivemind.storage`) do. Refusals are counted in
 :data:`COUNTS` of the process the validator runs in.
 
 A bundle record is checked whole (decompressed, parsed, its signature verified: about
@@ -38,7 +38,7 @@ from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.guard import claimed_sender
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
-from swarmnode.swarm.transport.hivemind_layout import (
+from swarmnode.swarm.transport.hivemind.layout import (
     ANNOUNCE_SHARDS,
     BUNDLE_TTL,
     SUBKEYS_PER_KEY,

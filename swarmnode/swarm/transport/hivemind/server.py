@@ -1,6 +1,6 @@
 """A hivemind DHT server in this process, without torch: the ``hivemind`` side of ``swarmnode relay``.
 
-A node's :class:`~swarmnode.swarm.transport.hivemind_dht.HivemindTransport` runs hivemind's
+A node's :class:`~swarmnode.swarm.transport.hivemind.transport.HivemindTransport` runs hivemind's
 ``DHT``, a forked process whose results come back through ``MPFuture``, which keeps its state
 in torch shared memory; and ``import hivemind`` imports torch, its optimizers and its mixture
 of experts. A relay needs none of that: it only serves the DHT (stores what peers put,
@@ -10,11 +10,11 @@ loop and imports only the DHT and p2p modules
 p2pd, about a tenth of the memory.
 
 Records are checked by the same
-:class:`~swarmnode.swarm.transport.hivemind_records.SwarmRecordValidator` as every node's DHT
+:class:`~swarmnode.swarm.transport.hivemind.records.SwarmRecordValidator` as every node's DHT
 (bundles signed by their sender, announcements signed by their owner in the owner's shard),
 so a relay stores nothing a peer could forge; nodes behind NAT, DHT clients, store their
 records on servers like this one. It keeps them within the same bounds as a node's DHT
-process (:class:`~swarmnode.swarm.transport.hivemind_storage.BoundedStorage`: bytes per
+process (:class:`~swarmnode.swarm.transport.hivemind.storage.BoundedStorage`: bytes per
 signer and in all, newcomers' share), and its counters are the same
 (:meth:`HivemindServer.refusals`). It publishes nothing and reads no bundle.
 """
@@ -47,8 +47,8 @@ class HivemindServer(Transport):
         from hivemind.dht.node import DHTNode
         from hivemind.dht.validation import CompositeValidator
 
-        from swarmnode.swarm.transport.hivemind_calls import bound_node, write_private
-        from swarmnode.swarm.transport.hivemind_records import SwarmRecordValidator
+        from swarmnode.swarm.transport.hivemind.dht_process import bound_node, write_private
+        from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator
 
         spool = tempfile.mkdtemp(prefix="swarmnode-relay-")
         key_file = os.path.join(spool, "identity.key")
@@ -80,7 +80,7 @@ class HivemindServer(Transport):
         raise RuntimeError("a hivemind DHT server publishes nothing of its own")
 
     async def _dial(self, maddr: str) -> bool:
-        from swarmnode.swarm.transport.hivemind_calls import join
+        from swarmnode.swarm.transport.hivemind.dht_process import join
 
         return self._node is not None and await join(None, self._node, maddr=maddr)
 
@@ -98,9 +98,9 @@ class HivemindServer(Transport):
 
     def refusals(self) -> dict[str, int]:
         """What the DHT server refused and evicted, by reason, and what its storage holds
-        (:func:`~swarmnode.swarm.transport.hivemind_calls.storage_counters`)."""
+        (:func:`~swarmnode.swarm.transport.hivemind.dht_process.storage_counters`)."""
         if self._node is None:
             return {}
-        from swarmnode.swarm.transport.hivemind_calls import storage_counters
+        from swarmnode.swarm.transport.hivemind.dht_process import storage_counters
 
         return storage_counters(self._node)

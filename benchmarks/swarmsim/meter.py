@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarmnode.swarm.sim.network import Network
+from swarmsim.network import Network
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

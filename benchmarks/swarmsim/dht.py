@@ -11,7 +11,7 @@ swarmnode keeps: ``bucket_size`` 20, ``num_replicas`` 5, ``num_workers`` 4, ``ch
   ``bucket_size`` (the lookup below, which never stops early), then stores the record at the
   ``num_replicas`` nearest that answer (the storer itself if it is a server among them).
   An announcement may skip the lookup and go straight to the replicas a node remembers
-  (``call_store``, one request each; :mod:`~swarmnode.swarm.sim.hivemind_node`).
+  (``call_store``, one request each; :mod:`~swarmsim.hivemind_node`).
 * **A get** (``get_many_by_id``) looks the key up: it visits servers nearest first, ``num_workers``
   requests in flight shared by the keys of one call, each request carrying up to
   ``sqrt(keys)`` keys (``queries_per_call``); every visited server answers, for each key,

@@ -19,11 +19,11 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmnode.swarm.sim.engine import Engine
-from swarmnode.swarm.sim.meter import Meter
-from swarmnode.swarm.sim.network import Hosts, Network
-from swarmnode.swarm.sim.scenario import Scenario
 from swarmnode.swarm.standing import Standing
+from swarmsim.engine import Engine
+from swarmsim.meter import Meter
+from swarmsim.network import Hosts, Network
+from swarmsim.scenario import Scenario
 
 
 @dataclass

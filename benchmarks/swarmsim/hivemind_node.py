@@ -1,10 +1,10 @@
 """A simulated ``hivemind`` node, DHT layout 2: the transport's own rules over a model of the DHT.
 
 What it decides, it decides with the code the real transport runs
-(:mod:`~swarmnode.swarm.transport.hivemind_pull`: :class:`HivemindPull`, its
-:class:`PullPlan` and :class:`ShardCycle`; :mod:`~swarmnode.swarm.transport.hivemind_layout`:
+(:mod:`~swarmnode.swarm.transport.hivemind.reads`: :class:`HivemindPull`, its
+:class:`PullPlan` and :class:`ShardCycle`; :mod:`~swarmnode.swarm.transport.hivemind.layout`:
 the keys, the shards, the expiries). What hivemind's DHT and p2pd do is modelled in
-:mod:`~swarmnode.swarm.sim.dht` (who holds a key, which servers a lookup visits) and here
+:mod:`~swarmsim.dht` (who holds a key, which servers a lookup visits) and here
 (what each visit costs on the wire, :class:`HivemindCosts`; p2pd's connections, opened for
 every server a lookup asks and trimmed by its connection manager).
 
@@ -14,7 +14,7 @@ the wire: read shards (the plan wants candidates), or fetch (a round published, 
 round due); a poll that would read and fetch nothing is skipped. A publish stores the bundle
 record by a store traversal, then the announcement, straight at the replicas the node
 remembers for its shard or by a traversal, as the transport's
-:class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas` rules; the plan's next
+:class:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas` rules; the plan's next
 round begins once both are stored.
 """
 
@@ -26,7 +26,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.sim.dht import (
+from swarmnode.swarm.transport.hivemind.announce import REFRESH_ROUNDS, ShardReplicas
+from swarmnode.swarm.transport.hivemind.layout import (
+    announce_expiry,
+    announce_key,
+    announcement_age,
+    bundle_expiry,
+    bundle_key,
+    shard_of,
+)
+from swarmnode.swarm.transport.hivemind.reads import (
+    FETCH_TO_FIRST_COPY,
+    FRESH_MOST,
+    READ_TO_FIRST_COPY,
+    HivemindPull,
+    get_workers,
+)
+from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
+from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
+from swarmsim.dht import (
     BUCKET_SIZE,
     NUM_REPLICAS,
     NUM_WORKERS,
@@ -37,25 +55,7 @@ from swarmnode.swarm.sim.dht import (
     per_key_workers,
     plan_lookup,
 )
-from swarmnode.swarm.sim.node import ConnectedIds, SimNode, World, address, peer_id
-from swarmnode.swarm.transport.hivemind_announce import REFRESH_ROUNDS, ShardReplicas
-from swarmnode.swarm.transport.hivemind_layout import (
-    announce_expiry,
-    announce_key,
-    announcement_age,
-    bundle_expiry,
-    bundle_key,
-    shard_of,
-)
-from swarmnode.swarm.transport.hivemind_pull import (
-    FETCH_TO_FIRST_COPY,
-    FRESH_MOST,
-    READ_TO_FIRST_COPY,
-    HivemindPull,
-    get_workers,
-)
-from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
+from swarmsim.node import ConnectedIds, SimNode, World, address, peer_id
 
 POLL_INTERVAL = 1.0
 DIAL_TIMEOUT = 5.0
@@ -115,7 +115,7 @@ class HivemindNode(SimNode):
     @property
     def gone_known(self) -> set[int]:
         """Servers this node found gone that are still gone: one that came back or was
-        forgotten (:class:`~swarmnode.swarm.sim.dht.Space`) is not skipped any more."""
+        forgotten (:class:`~swarmsim.dht.Space`) is not skipped any more."""
         if self._gone_returns != self.space.returns:
             self._gone_returns = self.space.returns
             self._gone_known = self.space.still_gone(self._gone_known)
@@ -252,7 +252,7 @@ class HivemindNode(SimNode):
 
     def _announce(self, round_no: int, made: float) -> None:
         """Store the announcement straight at the shard's remembered replicas, or traverse
-        (:class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas`)."""
+        (:class:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas`)."""
         world, space = self.world, self.space
         key = announce_key(SWARM, shard_of(self.peer_id))
         kid = key_id(key)
@@ -284,7 +284,7 @@ class HivemindNode(SimNode):
 
     def _table_nearest(self, kid: int) -> list[tuple[int, int]]:
         """(distance, server) of the ``NUM_REPLICAS`` servers nearest ``kid`` in this node's
-        routing table (:meth:`~swarmnode.swarm.sim.dht.Space.held`), itself if a server."""
+        routing table (:meth:`~swarmsim.dht.Space.held`), itself if a server."""
         space = self.space
         table = space.held(self.idx, kid, BUCKET_SIZE, self.gone_known | {self.idx})
         if self.idx in space.up:

@@ -1,4 +1,4 @@
-"""Build a simulated swarm from a :class:`~swarmnode.swarm.sim.scenario.Scenario`, run it, measure it.
+"""Build a simulated swarm from a :class:`~swarmsim.scenario.Scenario`, run it, measure it.
 
 Hosts are numbered relays first, then the nodes. The bootstrap peers every node joins
 through are the relays (or host 0, a public node, when there are none: the machine
@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from swarmnode.swarm.sim.dht import Space
-from swarmnode.swarm.sim.engine import Engine
-from swarmnode.swarm.sim.hivemind_node import HivemindCosts, HivemindNode
-from swarmnode.swarm.sim.libp2p_node import Libp2pCosts, Libp2pNode
-from swarmnode.swarm.sim.meter import Meter, percentile
-from swarmnode.swarm.sim.network import Hosts, Network
-from swarmnode.swarm.sim.node import SimNode, World, peer_id
-from swarmnode.swarm.sim.scenario import (
+from swarmsim.dht import Space
+from swarmsim.engine import Engine
+from swarmsim.hivemind_node import HivemindCosts, HivemindNode
+from swarmsim.libp2p_node import Libp2pCosts, Libp2pNode
+from swarmsim.meter import Meter, percentile
+from swarmsim.network import Hosts, Network
+from swarmsim.node import SimNode, World, peer_id
+from swarmsim.scenario import (
     P2PD_GRACE_S,
     P2PD_HIGH,
     P2PD_LOW,
@@ -40,7 +40,7 @@ PROGRESS_S = 60.0
 
 def build(s: Scenario, libp2p_costs: Libp2pCosts | None = None,
           hivemind_costs: HivemindCosts | None = None) -> World:
-    """The swarm of ``s`` (checked first: :class:`~swarmnode.swarm.sim.scenario.ScenarioError`),
+    """The swarm of ``s`` (checked first: :class:`~swarmsim.scenario.ScenarioError`),
     every node scheduled to start."""
     s.check()
     rng = random.Random(s.seed)

@@ -4,9 +4,9 @@ Every protocol is a stream that carries one request and one answer, each read up
 bound and within :data:`STREAM_TIMEOUT`: :func:`exchange` is the asking end, :func:`serve`
 the answering end of a stream handler. The client ends of the peer exchange, pushes, holds
 and pulls are here too; what they decide (whom to ask, what to accept) comes from the
-I/O-free modules :mod:`~swarmnode.swarm.transport.libp2p_spread`,
-:mod:`~swarmnode.swarm.transport.libp2p_holding` and
-:mod:`~swarmnode.swarm.transport.libp2p_peers`. Nothing here raises into the host: a peer
+I/O-free modules :mod:`~swarmnode.swarm.transport.libp2p.spread`,
+:mod:`~swarmnode.swarm.transport.libp2p.holding` and
+:mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`. Nothing here raises into the host: a peer
 that does anything wrong (too much, too slow, a reset) ends its stream only.
 """
 
@@ -22,8 +22,8 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarmnode.swarm.transport.announce import Announcement
-from swarmnode.swarm.transport.libp2p_holding import (
+from swarmnode.swarm.transport.libp2p.announce import Announcement
+from swarmnode.swarm.transport.libp2p.holding import (
     BUNDLE_PROTOCOL,
     HELD_ACK,
     HOLD_PROTOCOL,
@@ -31,14 +31,14 @@ from swarmnode.swarm.transport.libp2p_holding import (
     bundle_request,
     pulled_rejection,
 )
-from swarmnode.swarm.transport.libp2p_peers import (
+from swarmnode.swarm.transport.libp2p.peer_exchange import (
     EXCHANGE_MAX_BYTES,
     PEERS_PROTOCOL,
     answer_order,
     encode_answer,
     parse_peer_answer,
 )
-from swarmnode.swarm.transport.libp2p_spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
+from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -124,7 +124,7 @@ async def ask_peers(host: Any, peer: ID) -> list[str]:
 
 async def answer_peers(host: Any, rng: random.Random, stream: Any) -> None:
     """Stream handler of the peer exchange: the addresses of this node's other peers in random
-    order (:func:`~swarmnode.swarm.transport.libp2p_peers.answer_order`), then close."""
+    order (:func:`~swarmnode.swarm.transport.libp2p.peer_exchange.answer_order`), then close."""
     try:
         peers = answer_order(host.get_connected_peers(), stream.muxed_conn.peer_id, rng)
         await stream.write(encode_answer([a for p in peers for a in dialable(host, p)]))
@@ -158,7 +158,7 @@ async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[
 
 async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement,
                       dials: PullDials) -> Pulled:
-    """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p_spread.sources_to_ask`:
+    """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p.spread.sources_to_ask`:
     connected or dialable, or dialed by the addresses the announcement gives), until one
     serves ``author``'s announced bundle; a source not connected when asked is told to ``dials``."""
     connected = set(host.get_connected_peers())
@@ -186,7 +186,7 @@ async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: An
 
 def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
     """Put ``peer``'s announced addresses (checked by
-    :func:`~swarmnode.swarm.transport.announce.is_source_address`) in the peerstore, for
+    :func:`~swarmnode.swarm.transport.libp2p.announce.is_source_address`) in the peerstore, for
     :data:`ANNOUNCED_ADDRESS_TTL` seconds, so that opening a stream to it dials it."""
     try:
         host.get_peerstore().add_addrs(peer, [multiaddr.Multiaddr(a) for a in addrs], ANNOUNCED_ADDRESS_TTL)
@@ -197,7 +197,7 @@ def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
 async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]],
                        dials: PullDials) -> list[Pulled]:
     """One :class:`Pulled` per (author, announcement), pulled concurrently; then the
-    connections they opened only to pull are closed (:class:`~swarmnode.swarm.transport.libp2p_spread.PullDials`),
+    connections they opened only to pull are closed (:class:`~swarmnode.swarm.transport.libp2p.spread.PullDials`),
     which gives their inbound slots back at the sources."""
     results = [Pulled(None)] * len(wanted)
 

@@ -22,7 +22,7 @@ import random
 from typing import Collection, Sequence, TypeVar
 
 from swarmnode.swarm.address import peer_id_of
-from swarmnode.swarm.transport.libp2p_json import loads_bounded
+from swarmnode.swarm.transport.libp2p.wire import loads_bounded
 
 PEERS_PROTOCOL = "/swarmnode/peers/1.0.0"
 PEER_TARGET = 8

@@ -1,6 +1,6 @@
 """Asking for a known author's latest announcement by name (libp2p protocol 3), without I/O.
 
-Pushes and samples (:mod:`~swarmnode.swarm.transport.libp2p_spread`) are shared with
+Pushes and samples (:mod:`~swarmnode.swarm.transport.libp2p.spread`) are shared with
 everyone who announces, so a crowd of new keys can stand between a node and the authors it
 already pulls from. So a node also asks for those authors by name, as a hivemind reader
 fetches a known peer's next round by its key:
@@ -10,10 +10,10 @@ fetches a known peer's next round by its key:
   (:func:`named_request`), the round the newest the asker knows of; the answer a JSON list
   of at most one signed announcement a pair, of a later round (:func:`named_answer`): the
   answerer's own latest when it is named, else the newest one the author pushed to it within
-  :data:`~swarmnode.swarm.transport.libp2p_spread.SHARE_TTL`, as a sample would pass it on.
+  :data:`~swarmnode.swarm.transport.libp2p.spread.SHARE_TTL`, as a sample would pass it on.
   Nothing new costs an empty list. A reader checks each entry as it checks a sample's, and
   counts one of an author it did not name as bad
-  (:func:`~swarmnode.swarm.transport.announce.parse_sample` with ``authors``);
+  (:func:`~swarmnode.swarm.transport.libp2p.announce.parse_sample` with ``authors``);
 * :class:`NamedWatch`, the reader's side: it watches the authors whose bundles arrived
   before (at most :data:`NAMED_MEMORY`, the least lately heard of out). Once an established
   one's next round is half a period away (its period measured from the last two rounds
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 from swarmnode.swarm.bundle import canonical_json
-from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement, is_count, is_peer_id
-from swarmnode.swarm.transport.libp2p_json import loads_bounded
+from swarmnode.swarm.transport.libp2p.announce import SAMPLE_SIZE, Announcement, is_count, is_peer_id
+from swarmnode.swarm.transport.libp2p.wire import loads_bounded
 
 NAMED_PROTOCOL = "/swarmnode/latest/3.0.0"
 MAX_NAMES = SAMPLE_SIZE     # PeerIDs a request may name; its answer is no longer than a sample's

@@ -5,7 +5,7 @@ runs ``coro(dht, node)`` there. These are those coroutines, at module level so t
 pickle them, each wrapped in :func:`guarded` by the transport. Bundles go to the DHT process
 by file (:func:`write_private`, read back by :func:`store_round`): it reads its command pipe
 non-blocking and fails on messages larger than the pipe buffer. The relay's DHT server
-(:mod:`~swarmnode.swarm.transport.hivemind_server`) runs :func:`join` on its own event loop.
+(:mod:`~swarmnode.swarm.transport.hivemind.server`) runs :func:`join` on its own event loop.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from swarmnode.compat.hivemind import (
     store_subkey_at,
     table_nearest,
 )
-from swarmnode.swarm.transport.hivemind_announce import ShardReplicas
-from swarmnode.swarm.transport.hivemind_layout import (
+from swarmnode.swarm.transport.hivemind.announce import ShardReplicas
+from swarmnode.swarm.transport.hivemind.layout import (
     announce_expiry,
     announce_key,
     announcement_age,
@@ -40,14 +40,14 @@ from swarmnode.swarm.transport.hivemind_layout import (
     bundle_key,
     shard_of,
 )
-from swarmnode.swarm.transport.hivemind_pull import (
+from swarmnode.swarm.transport.hivemind.reads import (
     FETCH_TO_FIRST_COPY,
     READ_TO_FIRST_COPY,
     get_workers,
     sufficient_expiration,
 )
-from swarmnode.swarm.transport.hivemind_records import COUNTS, READING, SwarmRecordValidator
-from swarmnode.swarm.transport.hivemind_storage import bounded_storage
+from swarmnode.swarm.transport.hivemind.records import COUNTS, READING, SwarmRecordValidator
+from swarmnode.swarm.transport.hivemind.storage import bounded_storage
 
 CALL_TIMEOUT = 30.0
 DIAL_TIMEOUT = 5.0
@@ -69,7 +69,7 @@ async def bound_storage(_dht: Any, node: DHTNode, *, swarm: str) -> None:
 
 
 def bound_node(node: DHTNode, swarm: str) -> None:
-    """Put :func:`~swarmnode.swarm.transport.hivemind_storage.bounded_storage` in place of the
+    """Put :func:`~swarmnode.swarm.transport.hivemind.storage.bounded_storage` in place of the
     DHT protocol's unbounded storage and cache; hold each peer at one node id in its routing
     table, and stop its copying of everything it holds to each node id it has not met
     (:func:`~swarmnode.compat.hivemind.guard_routing_table`)."""
@@ -84,7 +84,7 @@ async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
 
 
 def announce_counts() -> dict[str, int]:
-    """:meth:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas.counts` of this
+    """:meth:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas.counts` of this
     process, over its shards (one once it has announced; zeros before)."""
     total = ShardReplicas().counts()
     for replicas in SHARD_REPLICAS.values():
@@ -130,7 +130,7 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
 
     The bundle record's key is new every round: a traversal finds its replicas. The
     announcement goes straight to the shard's replicas its last traversal found, or by a
-    traversal, as :class:`~swarmnode.swarm.transport.hivemind_announce.ShardReplicas` rules."""
+    traversal, as :class:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas` rules."""
     with open(path, "rb") as fh:
         data = fh.read()
     os.unlink(path)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from swarmnode.swarm.sim.engine import Engine
+from swarmsim.engine import Engine
 
 
 @dataclass(frozen=True)

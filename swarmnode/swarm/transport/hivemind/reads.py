@@ -36,7 +36,7 @@ import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from swarmnode.swarm.transport.hivemind_layout import ANNOUNCE_SHARDS, shard_of
+from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, shard_of
 from swarmnode.swarm.transport.pull import (
     FETCH_PER_ROUND,
     FRESH_SHARE,

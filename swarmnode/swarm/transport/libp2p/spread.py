@@ -1,7 +1,7 @@
 """How word of a bundle spreads on libp2p (protocol 3), and what a node pulls on hearing it.
 
 The rules, without I/O (time comes in as ``now``, randomness from an injected
-``random.Random``), so :class:`~swarmnode.swarm.transport.libp2p_pull.Libp2pTransport` and a
+``random.Random``), so :class:`~swarmnode.swarm.transport.libp2p.transport.Libp2pTransport` and a
 simulation of many nodes in virtual time run the same code:
 
 * on publish a node pushes its signed announcement to :func:`push_targets`: up to
@@ -33,9 +33,9 @@ import random
 from collections import OrderedDict
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
-from swarmnode.swarm.transport.announce import SAMPLE_SIZE, Announcement
-from swarmnode.swarm.transport.libp2p_holding import pull_sources
-from swarmnode.swarm.transport.libp2p_named import NamedWatch
+from swarmnode.swarm.transport.libp2p.announce import SAMPLE_SIZE, Announcement
+from swarmnode.swarm.transport.libp2p.holding import pull_sources
+from swarmnode.swarm.transport.libp2p.named import NamedWatch
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
 
 ANNOUNCE_PROTOCOL = "/swarmnode/announce/3.0.0"
@@ -80,7 +80,7 @@ class PullDials:
 
     A node dials a peer for one of three reasons: to join (a bootstrap peer,
     :mod:`~swarmnode.swarm.transport.joining`), from the peer exchange
-    (:mod:`~swarmnode.swarm.transport.libp2p_peers`), or to pull from a source it is not
+    (:mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`), or to pull from a source it is not
     connected to (:func:`sources_to_ask`). It keeps the first two: they carry its pushes,
     samples, asks by name and peer exchanges. A connection is *pull-only* when a pull of the
     current pass of the pull loop dialed it (:meth:`dialing`: the source was not connected
@@ -219,7 +219,7 @@ class Libp2pPull:
     :class:`~swarmnode.swarm.transport.pull.PullPlan` (``plan``, freshness
     :class:`~swarmnode.swarm.transport.pull.OnlyFresh`) fed with what it hears, its
     :class:`SampleSchedule` (``sampling``) and the authors it asks for by name
-    (:class:`~swarmnode.swarm.transport.libp2p_named.NamedWatch`, ``named``). Not
+    (:class:`~swarmnode.swarm.transport.libp2p.named.NamedWatch`, ``named``). Not
     thread-safe: the transport uses it on its event loop."""
 
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
@@ -279,7 +279,7 @@ class Libp2pPull:
 
     def next_named_ask(self, connected: Sequence[str], established: Callable[[str], bool]) -> float | None:
         """When :meth:`named_asks` would next ask for someone if ``connected`` stayed so (see
-        :meth:`~swarmnode.swarm.transport.libp2p_named.NamedWatch.next_ask`); None while this
+        :meth:`~swarmnode.swarm.transport.libp2p.named.NamedWatch.next_ask`); None while this
         round has no pull left to spend (the next round's publish is the next chance)."""
         if self.plan.budget < 1:
             return None

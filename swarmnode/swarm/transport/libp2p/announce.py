@@ -11,7 +11,7 @@ answer without being able to alter it or to make one up for another peer's key. 
 it is the canonical JSON ``{"announcement": {...fields}, "signature": "<128 hex digits>"}``,
 at most :data:`MAX_ANNOUNCEMENT_BYTES`; a sample answer is a JSON list of at most
 :data:`SAMPLE_SIZE` of them. How announcements spread is
-:mod:`~swarmnode.swarm.transport.libp2p_spread`. This module imports no network stack.
+:mod:`~swarmnode.swarm.transport.libp2p.spread`. This module imports no network stack.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
-from swarmnode.swarm.transport.libp2p_json import loads_bounded
+from swarmnode.swarm.transport.libp2p.wire import loads_bounded
 
 DOMAIN = b"swarmnode-announce-v3\0"
 MAX_ANNOUNCEMENT_BYTES = 2048
