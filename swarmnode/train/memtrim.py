@@ -16,7 +16,7 @@ Two glibc behaviours make a PyTorch process on CPU hold far more memory than it 
   free blocks behind.
 
 What else glibc's allocator leaves at a round's peak, and the settings tried against it
-(arenas, trim threshold): docs/performance.md, "glibc's allocator at the peak".
+(arenas, trim threshold): docs/performance.md, memory: glibc's allocator at the peak.
 """
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ def pick_dtype(device: torch.device, choice: str = "auto") -> torch.dtype:
     hardware (AMX) under a torch whose kernel caches :mod:`swarmnode.compat.onednn` can bound
     (:func:`bf16_cpu_reason`); fp32 elsewhere (MPS training is unreliable in half). On such a
     CPU a bf16 round of the embedded model was as fast per token as fp32 and peaked 317 MB lower
-    (docs/performance.md, change 16). ``float32`` and ``bfloat16`` are used as given."""
+    (docs/performance.md, memory: bf16 weights on CPUs with AMX). ``float32`` and ``bfloat16``
+    are used as given."""
     if choice != "auto":
         return DTYPES[choice]
     if device.type == "cuda" and torch.cuda.is_bf16_supported():

@@ -36,10 +36,10 @@ DEFAULT_ADAPTER = "default"
 # Tokens (prompt plus completions) of one training micro-batch above which layer activations
 # are recomputed. Stored, they take ~1.4 MB a token (SmolLM2-135M): at 256, a 202-token
 # micro-batch of the laptop set peaked 220 MB above every checkpointed one
-# (docs/performance.md, change 10).
+# (docs/performance.md, training: activation checkpointing).
 CHECKPOINT_ABOVE_TOKENS = 64
 # Padded completion tokens of one micro-batch at most: 8 x 256 tokens peaked 210 MB higher
-# than 4 x 256 (docs/performance.md, change 8).
+# than 4 x 256 (docs/performance.md, training: micro-batch size).
 MICRO_BATCH_TOKENS = 1024
 
 
@@ -279,7 +279,7 @@ class Policy:
                 loss.backward()
                 total += float(loss.detach())
                 # Each micro-batch's backward leaves 60-80 MB of free heap behind at 2 threads,
-                # which the next one stacked its peak on (docs/performance.md, change 13).
+                # which the next one stacked its peak on (docs/performance.md, memory: heap release).
                 release_free_memory()
             if self.cfg.max_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)

@@ -29,7 +29,7 @@ from swarmnode.train.memtrim import release_free_memory
 # Decoding steps between returns of free heap to the OS. A step's own tensors (logits, scores,
 # each prompt's rows' states read in fp32) leave free blocks resident behind them: with the
 # trim every 8 steps, 64 rows decoding 256 tokens peaked 20 MB lower, 2% slower
-# (docs/performance.md, change 14).
+# (docs/performance.md, memory: heap release).
 TRIM_EVERY_STEPS = 8
 # Rows whose next token is drawn at once. A draw holds the rows' probabilities and
 # multinomial's own buffer of the same size beside the step's logits: 64 rows of Qwen2.5's
@@ -109,10 +109,11 @@ def sample(model, tokenizer, prompts: Sequence[str], n: int, *, max_new_tokens: 
     shared = _shared_prefix(model.config)
     if shared:
         # One prompt at a time, without its padding: a batch of 8 x 251-token prompts held about
-        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, change 9),
-        # and a padded batch computes every prompt at the longest one's length (1.7x the tokens
-        # in Qwen2.5's first rounds). The cache keeps every prompt state (the model's own would
-        # keep only a sliding layer's window); the shared-prefix cache pads them back.
+        # 260 MB more than one prompt at a time at the same speed (docs/performance.md, sampling:
+        # each prompt once), and a padded batch computes every prompt at the longest one's length
+        # (1.7x the tokens in Qwen2.5's first rounds). The cache keeps every prompt state (the
+        # model's own would keep only a sliding layer's window); the shared-prefix cache pads them
+        # back.
         logits, caches = [], []
         for i in range(len(prompts)):
             real = ids[i:i + 1, attn[i].bool()]
