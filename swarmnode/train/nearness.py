@@ -14,7 +14,10 @@ Why this measure: its own completions are samples of the policy at the sampling 
 so their mean log-prob per token is what "text this policy writes" scores; a peer's answer
 the policy would also give scores near it, a string it would not write (words spliced into a
 number, another language, markup) scores far below. Per token, so short and long answers
-compare.
+compare. The default gap, 3 nats, is from ``benchmarks/peer_nearness.py`` (the embedded
+model untrained, laptop set, 8 questions x 8 samples, seeds 0 and 1): its own samples averaged
+-1.99 and -1.96; the right answers' trained forms were at most 1.02 below that, wrong answers
+(a digit appended) at most 2.12, the key with words spliced in at least 3.26 (-5.25 at best).
 
 Its cost: nothing extra is run. The update already computes every trained token's log-prob
 for its loss; this takes the masked mean of each micro-batch's (one reduction over tokens
