@@ -16,8 +16,11 @@ from collections import Counter
 import pytest
 import torch
 
+from apifakes import make_state
 from stranger_keys import Key, signed_bundle
+from swarmnode.cli.status import peer_table_lines
 from swarmnode.config import NodeConfig
+from swarmnode.node.api import prometheus_text
 from swarmnode.node.round import select_training_set
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
@@ -235,3 +238,20 @@ def test_beside_an_attacker_the_node_learns_what_it_learns_beside_an_honest_peer
     for a, h in zip(beside_attacker.params, beside_honest.params):
         assert torch.equal(a, h)
     assert any(MARK in c for c in spy.completions)
+
+
+def test_left_out_responses_are_shown_in_metrics_and_the_peer_tables():
+    rows = [{"peer_id": "12D3KooWPeerA", "name": "a", "left_out_by_reason": {"no_answer": 2, "far_from_policy": 1},
+             "logprob_measured": 8},
+            {"peer_id": "12D3KooWPeerB", "name": "b", "left_out_by_reason": {"no_answer": 1, "nested_tag": 4},
+             "logprob_measured": 0},
+            {"peer_id": "12D3KooWPeerC", "name": "c"}]
+    text = prometheus_text(make_state(), peers=3, peer_rows=rows)
+    assert 'swarmnode_peer_responses_left_out_total{reason="no_answer"} 3' in text
+    assert 'swarmnode_peer_responses_left_out_total{reason="nested_tag"} 4' in text
+    assert 'swarmnode_peer_responses_left_out_total{reason="far_from_policy"} 1' in text
+    assert "swarmnode_peer_completions_weighed_total 8" in text
+    assert 'swarmnode_peer_responses_left_out_total{reason=""} 0' in prometheus_text(make_state(), peers=0)
+    lines = peer_table_lines(rows, now=0.0)
+    assert lines[0].rstrip().endswith("LEFT OUT")
+    assert [line.rstrip().rsplit("  ", 1)[-1].strip() for line in lines[1:]] == ["3 (far 1/8)", "5", "-"]

@@ -1,5 +1,5 @@
-"""The ``/metrics`` families of what the node left out of peers' responses (see
-:mod:`swarmnode.train.answers`), summed over the peer table's rows.
+"""What the node left out of peers' responses (see :mod:`swarmnode.train.answers`): its
+``/metrics`` families, summed over the peer table's rows, and its short form in a peer table.
 
 Per peer they are in ``/v1/peers`` and the peer tables; here a label per peer would make a
 series per key anyone can mint, so the families are by reason only.
@@ -33,3 +33,13 @@ def left_out_families(out: Families, rows: list[dict]) -> None:
                "Peers' completions the update weighed against the bound on their distance from this node's "
                "policy (far_from_policy counts those left out).",
                [("swarmnode_peer_completions_weighed_total", {}, sum(r.get("logprob_measured") or 0 for r in rows))])
+
+
+def format_left_out(peer: dict) -> str:
+    """A peer's responses left out of training, and of its completions the update weighed, how
+    many were too far from this node's policy: ``12 (far 3/40)``; '-' when neither."""
+    reasons = peer.get("left_out_by_reason") or {}
+    left, weighed = sum(reasons.values()), peer.get("logprob_measured") or 0
+    if not left and not weighed:
+        return "-"
+    return f"{left} (far {reasons.get('far_from_policy', 0)}/{weighed})" if weighed else str(left)

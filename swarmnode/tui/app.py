@@ -36,15 +36,9 @@ from swarmnode.events import (
     YardstickScored,
 )
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
+from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
-from swarmnode.tui.humanize import (
-    format_ago,
-    format_duration,
-    format_left_out,
-    format_levels,
-    format_reward,
-    short_peer_id,
-)
+from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
