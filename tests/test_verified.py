@@ -15,6 +15,8 @@ from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from apifakes import make_state
 from stranger_keys import Key, signed_bundle
@@ -25,7 +27,7 @@ from swarmnode.node.round import select_training_set
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
-from swarmnode.train.answers import TokenBudget, canonical_response
+from swarmnode.train.answers import LEFT_OUT_REASONS, TokenBudget, canonical_response, extract_answer
 from swarmnode.train.model import load_base_model
 from swarmnode.train.nearness import Nearness
 from swarmnode.train.policy import Policy
@@ -53,6 +55,22 @@ MARK = "zqxjvkw"  # what the attacker wants this node to write
 def test_the_trained_form_of_a_response(response, form):
     got = canonical_response(response)
     assert (got if isinstance(got, str) else got[0]) == form
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["<answer>", "</answer>", "\n", " ", "5", MARK, "<answer", "answer>"]), max_size=12)
+       .map("".join) | st.text(max_size=60))
+def test_any_response_has_one_trained_form_or_a_reason(response):
+    """Whatever a peer sends: a stable reason, or a form whose one answer is what extraction reads
+    of it, holds no tag, and is no longer than the response."""
+    got = canonical_response(response)
+    if isinstance(got, str):
+        assert got in LEFT_OUT_REASONS
+        return
+    form, answer = got
+    assert form in (f"<answer>{answer}</answer>", f"<answer>{answer}")
+    assert extract_answer(form) == answer and "<answer>" not in answer and "</answer>" not in answer
+    assert len(form) <= len(response) + len("</answer>") and answer in response
 
 
 def question(i: int) -> Question:
