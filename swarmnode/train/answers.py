@@ -43,9 +43,12 @@ _ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLO
 # Every reason a peer's response is left out of training; stable strings (metrics, peer table).
 LEFT_OUT_REASONS = ("no_answer", "nested_tag", "special_token", "over_budget", "score_changed", "unverifiable",
                     "far_from_policy")
-# Reasons an honest peer's own model gives too (a small model that never writes the tag, a
-# family this node does not know): they do not hold back the peer's standing; the others do.
-HONEST_REASONS = frozenset({"no_answer", "unverifiable"})
+# Reasons an honest peer's own model gives too: they do not hold back the peer's standing
+# (the responses are left out all the same); the others set its probation back. A small model
+# may never write the tag or write it twice after the prefilled one, a peer may run a family
+# this node does not know, or a larger token limit and long answers. No honest sampler decodes
+# a special token's text, and none writes a second pair, which score_changed needs.
+HONEST_REASONS = frozenset({"no_answer", "unverifiable", "nested_tag", "over_budget"})
 
 
 def extract_answer(response: str) -> str | None:
