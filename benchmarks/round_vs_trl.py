@@ -59,8 +59,9 @@ def run_trl(args: argparse.Namespace) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from swarmnode.compat import onednn
+    from swarmnode.train.answers import ANSWER_CLOSE
     from swarmnode.train.model import KERNEL_CACHE_CAPACITY, pick_dtype, prepare_model
-    from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, build_prompt, full_response, load_task_file
+    from swarmnode.train.tasks import Scorer, TaskSource, build_prompt, full_response, load_task_file
 
     if args.threads:
         torch.set_num_threads(args.threads)

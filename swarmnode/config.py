@@ -170,6 +170,11 @@ class NodeConfig:
     newcomer_share: float = _key(0.25, "Largest share of the external pool, and of the J external groups, "
                                        "held by peers without a record with this node, all of them together.",
                                  minimum=0.0, maximum=1.0, section="swarm")
+    peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
+                                               "token under its policy, in nats) a peer's completion may be and "
+                                               "still be trained on; beyond, it is left out and counted per peer "
+                                               "(far_from_policy). Unset: no bound.",
+                                          minimum=0.0, section="swarm")
     probation_rounds: int = _key(3, "Rounds of this node in which a peer's bundles must carry signal (after "
                                     "re-scoring) before the peer is established and gets a full share.",
                                  minimum=1, section="swarm")

@@ -78,23 +78,20 @@ def bundle(key: Key, swarm: str, round_no: int, *, groups: int = 16, responses: 
     """A valid version 2 bundle of ``groups`` x ``responses`` random responses of ``chars``
     characters, and its signed ``created``."""
     created = time.time() if created is None else created
-    payload = {
-        "created": created,
-        "groups": [{
-            "answer": str(g), "family": "chain_sum", "level": 0, "metadata": {"num_terms": 2},
-            "question": f"What is {g} + 0?",
-            "responses": [_random_text(chars) for _ in range(responses)],
-            "rewards": [0.0] * responses,
-        } for g in range(groups)],
-        "model": "stranger",
-        "round": round_no,
-        "sender": key.peer_id,
-        "swarm": swarm,
-    }
-    body = canonical(payload)
-    wire = (b"SNB\x02" + key.public + key.sign(BUNDLE_DOMAIN + body)
+    return signed_bundle(key, swarm, round_no, [{
+        "answer": str(g), "family": "chain_sum", "level": 0, "metadata": {"num_terms": 2},
+        "question": f"What is {g} + 0?",
+        "responses": [_random_text(chars) for _ in range(responses)],
+        "rewards": [0.0] * responses,
+    } for g in range(groups)], created), created
+
+
+def signed_bundle(key: Key, swarm: str, round_no: int, groups: list[dict], created: float | None = None) -> bytes:
+    """A version 2 bundle of ``groups`` (each a dict of section 2's group fields), signed by ``key``."""
+    body = canonical({"created": time.time() if created is None else created, "groups": groups,
+                      "model": "stranger", "round": round_no, "sender": key.peer_id, "swarm": swarm})
+    return (b"SNB\x02" + key.public + key.sign(BUNDLE_DOMAIN + body)
             + zstandard.ZstdCompressor(level=1).compress(body))
-    return wire, created
 
 
 def _random_text(chars: int) -> str:

@@ -63,7 +63,9 @@ def test_fabricated_rewards_are_replaced_and_never_drawn():
     assert verdict.accepted
     pooled = ex.pool.groups()
     assert len(pooled) == 8 and all(g.source == LIAR.peer_id for g in pooled)
-    assert all(g.rewards == [0.0, 0.0, 0.0, 0.0] for g in pooled)  # the receiver's scores, not the claim
+    # the receiver's scores, not the claim; "no idea" holds no answer: left out, and counted
+    assert all(g.rewards == [0.0, 0.0, 0.0] for g in pooled)
+    assert next(r for r in ex.peer_rows() if r["peer_id"] == LIAR.peer_id)["left_out_by_reason"] == {"no_answer": 8}
     assert not any(g.has_signal() for g in pooled)
     for seed in range(20):
         for mode in ("uniform", "reward-weighted"):
@@ -79,7 +81,7 @@ def test_a_liar_gains_nothing_next_to_an_honest_peer():
     drawn = Counter(g.source for seed in range(50) for g in ex.draw(2, 4, random.Random(seed)))
     assert drawn[LIAR.peer_id] == 0 and drawn[HONEST.peer_id] == 50 * 4
     for g in (g for g in ex.pool.groups() if g.source == HONEST.peer_id):
-        assert g.rewards == [1.0, 0.0, 0.0, 0.0]
+        assert g.rewards == [1.0, 0.0, 0.0]  # "x" holds no answer: left out
 
 
 def test_a_wrong_claim_of_zero_cannot_hide_a_right_answer():
@@ -138,7 +140,7 @@ def test_a_bundle_naming_an_unknown_or_absurd_model_is_rescored_like_any_other(m
     assert plain.receive(bundle(HONEST, 1, groups)).accepted
     data = encode_bundle(HONEST, swarm=SWARM, round_no=1, model=model, groups=groups)
     assert absurd.receive(data).accepted
-    assert absurd.scorer.calls == plain.scorer.calls == 16
+    assert absurd.scorer.calls == plain.scorer.calls == 12  # 4 groups x 3 answers ("x" has none)
     assert [g.rewards for g in absurd.pool.groups()] == [g.rewards for g in plain.pool.groups()]
     assert absurd.draw(2, 2, random.Random(0)) == plain.draw(2, 2, random.Random(0))
     shown = next(r for r in absurd.peer_rows() if r["peer_id"] == HONEST.peer_id)["model"]

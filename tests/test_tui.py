@@ -122,7 +122,7 @@ async def test_peers_table_lists_a_peer(served):
         await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
         table = app.query_one("#peers", DataTable)
         assert [str(cell) for cell in table.get_row("12D3KooWPeerBob")] == \
-            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250"]
+            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250", "-"]
         # a new peer shows up after its event; its model name is text, never markup
         control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5,
                                       model="[/oops] [bold]x"))

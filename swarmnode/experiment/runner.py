@@ -52,6 +52,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
+from swarmnode.train.answers import TokenBudget
 from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
@@ -131,6 +132,9 @@ class InProcessLink:
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         self.drawn = self.exchange.draw(round_no, n, rng, levels)
         return self.drawn
+
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        self.exchange.judge_training(measured, far)
 
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
@@ -230,6 +234,8 @@ class Experiment:
                 self._anchors.setdefault(cohort.model, policy)
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
                 scorer = self.scorer_factory(self.families)
+                # The harness receives on the thread that samples: the check reads the model's own tokenizer.
+                scorer.budget = TokenBudget(base.tokenizer, cfg.max_new_tokens, cfg.prefill_answer_tag)
                 exchange = Exchange(identity, cfg, scorer, base.name)
                 exchanges.append(exchange)
                 link = InProcessLink(exchange, exchanges, sharing=arm.external > 0)

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from swarmnode.node.peermetrics import left_out_families
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
 
@@ -49,7 +50,7 @@ class NodeControl(Protocol):
     def peer_rows(self) -> list[dict]:
         """One dict per known peer: peer_id, name, first_seen, last_seen, accepted, rejected,
         rejected_by_reason, last_round, reported_mean_reward, model (the name its latest accepted
-        bundle gave, made safe to print; None before one)."""
+        bundle gave, made safe to print; None before one), left_out_by_reason, logprob_measured."""
 
     def peer_count(self) -> int:
         """Peers connected now."""
@@ -240,7 +241,7 @@ class ApiServer(LocalApi):
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats(),
-                               self.control.refusals()).encode()
+                               self.control.refusals(), self.control.peer_rows()).encode()
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -333,10 +334,10 @@ class _Exposition:
 
 
 def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None,
-                    refusals: Mapping[str, int] | None = None) -> str:
+                    refusals: Mapping[str, int] | None = None, peer_rows: list[dict] | None = None) -> str:
     """The node's metrics in the Prometheus text format (version 0.0.4): ``transport`` and
     ``refusals`` as :meth:`NodeControl.transport_stats` and :meth:`NodeControl.refusals` give
-    them (their families only when there are some)."""
+    them (their families only when there are some), ``peer_rows`` as :meth:`NodeControl.peer_rows`."""
     snap = state.snapshot()
     finished = snap["rounds_finished"]
     out = _Exposition()
@@ -380,6 +381,7 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
     out.family("swarmnode_round_seconds", "summary", "Wall-clock seconds per finished round.",
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])
+    left_out_families(out, peer_rows or [])
     _transport_families(out, transport, refusals)
     return out.text()
 

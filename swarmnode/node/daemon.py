@@ -13,6 +13,7 @@ forces an immediate exit.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import signal
@@ -33,6 +34,7 @@ from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.swarm.transport import TransportError, transport_for
+from swarmnode.train.answers import TokenBudget
 from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import ModelError, load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
@@ -126,7 +128,10 @@ class Daemon:
             identity, policy, families, seed, levels = await self.model.run(self._load)
         except (ModelError, IdentityError) as exc:
             raise StartupError(str(exc)) from None
-        scorer = Scorer(families)
+        # Peers' responses are checked on the receive thread while the round's thread samples:
+        # that check reads a copy of the tokenizer of its own.
+        scorer = Scorer(families, budget=TokenBudget(copy.deepcopy(policy.tokenizer), self.cfg.max_new_tokens,
+                                                     self.cfg.prefill_answer_tag))
         swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
                     threads=self.threads, levels=levels)

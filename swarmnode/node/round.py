@@ -185,6 +185,7 @@ class Node:
         # 6. One GRPO update.
         self._phase("training", should_stop)
         loss = self.policy.train_step(train)
+        self.swarm.judge_training(self.policy.nearness.measured, self.policy.nearness.far)
         seconds_train = time.perf_counter() - t0
 
         after = self.levels.copy()

@@ -1,13 +1,17 @@
 """A node's side of the rollout exchange, without the network.
 
 Outgoing: this round's groups as a signed bundle. Incoming: a peer's bytes are verified
-(:class:`~swarmnode.swarm.bundle.BundleVerifier`), every response is re-scored with this node's own
-verifier (a group it cannot verify is dropped; the sender's rewards are never used for
-training), and the groups go into the bounded :class:`~swarmnode.swarm.pool.ExternalPool`, from
-which the round draws its J external groups. A bundle whose re-scored groups carry signal
-counts towards its sender's record (:class:`~swarmnode.swarm.standing.Standing`): until a
-peer has one, it shares the newcomers' minority of the pool and of the draws. The daemon and the experiment harness both
-use this class, so what the experiment measures is what a real node does.
+(:class:`~swarmnode.swarm.bundle.BundleVerifier`), every response is put in the one form this
+node trains on and re-scored in it with this node's own verifier (``Scorer.rescore``, the rule
+in :mod:`swarmnode.train.answers`; a response that does not fit is left out and counted per
+peer by reason; the sender's rewards are never used for training), and the groups go into the
+bounded :class:`~swarmnode.swarm.pool.ExternalPool`, from which the round draws its J external
+groups. A bundle whose re-scored groups carry signal counts towards its sender's record
+(:class:`~swarmnode.swarm.standing.Standing`): until a peer has one, it shares the newcomers'
+minority of the pool and of the draws. A bundle with a response left out for a reason an honest
+model does not give, or a peer's completion the update leaves out as too far from this node's
+policy (:meth:`Exchange.judge_training`), sets the peer's probation back instead. The daemon and
+the experiment harness both use this class, so what the experiment measures is what a real node does.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import statistics
+from collections import Counter
 from typing import Callable, Mapping, Protocol
 
 from swarmnode.config import NodeConfig
@@ -29,9 +34,14 @@ from swarmnode.swarm.standing import Standing
 log = logging.getLogger("swarmnode.swarm.exchange")
 
 class Rescorer(Protocol):
-    """This node's own verifier (the trainer's ``Scorer``): a reward, or None when it cannot verify."""
+    """This node's own verifier (the trainer's ``Scorer``)."""
 
-    def score(self, question: Question, response: str) -> float | None: ...
+    # Reasons for leaving a response out that an honest peer's model gives too: the others
+    # keep the bundle from counting towards its sender's standing, and set its probation back.
+    honest_reasons: frozenset[str]
+
+    def rescore(self, question: Question, response: str) -> tuple[str, float] | str:
+        """``(the form of the response this node trains on, its reward)``, or why it is left out."""
 
 
 class EventSink(Protocol):
@@ -98,18 +108,46 @@ class Exchange:
             return verdict
         self.guard.judge(verdict.sender, None)
         bundle = verdict.bundle
-        rescored = []
-        for g in bundle.groups:
-            rewards = [self.scorer.score(g.question, r) for r in g.responses]
-            if all(x is not None for x in rewards):
-                rescored.append(Group(g.question, g.responses, rewards, source=bundle.sender))
-        self.standing.note(bundle.sender, useful=any(g.has_signal() for g in rescored))
+        rescored, left_out = self._rescore(bundle.groups, bundle.sender)
+        self.peers.record_left_out(bundle.sender, left_out)
+        if left_out.keys() - self.scorer.honest_reasons:
+            self.standing.set_back(bundle.sender)
+        else:
+            self.standing.note(bundle.sender, useful=any(g.has_signal() for g in rescored))
         self.pool.add(bundle.round, rescored)
         claimed = [x for g in bundle.groups for x in g.rewards]
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
                                  reported_mean=statistics.fmean(claimed) if claimed else None, model=bundle.model)
         self._emit(BundleAccepted(bundle.sender, bundle.round, len(rescored)))
         return verdict
+
+    def _rescore(self, groups: list[Group], sender: str) -> tuple[list[Group], Counter[str]]:
+        """Each group with only its responses in the form this node trains on, and this node's
+        rewards of them (a group with none left is dropped); how many were left out, by reason."""
+        rescored, left_out = [], Counter[str]()
+        for g in groups:
+            kept: list[tuple[str, float]] = []
+            for response in g.responses:
+                got = self.scorer.rescore(g.question, response)
+                if isinstance(got, str):
+                    left_out[got] += 1
+                else:
+                    kept.append(got)
+            if kept:
+                rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=sender))
+        return rescored, left_out
+
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        """The update measured ``measured[peer]`` of a peer's completions against the bound on
+        their distance from this node's policy and left ``far[peer]`` of them out
+        (:meth:`swarmnode.train.policy.Policy.train_step`): counted, and a peer with one left
+        out has its probation set back."""
+        for peer, n in measured.items():
+            self.peers.record_measured(peer, n)
+        for peer, n in far.items():
+            if n:
+                self.peers.record_left_out(peer, Counter(far_from_policy=n))
+                self.standing.set_back(peer)
 
     def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).

@@ -30,6 +30,11 @@ class SwarmLink(Protocol):
         """Up to ``n`` peers' groups, already re-scored by this node's own verifier; ``levels``
         (this node's family levels) steer ``level-aware`` sampling."""
 
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        """The round's update weighed ``measured[peer]`` of a peer's completions against the bound
+        on their distance from this node's policy and left ``far[peer]`` out (see
+        :meth:`swarmnode.swarm.exchange.Exchange.judge_training`)."""
+
     def peer_count(self) -> int:
         """Peers currently connected."""
 
@@ -47,6 +52,9 @@ class SoloLink:
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         return []
+
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        pass
 
     def peer_count(self) -> int:
         return 0
@@ -132,6 +140,9 @@ class NetworkLink:
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         return self.exchange.draw(round_no, n, rng, levels)
+
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        self.exchange.judge_training(measured, far)
 
     def peer_count(self) -> int:
         return len(self._known_peers)

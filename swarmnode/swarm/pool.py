@@ -24,8 +24,10 @@ more; ``above-best`` holds the bar at the best recent mean the node has reached 
 so what it takes never pulls its bar down.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
-reason, last round, the sender-reported mean reward (never used for training) and the model
-its latest accepted bundle named (information only, made safe to print by :func:`display_text`).
+reason, last round, the sender-reported mean reward (never used for training), the model
+its latest accepted bundle named (information only, made safe to print by :func:`display_text`),
+its responses left out of training by reason and its completions measured against the
+log-prob bound (:mod:`swarmnode.train.answers`).
 
 Both are thread-safe: transports deliver from their own threads.
 """
@@ -305,6 +307,10 @@ class _PeerRow:
     last_round: int | None = None
     reported_mean_reward: float | None = None
     model: str | None = None
+    # Its responses left out of training, by reason (swarmnode.train.answers), and its
+    # completions the update measured against the bound on their distance from this node's policy.
+    left_out_by_reason: Counter[str] = field(default_factory=Counter)
+    logprob_measured: int = 0
 
 
 class PeerTable:
@@ -349,6 +355,18 @@ class PeerTable:
             if model is not None:
                 row.model = display_text(model)
 
+    def record_left_out(self, peer_id: str, reasons: Mapping[str, int]) -> None:
+        """``reasons[r]`` of the peer's responses were left out of training for ``r``."""
+        if not reasons:
+            return
+        with self._lock:
+            self._row(peer_id).left_out_by_reason.update(reasons)
+
+    def record_measured(self, peer_id: str, n: int) -> None:
+        """The update measured ``n`` of the peer's completions' distance from this node's policy."""
+        with self._lock:
+            self._row(peer_id).logprob_measured += n
+
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
         with self._lock:
@@ -363,5 +381,6 @@ class PeerTable:
                      "first_seen": r.first_seen, "last_seen": r.last_seen, "accepted": r.accepted,
                      "rejected": r.rejected, "rejected_by_reason": dict(r.rejected_by_reason),
                      "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward,
-                     "model": r.model}
+                     "model": r.model, "left_out_by_reason": dict(r.left_out_by_reason),
+                     "logprob_measured": r.logprob_measured}
                     for r in reversed(self._rows.values())]

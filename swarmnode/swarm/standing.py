@@ -14,13 +14,13 @@ the fetches of a round when it cannot read every peer) is split by what peers se
   however many of them there are: a crowd of fresh keys shares one minority slice.
 
 :class:`Standing` says who has a record: a peer is *established* once bundles from it whose
-groups, re-scored by this node, carried signal arrived in ``probation_rounds`` distinct rounds
-of this node, and then only ``promotions_per_round`` peers a round are promoted, oldest
-qualifier first. Like the time-in-mesh and first-delivery terms of gossipsub v1.1's peer
-score, a record costs each key time and useful work; unlike a score, it has no weights to
-game. Honest peers a node already knows stay established however many newcomers arrive, and
-a flood of fresh keys only churns the newcomer rows (the table is bounded, established rows
-are forgotten last).
+groups, re-scored by this node, carried signal arrived in ``probation_rounds`` distinct
+rounds of this node since its probation last started over (:meth:`Standing.set_back`), and
+then only ``promotions_per_round`` peers a round are promoted, oldest qualifier first. Like
+the time-in-mesh and first-delivery terms of gossipsub v1.1's peer score, a record costs
+each key time and useful work; unlike a score, it has no weights to game. Honest peers a
+node already knows stay established however many newcomers arrive, and a flood of fresh keys
+only churns the newcomer rows (the table is bounded, established rows are forgotten last).
 """
 
 from __future__ import annotations
@@ -146,6 +146,19 @@ class Standing:
                     self._qualified += 1
                     row.qualified = self._ready[peer] = self._qualified
                     row.rounds.clear()  # only the count mattered; keep rows small
+
+    def set_back(self, peer: str) -> None:
+        """Some of ``peer``'s responses were left out of training for a reason an honest model does
+        not give (see :mod:`swarmnode.swarm.exchange`): a newcomer's probation starts over, and a
+        qualified one waits for promotion no more. An established peer keeps its record; what
+        was left out is not trained on either way."""
+        with self._lock:
+            row = self._rows.get(peer)
+            if row is None or row.established:
+                return
+            row.rounds.clear()
+            row.qualified = None
+            self._ready.pop(peer, None)
 
     def advance(self, round_no: int) -> list[str]:
         """This node starts round ``round_no``: later useful bundles count for it, and up to

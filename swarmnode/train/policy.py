@@ -19,7 +19,8 @@ import torch
 
 from swarmnode.compat.transformers import adapter_parameters, checkpointable, checkpointing_with_cache
 from swarmnode.config import NodeConfig
-from swarmnode.records import Group
+from swarmnode.records import LOCAL, Group
+from swarmnode.train.answers import ANSWER_CLOSE, ANSWER_OPEN
 from swarmnode.train.fallback import fell_back
 from swarmnode.train.grpo import group_advantages, grpo_loss
 from swarmnode.train.kvcache import prefix_cache, prompt_cache
@@ -27,8 +28,9 @@ from swarmnode.train.logprob import chosen_logprobs
 from swarmnode.train.memtrim import large_blocks_mmapped, release_free_memory
 from swarmnode.train.merged import adapter_merged, merges_on
 from swarmnode.train.model import BaseModel
+from swarmnode.train.nearness import Nearness
 from swarmnode.train.sampler import TokenTexts, end_ids, sample
-from swarmnode.train.tasks import ANSWER_CLOSE, ANSWER_OPEN, build_prompt
+from swarmnode.train.tasks import build_prompt
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class Policy:
         self._pad = self.tokenizer.pad_token_id
         self._ends = end_ids(base.model, self.tokenizer)
         self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
+        # The bound on peers' completions' distance from this policy; its counts are the last update's.
+        self.nearness = Nearness(cfg.peer_logprob_gap)
 
     def activate(self) -> None:
         """Make this policy's adapter the active (and only trainable) one."""
@@ -250,10 +254,12 @@ class Policy:
         Completions with zero advantage carry no gradient and are not run, but their tokens
         count in the loss's token-level mean (:mod:`swarmnode.train.grpo`). With one update
         per round the old policy is the current one, so each token's log-prob is computed
-        once and its detached copy stands for pi_old.
+        once and its detached copy stands for pi_old. A peer's completion too far from this
+        policy is left out (:mod:`swarmnode.train.nearness`; :attr:`nearness` counts them).
         """
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
+        sources: list[str] = []
         for g in groups:
             adv = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))[0].tolist()
             for j, response in enumerate(g.responses):
@@ -263,6 +269,8 @@ class Policy:
                     pair = self.split_response(g.question.question, response)
                 seqs.extend(self._encode_pairs([pair]))
                 advs.append(adv[j])
+                sources.append(g.source)
+        self.nearness.start()
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
         if not keep:
             return None
@@ -271,10 +279,13 @@ class Policy:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
+        # This node's own completions first: their log-probs are the bar peers' are held to.
+        batches = sorted(self._micro_batches(seqs, keep), key=lambda idx: any(sources[i] != LOCAL for i in idx))
         with large_blocks_mmapped():  # see memtrim: without it the heaps fragment to 2.7x the peak
-            for idx in self._micro_batches(seqs, keep):
+            for idx in batches:
                 logp, mask = self._shared_prompt_logp(seqs[idx[0]][0], [seqs[i][1] for i in idx])
                 adv = torch.tensor([advs[i] for i in idx], device=logp.device)
+                adv = adv * self._near(idx, sources, logp, mask)
                 loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
                 loss.backward()
                 total += float(loss.detach())
@@ -286,8 +297,18 @@ class Policy:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
+        self.nearness.finish()
         release_free_memory()
         return total if math.isfinite(total) else None
+
+    def _near(self, idx: list[int], sources: list[str], logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """1 for each completion of a micro-batch that stays in the update, 0 for a peer's that
+        :attr:`nearness` leaves out; this node's own completions set the bar."""
+        means = ((logp.detach() * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).tolist()
+        self.nearness.own([m for m, i in zip(means, idx) if sources[i] == LOCAL])
+        peers = [(m, sources[i]) for m, i in zip(means, idx) if sources[i] != LOCAL]
+        kept = iter(self.nearness.keep([m for m, _ in peers], [p for _, p in peers]))
+        return torch.tensor([1.0 if sources[i] == LOCAL else float(next(kept)) for i in idx], device=logp.device)
 
     # ---- persistence -------------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:

@@ -4,9 +4,8 @@ The reward of a completion is reasoning-gym's own ``score_answer`` on the extrac
 nothing else (no format reward). A node scores every completion it trains on, its peers'
 included, with its own :class:`Scorer`; the rewards a sender reports are never used.
 
-Answer extraction: the text inside the last complete ``<answer>...</answer>`` pair of the
-response. Fallback, for a response cut off by the token limit: the text after the last
-``<answer>`` up to the first newline. No tag at all means no answer (reward 0).
+Answers are read as :mod:`swarmnode.train.answers` says; a peer's response is scored (and
+trained on) only in the form that module gives it (:meth:`Scorer.rescore`).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import re
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -23,6 +21,7 @@ from typing import Any
 
 from swarmnode.compat.reasoning_gym import factory
 from swarmnode.records import Question
+from swarmnode.train.answers import ANSWER_OPEN, HONEST_REASONS, TokenBudget, canonical_response, extract_answer
 from swarmnode.train.curriculum import level_config
 
 if sys.version_info >= (3, 11):
@@ -36,8 +35,6 @@ SYSTEM_PROMPT = (
     "You are a careful problem solver. Work out the answer to the user's task and give only "
     "the final answer, inside <answer> and </answer> tags."
 )
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 # Index space of each family's procedural generator: far larger than any run draws.
 _DATASET_SIZE = 10_000_000
 
@@ -171,9 +168,14 @@ class Scorer:
     :meth:`score` returns None and the caller drops the group.
     """
 
-    def __init__(self, families: Mapping[str, Mapping[str, Any]] | None = None):
+    honest_reasons = HONEST_REASONS
+
+    def __init__(self, families: Mapping[str, Mapping[str, Any]] | None = None, budget: TokenBudget | None = None):
         self._configs = {n: dict(f["config"]) for n, f in (families or {}).items()}
         self._datasets: dict[str, Any] = {}
+        # The tokenizer's checks of a peer's trained form (a node always has them; None skips
+        # them, for a scorer that only ever sees text, as some tests' do).
+        self.budget = budget
 
     def _dataset(self, family: str):
         if family not in self._datasets:
@@ -200,17 +202,22 @@ class Scorer:
             return None
         return min(max(reward, 0.0), 1.0) if reward == reward else 0.0
 
-
-def extract_answer(response: str) -> str | None:
-    """The answer in a response; see the module docstring for the rule."""
-    matches = _ANSWER_RE.findall(response)
-    if matches:
-        return matches[-1].strip()
-    i = response.rfind(ANSWER_OPEN)
-    if i < 0:
-        return None
-    tail = response[i + len(ANSWER_OPEN):].strip()
-    return tail.splitlines()[0].strip() if tail else None
+    def rescore(self, question: Question, response: str) -> tuple[str, float] | str:
+        """A peer's full response as this node trains on it and its reward, ``(trained form,
+        reward)``, or the reason it is left out (:mod:`swarmnode.train.answers`)."""
+        shaped = canonical_response(response)
+        if isinstance(shaped, str):
+            return shaped
+        form, answer = shaped
+        if self.budget is not None and (why := self.budget.check(form, answer)) is not None:
+            return why
+        reward = self.score(question, form)
+        if reward is None:
+            return "unverifiable"
+        # The verifier is a function of the answer it reads: only another answer can score otherwise.
+        if extract_answer(response) != answer and self.score(question, response) != reward:
+            return "score_changed"
+        return form, reward
 
 
 # A model without a chat template (a base model, such as Gemma 3 270M) continues text: one

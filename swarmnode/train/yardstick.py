@@ -36,8 +36,9 @@ import torch
 
 from swarmnode.paths import cache_dir
 from swarmnode.records import Question
+from swarmnode.train.answers import ANSWER_CLOSE
 from swarmnode.train.curriculum import level_range
-from swarmnode.train.tasks import ANSWER_CLOSE, Scorer, TaskSource, full_response
+from swarmnode.train.tasks import Scorer, TaskSource, full_response
 
 log = logging.getLogger(__name__)
 

@@ -36,12 +36,13 @@ from swarmnode.events import (
     YardstickScored,
 )
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
+from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
 from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
-                ("rejected", "Rejected"), ("reward", "Reward"))
+                ("rejected", "Rejected"), ("reward", "Reward"), ("left_out", "Left out"))
 
 
 class NodeHeader(Static):
@@ -279,7 +280,7 @@ class Dashboard(App):
             cells = {"name": p.get("name") or short_peer_id(key), "model": Text(p.get("model") or "-"),
                      "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
-                     "reward": format_reward(p.get("reported_mean_reward"))}
+                     "reward": format_reward(p.get("reported_mean_reward")), "left_out": format_left_out(p)}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)

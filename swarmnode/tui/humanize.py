@@ -39,3 +39,13 @@ def format_levels(levels: dict, dormant: Iterable[str] = ()) -> str:
     dormant = set(dormant)
     return ", ".join(f"{family} ({level})" if family in dormant else f"{family} {level}"
                      for family, level in sorted(levels.items())) or "-"
+
+
+def format_left_out(peer: dict) -> str:
+    """A peer's responses left out of training, and the share of its completions the update
+    weighed that were too far from this node's policy: ``12 (far 3/40)``; '-' when neither."""
+    reasons = peer.get("left_out_by_reason") or {}
+    left, weighed = sum(reasons.values()), peer.get("logprob_measured") or 0
+    if not left and not weighed:
+        return "-"
+    return f"{left} (far {reasons.get('far_from_policy', 0)}/{weighed})" if weighed else str(left)
