@@ -177,7 +177,8 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     drop_construction_tables(tokenizer)
-    model.to(device)
+    # transformers decorates `to` with functools.wraps, whose stub leaves the method unbound
+    model.to(device)  # pyright: ignore[reportArgumentType]
     model.requires_grad_(False)
     model.config.use_cache = True
     return BaseModel(model, tokenizer, source.name, device, dtype)
