@@ -166,7 +166,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swarmnode.docsgen", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m swarmnode.docsgen", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--output", type=Path, default=DOC_PATH, help=f"where to write (default: {DOC_PATH})")
     args = parser.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)

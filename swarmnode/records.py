@@ -8,8 +8,8 @@ project, so the wire format, the trainer and the node all depend on it and not o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 
 from typing_extensions import Self
 
@@ -63,7 +63,14 @@ class Group:
 
 
 class JsonRecord:
-    """A frozen record that is one JSON line of a log (:class:`swarmnode.node.metrics.MetricsLog`)."""
+    """A frozen record that is one JSON line of a log (:class:`swarmnode.node.metrics.MetricsLog`).
+
+    Subclasses are dataclasses of this module (their field annotations are strings, which
+    ``from_json`` reads) and have a ``round``: a log holds one record per round number.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # what @dataclass gives each subclass
+    round: int
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v) for f in fields(self)}
@@ -81,6 +88,7 @@ class JsonRecord:
                     continue
                 raise ValueError(f"no '{f.name}'")
             value = row[f.name]
+            assert isinstance(f.type, str), "this module postpones annotations: a field's type is its text"
             if not _fits(value, f.type):
                 raise ValueError(f"'{f.name}' is {value!r}")
             values[f.name] = value

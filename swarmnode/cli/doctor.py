@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from swarmnode.cli.flags import add_config_flags, given_flags
+from swarmnode.cli.flags import add_config_flags, command_summary, given_flags
 from swarmnode.config import load_config
 from swarmnode.node.checks import PROBLEM
 from swarmnode.node.doctor import render, run_checks
@@ -14,7 +14,7 @@ from swarmnode.node.doctor import render, run_checks
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("doctor", help="check that this machine can run a node, with a fix for each problem",
-                            description=__doc__.splitlines()[0].split(": ", 1)[1].rstrip("."))
+                            description=command_summary(__doc__))
     parser.add_argument("--json", action="store_true", help="print a JSON list of {check, status, detail, fix}")
     add_config_flags(parser)
     parser.set_defaults(func=run_doctor)

@@ -12,6 +12,13 @@ from swarmnode.paths import NodeHome
 HOME_FLAG_HELP = "the node's directory (default: $SWARMNODE_HOME, else the platform's user data directory)"
 
 
+def command_summary(doc: str | None) -> str:
+    """A subcommand's description from its module's docstring, whose first line reads
+    ``swarmnode X``: what it does. That line after its label, less the full stop; "" under
+    ``python -OO``, which strips docstrings."""
+    return (doc or "").partition("\n")[0].partition(": ")[2].rstrip(".")
+
+
 def add_home_flag(parser: argparse.ArgumentParser) -> None:
     """``--home DIR`` for a command that works on one node's files (read with NodeHome.from_flag)."""
     parser.add_argument("--home", metavar="DIR", help=HOME_FLAG_HELP)

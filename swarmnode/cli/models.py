@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from swarmnode.catalogue import ALIASES, AUTO_RULE, CATALOGUE
+from swarmnode.cli.flags import command_summary
 from swarmnode.config import load_config
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the models a node can fetch by name, and which one 'auto' picks here",
-                       description=__doc__.splitlines()[0].split(": ", 1)[1].rstrip(".") + ". " + AUTO_RULE)
+                       description=f"{command_summary(__doc__)}. {AUTO_RULE}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--device", help="the device 'auto' decides for (default: the config's, else auto)")
     p.add_argument("--config", metavar="PATH", help="TOML config file to read the device from")
@@ -34,12 +36,13 @@ def cmd_models(args: argparse.Namespace) -> int:
         precision = precision_name(node_dtype(cfg))
     except ModelError as exc:
         raise SystemExit(f"swarmnode: {exc}") from None
-    rows = [dict(name=m.name, title=m.title, parameters=m.parameters, download_bytes=m.download_bytes,
-                 license=m.license, license_url=m.license_url, attribution=m.attribution,
-                 cached=is_ready(m, precision), path=str(model_dir(m, precision)), precision=precision,
-                 sha256=m.sha256, packages=[p.spec for p in m.packages],
-                 aliases=[a for a, n in ALIASES.items() if n == m.name])
-            for m in CATALOGUE.values()]
+    rows: list[dict[str, Any]] = [
+        dict(name=m.name, title=m.title, parameters=m.parameters, download_bytes=m.download_bytes,
+             license=m.license, license_url=m.license_url, attribution=m.attribution,
+             cached=is_ready(m, precision), path=str(model_dir(m, precision)), precision=precision,
+             sha256=m.sha256, packages=[p.spec for p in m.packages],
+             aliases=[a for a, n in ALIASES.items() if n == m.name])
+        for m in CATALOGUE.values()]
     if args.json:
         print(json.dumps({"models": rows, "auto": {"name": choice.name, "reason": choice.reason,
                                                    "accelerator": machine.accelerator,

@@ -18,18 +18,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from hivemind.dht.node import DHTNode
 from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.dht.validation import DHTRecord
-from hivemind.p2p import PeerID
+from hivemind.p2p import P2P, PeerID
 from hivemind.utils.multiaddr import Multiaddr
 
 __all__ = ["CHECKED_ON", "CHECKED_RANGE", "DHTID", "DHTLocalStorage", "DictionaryDHTValue", "compact_expirations",
-           "connect", "guard_routing_table", "local_storage", "nearest_replicas", "ping", "record_key_id",
+           "connect", "guard_routing_table", "local_storage", "nearest_replicas", "node_p2p", "ping", "record_key_id",
            "replace_storage", "routed_peers", "start_dht", "store_subkey_at", "table_nearest"]
 
 # The hivemind releases pyproject.toml admits, and the ones these contracts were run on.
@@ -95,7 +95,17 @@ async def connect(node: DHTNode, peer: PeerID, addresses: Sequence[Multiaddr]) -
     ``connect(peer_id, maddrs)`` dials and raises when no address answers. hivemind's public
     API connects only to the initial peers given at start-up.
     """
-    await node.p2p._client.connect(peer, list(addresses))
+    # P2P.create sets _client; the None its __init__ leaves is all a type checker sees
+    await node_p2p(node)._client.connect(peer, list(addresses))  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def node_p2p(node: DHTNode) -> P2P:
+    """The ``P2P`` (hivemind's p2pd) that ``node`` talks through.
+
+    Contract (checked on 1.1.12): ``DHTNode.create`` sets ``node.p2p``; as it does so outside
+    ``__init__``, the class declares no such attribute for a type checker.
+    """
+    return node.p2p  # pyright: ignore[reportAttributeAccessIssue]  # set by DHTNode.create, see above
 
 
 async def ping(node: DHTNode, peer: PeerID) -> bool:
@@ -121,7 +131,7 @@ async def nearest_replicas(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
     """
     key_id = DHTID.generate(source=key)
     found = await node.find_nearest_nodes([key_id], k_nearest=node.num_replicas)
-    return [(key_id.xor_distance(n), p) for n, p in found[key_id].items()]
+    return [(_distance(key_id, n), p) for n, p in found[key_id].items()]
 
 
 def table_nearest(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
@@ -135,8 +145,14 @@ def table_nearest(node: DHTNode, key: str) -> list[tuple[int, PeerID]]:
     key_id = DHTID.generate(source=key)
     k = node.num_replicas
     near = node.protocol.routing_table.get_nearest_neighbors(key_id, k, exclude=node.node_id)
-    ranked = sorted([*near, (node.node_id, node.peer_id)], key=lambda entry: key_id.xor_distance(entry[0]))
-    return [(key_id.xor_distance(n), p) for n, p in ranked[:k]]
+    ranked = sorted([*near, (node.node_id, node.peer_id)], key=lambda entry: _distance(key_id, entry[0]))
+    return [(_distance(key_id, n), p) for n, p in ranked[:k]]
+
+
+def _distance(a: DHTID, b: DHTID) -> int:
+    distance = a.xor_distance(b)
+    assert isinstance(distance, int), "xor_distance of one DHTID is an int (a list only for a sequence of them)"
+    return distance
 
 
 async def store_subkey_at(node: DHTNode, peers: Sequence[PeerID], key: str, subkey: Any, value: Any,
@@ -177,8 +193,8 @@ async def store_subkey_at(node: DHTNode, peers: Sequence[PeerID], key: str, subk
     return {p for p, ok in zip(peers, results) if ok is True}
 
 
-def routed_peers(node: DHTNode) -> Container[PeerID]:
-    """The peers in ``node``'s DHT routing table (``peer in routed_peers(node)``), a live view.
+def routed_peers(node: DHTNode) -> Collection[PeerID]:
+    """The peers in ``node``'s DHT routing table (``peer in routed_peers(node)``, or iterate), a live view.
 
     Contract (checked on 1.1.12): ``node.protocol.routing_table.peer_id_to_uid`` maps every
     peer in the buckets, replacements included, to its DHTID.
@@ -260,8 +276,10 @@ def guard_routing_table(node: DHTNode) -> None:
     async def update_routing_table(node_id: DHTID | None, peer_id: PeerID, responded: bool = True) -> None:
         table = protocol.routing_table
         held = table.get(peer_id=peer_id)
+        assert held is None or isinstance(held, DHTID), "get(peer_id=...) looks up a DHTID"
         node_id = node_id if node_id is not None else held
         if responded:
+            assert node_id is not None, "hivemind passes the node id of every peer that responded"
             if held is not None and held != node_id and held in table:
                 del table[held]
             to_ping = table.add_or_update_node(node_id, peer_id)

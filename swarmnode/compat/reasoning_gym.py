@@ -67,5 +67,5 @@ def factory() -> types.ModuleType:
     except ImportError:
         optimizer = None
     if optimizer is not None and callable(getattr(optimizer, "optimize", None)):
-        optimizer.print = _quiet_print
+        setattr(optimizer, "print", _quiet_print)  # shadows the builtin for that module alone
     return reasoning_gym.factory

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.utils.checkpoint
 from transformers.cache_utils import Cache, DynamicLayer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+    from transformers.modeling_layers import GradientCheckpointingLayer
 
 # The transformers releases pyproject.toml admits, and the ones these contracts were run on.
 CHECKED_RANGE = ">=5.15,<5.24"
@@ -47,8 +52,9 @@ def checkpointing_with_cache(model: torch.nn.Module) -> Iterator[None]:
                            "on completions without their prompt: pip install -U 'transformers>=5.15'")
     layers = _checkpoint_layers(model)
     for layer in layers:
-        layer._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint,
-                                                               use_reentrant=False)
+        # set_gradient_checkpointing assigns this attribute; no transformers class declares it
+        layer._gradient_checkpointing_func = functools.partial(  # pyright: ignore[reportArgumentType]
+            torch.utils.checkpoint.checkpoint, use_reentrant=False)
         layer.gradient_checkpointing, layer._can_checkpoint_with_cache = True, True
     try:
         yield
@@ -57,7 +63,7 @@ def checkpointing_with_cache(model: torch.nn.Module) -> Iterator[None]:
             layer.gradient_checkpointing = False
 
 
-def _checkpoint_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def _checkpoint_layers(model: torch.nn.Module) -> list[GradientCheckpointingLayer]:
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
@@ -104,7 +110,9 @@ def layer_index(attention_module: torch.nn.Module) -> int:
     Contract (checked on 5.15.1, 5.23.0, Llama/Qwen2/SmolLM2 attention; Gemma 3 on 5.23.0): ``module.layer_idx``,
     which is also the index of its layer in ``Cache.layers``.
     """
-    return attention_module.layer_idx
+    index = attention_module.layer_idx
+    assert isinstance(index, int), "an attention module's layer_idx is an int"
+    return index
 
 
 def group_query_heads(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -142,6 +150,12 @@ class CacheLayer(DynamicLayer):
         """True once an update or :meth:`hold` stored states (possibly zero tokens of them)."""
         return self.is_initialized
 
+    def states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values this layer holds; only once :meth:`stored`."""
+        keys, values = self.keys, self.values
+        assert keys is not None and values is not None, "a layer holds states once an update or hold stored them"
+        return keys, values
+
     def hold(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Make ``keys``/``values`` this layer's states, with the dtype and device bookkeeping of a first update."""
         if not self.is_initialized:
@@ -164,8 +178,8 @@ class LayeredCache(Cache):
     :meth:`keep_rows`, which subclasses override) removes batch rows.
     """
 
-    def __init__(self, layers: list[DynamicLayer]):
-        super().__init__(layers=layers)
+    def __init__(self, layers: Sequence[DynamicLayer]):
+        super().__init__(layers=[*layers])
 
     def keep_rows(self, indices: torch.Tensor) -> None:
         """Keep only the batch rows ``indices`` in every layer."""
@@ -173,6 +187,20 @@ class LayeredCache(Cache):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.keep_rows(indices)
+
+
+def cache_layers(cache: Cache) -> list[CacheLayer]:
+    """The per-layer caches of ``cache``, in layer order, for a cache of :class:`CacheLayer`\\ s
+    (:func:`growing_cache` of one, a :class:`LayeredCache` of them); TypeError for another.
+
+    Contract (checked on 5.15.1, 5.23.0): ``cache.layers[i]`` serves the decoder layer with ``layer_idx`` i.
+    """
+    layers = []
+    for layer in cache.layers:
+        if not isinstance(layer, CacheLayer):
+            raise TypeError(f"a {type(layer).__name__} is not a swarmnode CacheLayer")
+        layers.append(layer)
+    return layers
 
 
 def growing_cache(layer_class: type[DynamicLayer]) -> Cache:
@@ -203,7 +231,7 @@ def keep_rows(cache: Cache, indices: torch.Tensor) -> None:
 
 # ---- loading and saving ----------------------------------------------------------------
 
-def drop_quantizer(model: torch.nn.Module) -> None:
+def drop_quantizer(model: PreTrainedModel) -> None:
     """Make ``model`` (already de-quantized, e.g. loaded from GGUF) save and train as a plain model.
 
     Contract (checked on 5.15.1, 5.23.0): ``save_pretrained`` refuses a model whose
@@ -211,7 +239,7 @@ def drop_quantizer(model: torch.nn.Module) -> None:
     attribute cleared the model saves its plain weights. The saved ``config.json`` still
     carries a ``quantization_config`` the caller must remove.
     """
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # pyright: ignore[reportArgumentType]  # set by from_pretrained, declared nowhere
 
 
 def gguf_tensor_converter(architecture: str, model: torch.nn.Module, config: dict) -> tuple[

@@ -142,6 +142,10 @@ class InProcessLink:
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()
 
+    def refusals(self) -> dict[str, int]:
+        """Empty: bundles go straight to the other exchanges, with no transport below to refuse any."""
+        return {}
+
 
 @dataclass
 class Member:

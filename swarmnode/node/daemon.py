@@ -191,13 +191,15 @@ class Daemon:
         return 0
 
     async def _rounds(self, node: Node) -> None:
+        unpaused = self._unpaused
+        assert unpaused is not None, "run() makes the event before the rounds start"
         done = 0
         while not self._stop.is_set():
             if self.cfg.rounds is not None and done >= self.cfg.rounds:
                 break
             await self._yardstick(node)
             self.state.emit(PhaseChanged("idle"))
-            await self._unpaused.wait()
+            await unpaused.wait()
             if self._stop.is_set():
                 break
             r = node.next_round

@@ -187,8 +187,9 @@ def check_device_and_memory(cfg: NodeConfig) -> list[Check]:
             params = count_parameters(json.loads(config_file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             params = None
-    if params is None and catalogue_entry(spec) is not None:
-        params = catalogue_entry(spec).parameters
+    entry = catalogue_entry(spec)
+    if params is None and entry is not None:
+        params = entry.parameters
     if params is None:
         checks.append(Check("memory", WARNING, f"{_gb(free)} {where}; cannot estimate what '{spec}' needs "
                                                "(its config.json is not on this machine)",
@@ -245,10 +246,12 @@ def check_threads(cfg: NodeConfig, window_s: float = 1.0) -> Check:
     policy = ThreadPolicy(0)
     time.sleep(window_s)
     choice = policy.start()
+    others = choice.others_busy
+    assert others is not None, "an unpinned policy's start reads what other programs use"
     busy = _busiest(processes)
     detail = (f"auto: would start with {choice.count} of {choice.cores} cores; other programs use "
-              f"{choice.others_busy:.2f} cores now" + (f" (busiest: {', '.join(busy)})" if busy else ""))
-    if choice.others_busy >= choice.cores - 0.5:
+              f"{others:.2f} cores now" + (f" (busiest: {', '.join(busy)})" if busy else ""))
+    if others >= choice.cores - 0.5:
         return Check("threads", WARNING, detail + "; rounds will be slow",
                      "nothing to fix: the node takes threads back when the machine frees up")
     return Check("threads", OK, detail + "; re-checked every round")

@@ -87,30 +87,31 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
     if not addrs:
         return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
                                             "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
-    targets: list[tuple[str, tuple[str, int] | None, str | None]] = []
+    untested: dict[str, Check] = {}  # by address: those that cannot be dialled, and why
+    dials: dict[str, tuple[str, int]] = {}
     for addr in addrs:
         try:
             host, port = _host_and_port(addr)
         except MultiaddrError as exc:
-            targets.append((addr, None, str(exc)))
+            untested[addr] = Check(f"bootstrap {addr}", PROBLEM, str(exc), "fix or remove this address")
             continue
-        targets.append((addr, (host, port), None if port else "not a TCP address: cannot be tested"))
-    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
-        futures = {addr: pool.submit(_dial, *target, timeout) for addr, target, error in targets
-                   if error is None and target is not None}
+        if port:
+            dials[addr] = (host, port)
+        else:
+            untested[addr] = Check(f"bootstrap {addr}", WARNING, "not a TCP address: cannot be tested")
+    with ThreadPoolExecutor(max_workers=min(16, len(addrs))) as pool:
+        futures = {addr: pool.submit(_dial, host, port, timeout) for addr, (host, port) in dials.items()}
         results = {addr: f.result() for addr, f in futures.items()}
     reachable = sum(1 for why in results.values() if why is None)
     fix = ("check your internet connection and firewall (outgoing TCP), or give a reachable peer with "
            "--bootstrap; the node still trains alone meanwhile (or run with --solo)")
     out = []
-    for addr, target, error in targets:
-        if error is not None:
-            status = PROBLEM if target is None else WARNING
-            out.append(Check(f"bootstrap {addr}", status, error,
-                             "fix or remove this address" if target is None else None))
-        elif results[addr] is None:
+    for addr in addrs:
+        why = results.get(addr)
+        if addr in untested:
+            out.append(untested[addr])
+        elif why is None:
             out.append(Check(f"bootstrap {addr}", OK, "answers"))
         else:
-            out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, results[addr],
-                             None if reachable else fix))
+            out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, why, None if reachable else fix))
     return out

@@ -26,6 +26,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from swarmnode.config import NodeConfig
 from swarmnode.node.api import MetricsApi, relay_prometheus_text
@@ -57,6 +58,13 @@ def bootstrap_lines(addresses: list[str]) -> str:
     quoted = ", ".join(f'"{a}"' for a in addresses)
     flags = "\n".join(f"  --bootstrap {a}" for a in addresses)
     return f"bootstrap = [{quoted}]\n{flags}" if addresses else "(no address: the transport reports none)"
+
+
+@runtime_checkable
+class HoldFiltering(Protocol):
+    """A transport that holds bundles for private peers (libp2p) and lets the relay refuse some."""
+
+    def set_hold_filter(self, admit: Callable[[bytes], bool]) -> None: ...
 
 
 class Relay:
@@ -111,14 +119,14 @@ class Relay:
             loop.add_signal_handler(sig, self.request_stop)
         try:
             identity = Identity.load_or_create(self.home.identity_file)
-            self.transport = self._open_transport(identity)
+            self.transport = transport = self._open_transport(identity)
         except (IdentityError, TransportError) as exc:
             raise RelayError(str(exc)) from None
-        self._guard = PeerGuard(on_ban=lambda peer, seconds, _why: self.transport.block(peer, seconds))
-        if hasattr(self.transport, "set_hold_filter"):  # libp2p: what private nodes leave here
-            self.transport.set_hold_filter(self._admit_hold)
+        self._guard = PeerGuard(on_ban=lambda peer, seconds, _why: transport.block(peer, seconds))
+        if isinstance(transport, HoldFiltering):  # libp2p: what private nodes leave here
+            transport.set_hold_filter(self._admit_hold)
         try:
-            await self.transport.start()
+            await transport.start()
         except TransportError as exc:
             raise RelayError(str(exc)) from None
         api = MetricsApi(self.metrics_text, home=self.home, port=self.cfg.api_port)
@@ -127,17 +135,17 @@ class Relay:
                 await api.start()
             except OSError as exc:
                 raise RelayError(str(exc)) from None
-            on_ready(self.transport.addresses())
+            on_ready(transport.addresses())
             while not self._stop.is_set():
                 try:
                     await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
                 except asyncio.TimeoutError:
-                    refused = sum(n for k, n in self.transport.refusals().items() if k.startswith("refused_"))
+                    refused = sum(n for k, n in transport.refusals().items() if k.startswith("refused_"))
                     log.info("relay: %d peers connected; %d bundles held, %d refused by the guard; %d records "
-                             "refused by the transport (see /metrics)", len(self.transport.peers()),
+                             "refused by the transport (see /metrics)", len(transport.peers()),
                              self.counts.held, self.counts.dropped, refused)
             log.info("relay: stopping")
         finally:
             await api.stop()
-            await self.transport.stop()
+            await transport.stop()
         return 0

@@ -174,7 +174,7 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not allowed")
 
 
-def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str, int]:
+def _open(data: object, limits: BundleLimits) -> tuple[str, dict, str, int]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BundleRejected("malformed", "not bytes")
     data = bytes(data)
@@ -209,8 +209,9 @@ def _open(data: bytes, limits: BundleLimits) -> tuple[str, dict, str, int]:
     return sender, payload, hashlib.sha256(message).hexdigest(), version
 
 
-def open_envelope(data: bytes, limits: BundleLimits = BundleLimits()) -> tuple[str, dict]:
-    """Check a bundle's envelope and return ``(sender PeerID, payload dict)``.
+def open_envelope(data: object, limits: BundleLimits = BundleLimits()) -> tuple[str, dict]:
+    """Check a bundle's envelope and return ``(sender PeerID, payload dict)``; ``data`` is
+    whatever a peer sent (anything but bytes is refused).
 
     Checks size, magic and version, decompresses under the cap, requires canonical JSON,
     verifies the signature and that the sender is the signing key's PeerID. It does not look
@@ -221,7 +222,7 @@ def open_envelope(data: bytes, limits: BundleLimits = BundleLimits()) -> tuple[s
     return sender, payload
 
 
-def _open_guarded(data: bytes, limits: BundleLimits) -> tuple[str, dict, str, int]:
+def _open_guarded(data: object, limits: BundleLimits) -> tuple[str, dict, str, int]:
     try:
         return _open(data, limits)
     except BundleRejected:

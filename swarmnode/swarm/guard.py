@@ -105,7 +105,7 @@ class PeerGuard:
         with self._lock:
             now = self._clock()
             known = self._peers.get(claimed) if claimed is not None else None
-            if known is not None and known.authenticated:
+            if claimed is not None and known is not None and known.authenticated:
                 bucket, peer = claimed, known
                 rate, burst = self.limits.rate, self.limits.burst
             else:

@@ -24,11 +24,13 @@ log = logging.getLogger(__name__)
 class SwarmLink(Protocol):
     def share(self, round_no: int, groups: list[Group]) -> None:
         """Offer this round's local groups to the swarm; must return at once (never blocks a round)."""
+        ...
 
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` peers' groups, already re-scored by this node's own verifier; ``levels``
         (this node's family levels) steer ``level-aware`` sampling."""
+        ...
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
         """The round's update weighed ``measured[peer]`` of a peer's completions against the bound
@@ -37,12 +39,15 @@ class SwarmLink(Protocol):
 
     def peer_count(self) -> int:
         """Peers currently connected."""
+        ...
 
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
+        ...
 
     def refusals(self) -> dict[str, int]:
         """The transport's own refusal counters (see :meth:`Transport.refusals`)."""
+        ...
 
 
 class SoloLink:

@@ -30,11 +30,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from swarmnode.compat.transformers import gguf_tensor_converter
+
+if TYPE_CHECKING:
+    from gguf import ReaderTensor
 
 # fp32 bytes of one block of rows: small beside the model, large enough that numpy's
 # de-quantization runs on big arrays.
@@ -52,7 +56,7 @@ class ConversionError(RuntimeError):
 
 @dataclass(frozen=True)
 class _Planned:
-    gguf: object  # gguf.ReaderTensor
+    gguf: ReaderTensor
     name: str  # state-dict name in the converted model
     shape: tuple[int, ...]  # numpy order (GGUF lists dimensions innermost first)
 
@@ -151,9 +155,9 @@ def _copy_tensor(fd: int, p: _Planned, convert: Callable, write: Callable[[np.nd
     from gguf import dequantize
 
     t = p.gguf
+    inner_bytes = int(t.n_bytes) * p.shape[-1] // math.prod(p.shape)  # bytes of one innermost row
     rows = p.shape[0] if len(p.shape) > 1 else 1
     row_bytes = int(t.n_bytes) // rows
-    inner_bytes = int(t.n_bytes) * p.shape[-1] // math.prod(p.shape)  # bytes of one innermost row
 
     def read(start: int, count: int) -> np.ndarray:
         raw = os.pread(fd, count * row_bytes, int(t.data_offset) + start * row_bytes)
@@ -180,13 +184,14 @@ def _copy_tensor(fd: int, p: _Planned, convert: Callable, write: Callable[[np.nd
 def _write(dst, weights: np.ndarray, precision: str) -> None:
     fp32 = np.ascontiguousarray(weights, dtype="<f4")
     if precision == "bfloat16":  # numpy has no bf16: torch rounds to nearest even, as its own casts do
-        dst.write(memoryview(torch.from_numpy(fp32).to(torch.bfloat16).view(torch.int16).numpy()).cast("B"))
+        dst.write(torch.from_numpy(fp32).to(torch.bfloat16).view(torch.int16).numpy().data.cast("B"))
     else:
-        dst.write(memoryview(fp32).cast("B"))
+        dst.write(fp32.data.cast("B"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m swarmnode.train.convert", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m swarmnode.train.convert",
+                                     description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("gguf", type=Path)
     parser.add_argument("out", type=Path, help="the model directory to create")
     parser.add_argument("--tie-output", action="store_true", help="one matrix for the embedding and the output")

@@ -116,6 +116,13 @@ def level_range(family: str) -> tuple[int, int] | None:
     return -len(EASED_RUNGS.get(family, [])), top
 
 
+def _ladder(family: str) -> tuple[int, int]:
+    """:func:`level_range` of a family :class:`Levels` holds a level of: it has a ladder."""
+    span = level_range(family)
+    assert span is not None, f"family '{family}' has a level but no ladder"
+    return span
+
+
 def start_level(family: str) -> int | None:
     """Where a family starts: its lowest rung (the node climbs to its frontier from there)."""
     span = level_range(family)
@@ -132,6 +139,7 @@ def level_config(family: str, base: Mapping[str, Any], level: int) -> dict[str, 
         config.update(EASED_RUNGS[family][level - span[0]])
         return config
     curriculum = _curriculum(family)
+    assert curriculum is not None, "a family with a ladder has a curriculum"
     for name, attr in curriculum.attributes.items():
         curriculum.set_attr_level(name, min(level, len(attr.levels) - 1))
     generated = curriculum.generate_configuration()
@@ -181,7 +189,7 @@ class Levels:
     """The node's level per family and the recent results that move them (see module doc).
 
     ``adaptive`` False pins every level where it starts. ``start`` overrides start levels
-    per family (from the ``levels`` config key).
+    per family (from the ``levels`` config key), of families with a ladder.
     """
 
     def __init__(self, families: Iterable[str], *, adaptive: bool = True, start: Mapping[str, int] | None = None):
@@ -227,7 +235,7 @@ class Levels:
             if len(window) < WINDOW:
                 continue
             mean = statistics.fmean(window[-WINDOW:])
-            low, high = level_range(family)
+            low, high = _ladder(family)
             step = 1 if mean >= BAND_HIGH else -1 if mean <= BAND_LOW else 0
             new = min(max(self.levels[family] + step, low), high)
             if new != self.levels[family]:
@@ -241,7 +249,7 @@ class Levels:
 
     def dormant(self) -> list[str]:
         """Families at an end of their ladder whose last ``WINDOW`` groups carried no signal."""
-        return [f for f, quiet in self.quiet.items() if quiet >= WINDOW and self.levels[f] in level_range(f)]
+        return [f for f, quiet in self.quiet.items() if quiet >= WINDOW and self.levels[f] in _ladder(f)]
 
     def focus(self) -> dict[str, float]:
         """Each family's multiplier on its task-file weight in the question draw."""
@@ -267,7 +275,7 @@ class Levels:
         for family, entry in record.items():
             if family not in self.levels:
                 continue
-            low, high = level_range(family)
+            low, high = _ladder(family)
             self.levels[family] = min(max(entry["level"], low), high)
             self.recent[family] = [float(x) for x in entry["recent"]][-WINDOW:]
             self.quiet[family] = entry.get("quiet", 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache
 
-from swarmnode.compat.transformers import CacheLayer, LayeredCache, growing_cache
+from swarmnode.compat.transformers import CacheLayer, LayeredCache, cache_layers, growing_cache
 
 
 class _WriteOnceLayer(CacheLayer):
@@ -32,11 +32,12 @@ class _PrefixLayer(CacheLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         rows = key_states.shape[0]
-        return (torch.cat([self.keys.expand(rows, -1, -1, -1), key_states], dim=-2),
-                torch.cat([self.values.expand(rows, -1, -1, -1), value_states], dim=-2))
+        keys, values = self.states()
+        return (torch.cat([keys.expand(rows, -1, -1, -1), key_states], dim=-2),
+                torch.cat([values.expand(rows, -1, -1, -1), value_states], dim=-2))
 
     def get_seq_length(self) -> int:
-        return self.keys.shape[-2]
+        return self.states()[0].shape[-2]
 
 
 def prompt_cache() -> Cache:
@@ -46,4 +47,4 @@ def prompt_cache() -> Cache:
 
 def prefix_cache(prompt_cache: Cache) -> Cache:
     """A read-only cache that puts ``prompt_cache``'s one row in front of every row of a batch."""
-    return LayeredCache([_PrefixLayer(layer.keys, layer.values) for layer in prompt_cache.layers])
+    return LayeredCache([_PrefixLayer(*layer.states()) for layer in cache_layers(prompt_cache)])

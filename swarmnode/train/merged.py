@@ -35,7 +35,7 @@ def adapter_merged(model, enabled: bool = True) -> Iterator[None]:
         return
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    weights = [m.get_base_layer().weight for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    weights = [_base_weight(m) for m in model.modules() if isinstance(m, BaseTunerLayer)]
     kept = [w.detach().clone() for w in weights]
     model.merge_adapter()
     try:
@@ -45,3 +45,9 @@ def adapter_merged(model, enabled: bool = True) -> Iterator[None]:
         with torch.no_grad():
             for weight, before in zip(weights, kept):
                 weight.copy_(before)
+
+
+def _base_weight(layer) -> torch.Tensor:
+    weight = layer.get_base_layer().weight
+    assert isinstance(weight, torch.Tensor), "a LoRA layer adapts a layer with a weight"
+    return weight

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from swarmnode.catalogue import AUTO, CATALOGUE, CatalogueModel, catalogue_entry
 from swarmnode.compat import onednn
 from swarmnode.train.fetch import ModelError, ensure_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["BaseModel", "ModelError", "ModelSource", "bf16_cpu_reason", "load_base_model", "pick_device",
            "pick_dtype", "prepare_model"]
@@ -87,7 +91,7 @@ def precision_name(dtype: torch.dtype) -> str:
 @dataclass
 class BaseModel:
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     name: str
     device: torch.device
     dtype: torch.dtype
@@ -177,7 +181,8 @@ def load_base_model(spec: str, device: torch.device, dtype: torch.dtype = torch.
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     drop_construction_tables(tokenizer)
-    model.to(device)
+    # transformers decorates `to` with functools.wraps, whose stub leaves the method unbound
+    model.to(device)  # pyright: ignore[reportArgumentType]
     model.requires_grad_(False)
     model.config.use_cache = True
     return BaseModel(model, tokenizer, source.name, device, dtype)

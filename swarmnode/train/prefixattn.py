@@ -32,6 +32,7 @@ from swarmnode.compat.transformers import (
     CacheLayer,
     LayeredCache,
     attention_swapped,
+    cache_layers,
     group_query_heads,
     layer_index,
     ungroup_query_heads,
@@ -145,12 +146,14 @@ class _RowLayer(CacheLayer):
         if self.rooms is None:
             rows, kv_heads, _, dim = key_states.shape
             stored = storage_dtype(key_states.dtype)
-            self.rooms = tuple(_Room(rows, self.capacity, kv_heads, dim, stored, key_states.device) for _ in range(2))
+            self.rooms = (_Room(rows, self.capacity, kv_heads, dim, stored, key_states.device),
+                          _Room(rows, self.capacity, kv_heads, dim, stored, key_states.device))
             self.hold(self.rooms[0].states, self.rooms[1].states)
-        self.keys[:, :, self.length:end] = key_states
-        self.values[:, :, self.length:end] = value_states
+        keys, values = self.states()
+        keys[:, :, self.length:end] = key_states
+        values[:, :, self.length:end] = value_states
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return keys[:, :, :end], values[:, :, :end]
 
     def get_seq_length(self) -> int:
         return self.prefix_keys.shape[-2] + self.length
@@ -181,17 +184,19 @@ class SharedPrefixCache(LayeredCache):
     """
 
     def __init__(self, prompt_caches: list[Cache], prompt_mask: torch.Tensor, n: int, capacity: int):
-        dtype = prompt_caches[0].layers[0].keys.dtype  # the model's; the layers store theirs
+        prompt_layers = [cache_layers(cache) for cache in prompt_caches]
+        dtype = prompt_layers[0][0].states()[0].dtype  # the model's; the layers store theirs
         width = prompt_mask.shape[1]
-        layers = []
-        for i in range(len(prompt_caches[0].layers)):
-            parts = [cache.layers[i] for cache in prompt_caches]
-            keys = torch.cat([_left_padded(p.keys, width) for p in parts])
-            values = torch.cat([_left_padded(p.values, width) for p in parts])
+        layers: list[_RowLayer] = []
+        for i in range(len(prompt_layers[0])):
+            parts = [prompt[i] for prompt in prompt_layers]
+            keys = torch.cat([_left_padded(p.states()[0], width) for p in parts])
+            values = torch.cat([_left_padded(p.states()[1], width) for p in parts])
             for part in parts:  # the prefills' copies go as the joined ones come
                 part.keys = part.values = None
             layers.append(_RowLayer(keys, values, capacity))
         super().__init__(layers)
+        self.row_layers = layers
         # 0 on real prompt positions, -inf on left padding: added to the prefix scores.
         self.prefix_bias = torch.zeros(prompt_mask.shape, dtype=dtype,
                                        device=prompt_mask.device).masked_fill(prompt_mask == 0, float("-inf"))
@@ -244,10 +249,10 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     keys at indices above P + t - 1 - W (transformers' ``sliding_window_overlay``).
     """
     cache = _ACTIVE.get()
-    layer = cache.layers[layer_index(module)]
+    layer = cache.row_layers[layer_index(module)]
     _, heads, _, dim = query.shape
     kv_heads = key.shape[1]
-    scaling = dim ** -0.5 if scaling is None else scaling
+    scale: float = dim ** -0.5 if scaling is None else scaling
     prefix_keys, prefix_values, bias = layer.prefix_keys, layer.prefix_values, cache.row_bias
     if sliding_window is not None:
         first = prefix_keys.shape[-2] + key.shape[-2] - sliding_window  # the first index in the window
@@ -258,8 +263,8 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
             key, value = key[..., own_first:, :], value[..., own_first:, :]
     q = group_query_heads(query.to(products_dtype(query)), kv_heads)
     prefix_scores, own_scores = _per_run(cache, q, q, prefix_keys, key, True)
-    prefix_scores = prefix_scores * scaling + bias[:, None, None, :]
-    own_scores = own_scores * scaling
+    prefix_scores = prefix_scores * scale + bias[:, None, None, :]
+    own_scores = own_scores * scale
     probs = torch.softmax(torch.cat([prefix_scores, own_scores], dim=-1).float(), dim=-1).to(q.dtype)
     prefix_probs, own_probs = probs.split([prefix_scores.shape[-1], own_scores.shape[-1]], dim=-1)
     prefix_out, own_out = _per_run(cache, prefix_probs, own_probs, prefix_values, value, False)

@@ -186,7 +186,7 @@ class YardstickRun:
         with swapped_weights(policy.params, self.weights):
             while not self.done:
                 left = budget_s - (time.perf_counter() - t0)
-                if ran and self.next_cost(policy) > left:
+                if ran and self._cost(self._order[self.scored]) > left:  # a piece ran: its rate is known
                     break
                 piece = self._piece(left)
                 t_piece = time.perf_counter()
@@ -220,16 +220,11 @@ class YardstickRun:
         }
 
 
-def score_yardstick(policy, scorer: Scorer, questions: list[Question],
-                    should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any] | None:
-    """Greedy score of ``policy`` as it is on ``questions``, in one go (:meth:`YardstickRun.result`).
-
-    None when ``should_stop()`` turned true on the way (a cut-short score would be wrong)."""
+def score_yardstick(policy, scorer: Scorer, questions: list[Question]) -> dict[str, Any]:
+    """Greedy score of ``policy`` as it is on ``questions``, in one go (:meth:`YardstickRun.result`)."""
     run = YardstickRun(0, questions)
     while not run.done:
-        run.step(policy, scorer, should_stop=should_stop)
-        if should_stop():
-            return None
+        run.step(policy, scorer)
     return run.result()
 
 

@@ -71,6 +71,10 @@ class Room(Generic[K]):
         """(bytes, order) of ``signer``'s record ``item``, None when it holds none there."""
         return self._held.get(signer, {}).get(item)
 
+    def order(self, signer: str, item: K) -> float:
+        """The order of ``signer``'s record ``item``, which it holds here (KeyError otherwise)."""
+        return self._held[signer][item][1]
+
     def items(self, signer: str) -> list[K]:
         return list(self._held.get(signer, {}))
 
@@ -93,11 +97,12 @@ class Room(Generic[K]):
                 held = self._bytes[signer]
                 self._set_bytes(signer, held, held)
 
-    def refused_outright(self, signer: str, size: int, item: K) -> str | None:
+    def refused_outright(self, signer: str, size: int, item: K | None) -> str | None:
         """The refusal :meth:`make_room` would give a writer that holds nothing here but the
-        record it replaces under ``item``, when its class is full and it would hold the most
-        of it (``newcomers_full``, ``storage_full``); None when the record may fit."""
-        old_size = (self.held(signer, item) or (0, 0.0))[0]
+        record it replaces under ``item`` (None: a record that replaces none), when its class
+        is full and it would hold the most of it (``newcomers_full``, ``storage_full``); None
+        when the record may fit."""
+        old_size = (self.held(signer, item) or (0, 0.0))[0] if item is not None else 0
         if self._bytes[signer] - old_size > 0:
             return None  # a writer with other records makes room from them
         established = self.established(signer)

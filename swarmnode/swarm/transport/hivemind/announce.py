@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 # Rounds from one traversal to the next, the traversal's included. A traversal is what brings
 # the shard back (num_replicas copies of N / 16 announcements); one round in 8 pays for it, an
@@ -42,9 +43,11 @@ from dataclasses import dataclass, field
 # traversal's bytes a round fall as 1/M) and waits longer.
 REFRESH_ROUNDS = 8
 
+P = TypeVar("P", bound=Hashable)  # what identifies a peer: a PeerID in the transport, a host in the simulator
+
 
 @dataclass
-class ShardReplicas:
+class ShardReplicas(Generic[P]):
     """The remembered replicas of one announcement shard and the rule for using them.
 
     Per round: :meth:`targets` says where to store (a tuple of replicas: direct; None:
@@ -54,15 +57,15 @@ class ShardReplicas:
     """
 
     refresh_rounds: int = REFRESH_ROUNDS
-    replicas: tuple[Hashable, ...] = ()
-    found: frozenset[Hashable] = frozenset()  # the peers the last traversal found nearest
+    replicas: tuple[P, ...] = ()
+    found: frozenset[P] = frozenset()  # the peers the last traversal found nearest
     farthest: int = -1  # the distance to the key of the farthest of them
     direct_rounds: int = 0  # direct stores since the last traversal
     traversals: int = field(default=0, compare=False)  # counters: see counts()
     directs: int = field(default=0, compare=False)
     direct_failures: int = field(default=0, compare=False)
 
-    def targets(self, table: Iterable[tuple[int, Hashable]] = ()) -> tuple[Hashable, ...] | None:
+    def targets(self, table: Iterable[tuple[int, P]] = ()) -> tuple[P, ...] | None:
         """The replicas to store straight at this round, or None when this round traverses.
         ``table``: (distance to the key, peer) of the peers nearest the key that the node's
         routing table holds, the node itself among them if it is a server."""
@@ -73,7 +76,7 @@ class ShardReplicas:
             return None
         return self.replicas
 
-    def direct_done(self, accepted: Collection[Hashable]) -> bool:
+    def direct_done(self, accepted: Collection[P]) -> bool:
         """Take the outcome of a direct store at :meth:`targets` (``accepted``: those that
         stored it); True when the store stands, False when the round must traverse now."""
         asked = self.replicas
@@ -88,7 +91,7 @@ class ShardReplicas:
         self.direct_failures += 1
         return False
 
-    def traversed(self, found: Sequence[tuple[int, Hashable]], accepted: Collection[Hashable]) -> None:
+    def traversed(self, found: Sequence[tuple[int, P]], accepted: Collection[P]) -> None:
         """Remember what this round's traversal found, (distance to the key, peer), and the
         replicas among them that accepted its store (none: forget)."""
         self.traversals += 1

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 
 from hivemind.dht.node import DHTNode
 from hivemind.p2p import PeerID
-from hivemind.utils import get_dht_time
+from hivemind.utils import ValueWithExpiration, get_dht_time
 from hivemind.utils.multiaddr import Multiaddr
 
 from swarmnode.compat.hivemind import (
@@ -25,6 +25,7 @@ from swarmnode.compat.hivemind import (
     guard_routing_table,
     local_storage,
     nearest_replicas,
+    node_p2p,
     ping,
     replace_storage,
     routed_peers,
@@ -53,7 +54,7 @@ CALL_TIMEOUT = 30.0
 DIAL_TIMEOUT = 5.0
 # The replicas of the shard this DHT process announces into, by announcement key: a node
 # announces into its own shard only, so this holds one entry.
-SHARD_REPLICAS: dict[str, ShardReplicas] = {}
+SHARD_REPLICAS: dict[str, ShardReplicas[PeerID]] = {}
 
 
 def write_private(path: str, data: bytes) -> None:
@@ -147,7 +148,7 @@ async def announce(node: DHTNode, key: str, peer_id: str, round_no: int, expirat
     the replicas remembered for it or by a traversal; RuntimeError if no DHT node took it."""
     replicas = SHARD_REPLICAS.setdefault(key, ShardReplicas())
     targets = replicas.targets(table_nearest(node, key))
-    held: set = set()
+    held: set[PeerID] = set()
     if targets is not None:
         held = await store_subkey_at(node, list(targets), key, peer_id, round_no, expiration)
         if replicas.direct_done(held):
@@ -178,7 +179,7 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: li
                                     num_workers=get_workers(len(keys), READ_TO_FIRST_COPY))
         now = get_dht_time()
         for key, result in found.items():
-            if result is None or not hasattr(result.value, "items"):
+            if not isinstance(result, ValueWithExpiration) or not hasattr(result.value, "items"):  # None: not found
                 continue
             answered[keys[key]] = len(result.value)
             for subkey, item in result.value.items():
@@ -189,7 +190,7 @@ async def read_announcements(_dht: Any, node: DHTNode, *, swarm: str, shards: li
     # mid-start), and its own libp2p DHT connects peers hivemind's DHT never heard of. Taking
     # such a connection for a join, a node would never ping again and never exchange a record.
     routed = routed_peers(node)
-    peers = [str(info.peer_id) for info in await node.p2p.list_peers() if info.peer_id in routed]
+    peers = [str(info.peer_id) for info in await node_p2p(node).list_peers() if info.peer_id in routed]
     return announced, answered, peers
 
 
@@ -204,7 +205,7 @@ async def fetch_bundles(_dht: Any, node: DHTNode, *, swarm: str,
     records = []
     for key, result in found.items():
         peer, round_no = keys[key]
-        if result is None or not hasattr(result.value, "items"):
+        if not isinstance(result, ValueWithExpiration) or not hasattr(result.value, "items"):  # None: not found
             continue
         records.extend((peer, round_no, item.value) for subkey, item in result.value.items()
                        if subkey == peer and isinstance(item.value, bytes))

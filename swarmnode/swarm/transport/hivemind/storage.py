@@ -136,9 +136,12 @@ class BoundedStorage(DHTLocalStorage):
         if self._subkeys[key] <= 0:
             del self._subkeys[key]
         found = super().get(key)
-        if found is not None and isinstance(found.value, DictionaryDHTValue):
-            del found.value[signer]
-            if not found.value:
+        held = found.value if found is not None else None
+        if isinstance(held, DictionaryDHTValue):
+            # hivemind's class decorator (MSGPackSerializer.ext_serializable) is typed to return a
+            # plain `type`, so a type checker cannot narrow to DictionaryDHTValue
+            del held[signer]  # pyright: ignore[reportIndexIssue, reportOptionalSubscript]
+            if not held:
                 del self[key]
 
     def _purge_expired(self, now: float) -> None:

@@ -94,7 +94,7 @@ class BundleStore:
         with self._lock:
             room = self.room
             room.tick(self._clock())
-            rounds = sorted((k for k in room.items(author) if k != key), key=lambda k: room.held(author, k)[1])
+            rounds = sorted((k for k in room.items(author) if k != key), key=lambda k: room.order(author, k))
             for old in rounds[:max(0, len(rounds) + 1 - self.per_author)]:
                 room.remove(author, old)
                 self._items.pop(old, None)

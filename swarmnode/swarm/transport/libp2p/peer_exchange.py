@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Collection, Sequence, TypeVar
+from typing import Collection, Generic, Sequence, TypeVar
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport.libp2p.wire import loads_bounded
@@ -36,7 +36,7 @@ _MAX_ADDR_CHARS = 512
 P = TypeVar("P")
 
 
-class ExchangeRound:
+class ExchangeRound(Generic[P]):
     """One exchange of a node whose connected peers are ``connected``: whom to ask
     (:attr:`ask`, empty when the node has none or :data:`PEER_TARGET` already) and which of
     the addresses they name to dial (none of ``bootstrap``, the PeerIDs of its bootstrap peers)."""

@@ -139,7 +139,8 @@ async def push_announcement(host: Any, wire: bytes, peers: list[ID]) -> None:
     """Push a signed announcement to each of ``peers``, at once; a push that fails is not retried."""
     async with trio.open_nursery() as nursery:
         for peer in peers:
-            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0)
+            # trio_typing's stale trio stubs (a libp2p dependency) allow 4 arguments; trio takes any
+            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0)  # pyright: ignore[reportArgumentType]
 
 
 async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[str]:

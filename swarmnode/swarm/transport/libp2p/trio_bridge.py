@@ -101,7 +101,8 @@ class TrioThread:
                 log.error("%s stopped: %s", self.what, exc)
 
     async def _main(self, main: Callable[[], Awaitable[None]]) -> None:
-        with trio.CancelScope() as cancel:
+        # trio_typing's stale trio stubs (a libp2p dependency) take CancelScope's attributes for arguments
+        with trio.CancelScope() as cancel:  # pyright: ignore[reportCallIssue]
             self._cancel = cancel
             self._token = trio.lowlevel.current_trio_token()
             await main()
