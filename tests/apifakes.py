@@ -42,6 +42,9 @@ class FakeControl:
     def peer_count(self) -> int:
         return len(self.peers)
 
+    def join_addresses(self) -> list[str]:
+        return ["/ip4/192.168.1.20/tcp/4101/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"]
+
     def transport_stats(self) -> dict[str, int]:
         return {"published": 3, "delivered": 5}
 

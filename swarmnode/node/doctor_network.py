@@ -11,6 +11,7 @@ from swarmnode.node.checks import OK, PROBLEM, WARNING, Check
 from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
 from swarmnode.swarm.bootstrap import resolve_bootstrap
 
+LAN_BROWSE_S = 3.0  # mDNS browsers query at once and again after 1 s
 BOOTSTRAP_TIMEOUT_S = 3.0
 
 
@@ -85,8 +86,10 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
         return [Check("bootstrap", PROBLEM, str(exc),
                       f"fix {exc.key}, or give peers with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
     if not addrs:
-        return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
-                                            "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
+        reach = "nodes on the local network and peers that dial it" if cfg.lan else "peers that dial it"
+        return [Check("bootstrap", WARNING, f"no bootstrap peers: this node can only be found by {reach}",
+                      "give an invite with --join CODE (`swarmnode invite` on a node of the swarm prints one), "
+                      "or a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
     targets: list[tuple[str, tuple[str, int] | None, str | None]] = []
     for addr in addrs:
         try:
@@ -114,3 +117,24 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
             out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, results[addr],
                              None if reachable else fix))
     return out
+
+
+def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S) -> Check:
+    """Which nodes of this node's swarm and transport answer on the local network (mDNS)."""
+    if cfg.solo or not cfg.lan:
+        return Check("lan", OK, "not used: " + ("solo" if cfg.solo else "lan = false"))
+    from swarmnode.swarm.transport.lan import browse
+
+    try:
+        found, counts = browse(cfg.swarm, cfg.transport, seconds)
+    except OSError as exc:
+        return Check("lan", WARNING, f"cannot use multicast here: {exc.strerror or exc}",
+                     "join with --join CODE or --bootstrap instead (Wi-Fi client isolation, VLANs and cloud "
+                     "hosts block mDNS)")
+    ignored = sum(n for k, n in counts.items() if k.startswith("lan_refused_"))
+    tail = f"; {ignored} other answer(s) ignored (other swarms, transports, versions; malformed)" if ignored else ""
+    if not found:
+        return Check("lan", OK, f"no node of swarm '{cfg.swarm}' over {cfg.transport} answered on the local "
+                                f"network in {seconds:g} s{tail}")
+    return Check("lan", OK, f"{len(found)} node(s) of swarm '{cfg.swarm}' over {cfg.transport} on the local "
+                            f"network, joined without a bootstrap list: {', '.join(found[:8])}{tail}")
