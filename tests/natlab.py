@@ -168,8 +168,11 @@ class SwitchLab(_Namespaces):
 
     SUBNET = "10.78"  # /16: addresses 10.78.0.1 to 10.78.255.250
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, multicast: bool = False) -> None:
+        """``multicast``: route 224.0.0.0/4 out of each node's interface, as a home router's DHCP
+        default route would (mDNS needs it; a namespace has no route at all otherwise)."""
         super().__init__()
+        self.multicast = multicast
         if not 0 < n <= 250 * 256:
             raise ValueError(f"a SwitchLab holds 1 to {250 * 256} nodes, not {n}")
         self.n = n
@@ -192,3 +195,5 @@ class SwitchLab(_Namespaces):
             port = f"sn{self.tag}s{i}"  # interface names: 15 characters at most
             self._link(self.switch, port, None, ns, f"sn{self.tag}n{i}", self.address(i), prefix_len=16)
             self._in(self.switch, "ip", "link", "set", port, "master", "br0")
+            if self.multicast:
+                self._in(ns, "ip", "route", "add", "224.0.0.0/4", "dev", f"sn{self.tag}n{i}")

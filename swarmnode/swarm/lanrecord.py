@@ -17,6 +17,7 @@ answer it drops, by reason. It imports no network stack.
 from __future__ import annotations
 
 import collections
+import random
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -147,12 +148,13 @@ class LanPeers:
     """
 
     def __init__(self, swarm: str, transport: str, own_peer_id: str, *, max_peers: int = 64,
-                 clock=time.monotonic):
+                 clock=time.monotonic, rng: random.Random | None = None):
         self.swarm = swarm
         self.transport = transport
         self.own_peer_id = own_peer_id
         self.max_peers = max_peers
         self.clock = clock
+        self.rng = rng or random.Random()
         self._peers: collections.OrderedDict[str, _Candidate] = collections.OrderedDict()
         self.refused: collections.Counter[str] = collections.Counter()
         self.joins = 0
@@ -200,17 +202,23 @@ class LanPeers:
         """The peer withdrew its service (it stopped)."""
         self._peers.pop(peer_id, None)
 
-    def to_dial(self, connected: Collection[str]) -> list[str]:
-        """One address of each candidate not connected now whose next dial is due (the first
-        address that has not failed yet), and marks them dialed."""
+    def to_dial(self, connected: Collection[str], limit: int) -> list[str]:
+        """Up to ``limit`` candidates not connected now whose next dial is due, drawn at random
+        (so a flood found first cannot keep the real peers waiting behind it), one address of
+        each (the first that has not failed yet), and marks them dialed."""
         now = self.clock()
+        due = [p for p, c in self._peers.items() if p not in connected and c.next_dial <= now]
         out = []
-        for peer_id, c in self._peers.items():
-            if peer_id in connected or c.next_dial > now:
-                continue
+        for peer_id in self.rng.sample(due, min(limit, len(due))) if limit > 0 else []:
+            c = self._peers[peer_id]
             c.next_dial = now + REDIAL_S
             out.append(c.addresses[c.failures % len(c.addresses)])
         return out
+
+    def verified(self, connected: Collection[str]) -> set[str]:
+        """The PeerIDs in the table that a handshake vouched for: a dial from the table reached
+        them, or they are connected now (they dialed this node)."""
+        return {p for p, c in self._peers.items() if c.joined or p in connected}
 
     def dialed(self, maddr: str, answered: bool) -> None:
         """The outcome of dialing ``maddr`` (from :meth:`to_dial`): a peer that never answers,
@@ -232,10 +240,6 @@ class LanPeers:
     def peer_ids(self) -> list[str]:
         """The PeerIDs of every candidate, sorted."""
         return sorted(self._peers)
-
-    def joined(self) -> set[str]:
-        """The PeerIDs in the table that a dial from it reached."""
-        return {p for p, c in self._peers.items() if c.joined}
 
     def counts(self) -> dict[str, int]:
         """``lan_joins`` and ``lan_refused_<reason>``: counters for metrics."""

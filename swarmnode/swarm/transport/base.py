@@ -39,6 +39,8 @@ from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 if TYPE_CHECKING:
     from swarmnode.swarm.transport.lan import LanDiscovery
 
+LAN_DIALS = 4  # dials of LAN-found peers in flight: each holds worker threads (hivemind's DHT calls) for seconds
+
 log = logging.getLogger("swarmnode.swarm.transport")
 
 MessageHandler = Callable[[bytes], None]
@@ -146,6 +148,7 @@ class Transport(ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_task: asyncio.Task | None = None
         self.lan: LanDiscovery | None = None
+        self._lan_dials: set[asyncio.Task] = set()  # at most LAN_DIALS
         self._started = False
         self._stopped = False
 
@@ -173,8 +176,9 @@ class Transport(ABC):
         self.lan = discovery
 
     def lan_peers(self) -> set[str]:
-        """PeerIDs this node reached through an address found on the local network."""
-        return self.lan.joined() if self.lan is not None else set()
+        """PeerIDs of peers found on the local network that a handshake vouched for: this node
+        reached them at an address found there, or they are connected now."""
+        return self.lan.verified(self.peers()) if self.lan is not None else set()
 
     def lan_counts(self) -> dict[str, int]:
         """The LAN discovery's counters (:meth:`~swarmnode.swarm.lanrecord.LanPeers.counts`);
@@ -205,6 +209,9 @@ class Transport(ABC):
         if self._join_task is not None:
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
+        for task in list(self._lan_dials):
+            task.cancel()
+        await asyncio.gather(*self._lan_dials, return_exceptions=True)
         if self.lan is not None:
             await self.lan.stop()
         await self._stop()
@@ -309,6 +316,12 @@ class Transport(ABC):
             self._recent.popitem(last=False)
         return True
 
+    async def _dial_found(self, lan: LanDiscovery, maddr: str) -> None:
+        ok = await self._dial(maddr)
+        lan.dialed(maddr, ok)
+        if ok:
+            log.info("%s transport: joined %s, found on the local network", self.name, maddr)
+
     async def _keep_joined(self) -> None:
         """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is
         connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`). Beside them, each
@@ -331,15 +344,15 @@ class Transport(ABC):
                 lan.changed.clear()
             peers = self.peers()
             dial = loop.to_dial(bootstrap_in_reach(peers, self.bootstrap)) if self.bootstrap else []
-            found = lan.to_dial(peers) if lan is not None else []
+            for maddr in lan.to_dial(peers, LAN_DIALS - len(self._lan_dials)) if lan is not None else []:
+                # Each on its own: a dial nobody answers must not hold up the next peer found.
+                task = asyncio.create_task(self._dial_found(lan, maddr), name=f"{self.name}-lan-dial")
+                self._lan_dials.add(task)
+                task.add_done_callback(self._lan_dials.discard)
             if dial:
                 self.stats.join_attempts += 1
-            results = await asyncio.gather(*(self._dial(m) for m in dial + found))
+            results = await asyncio.gather(*(self._dial(m) for m in dial))
             answered = [m for m, ok in zip(dial, results) if ok]
-            for maddr, ok in zip(found, results[len(dial):]):
-                lan.dialed(maddr, ok)  # type: ignore[union-attr]
-                if ok:
-                    log.info("%s transport: joined %s, found on the local network", self.name, maddr)
             if answered:
                 log.info("%s transport: joined swarm '%s' through %s", self.name, self.swarm, answered[0])
                 warned = False

@@ -8,8 +8,10 @@ with either transport and imports neither.
 
 Zeroconf runs its own thread with its own event loop; its browser calls back on another
 thread. The callbacks only hand a service name to the node's loop (``call_soon_threadsafe``),
-where a bounded queue feeds one lookup at a time: a flood of services costs a counter, not
-memory or threads. Where multicast does not pass (Wi-Fi client isolation, VLANs, cloud hosts)
+where one lookup at a time reads the names in random order (from zeroconf's cache, where the
+announcement left the TXT record, else by asking): the names held are bounded, so a flood of
+services costs a counter, not memory or threads, and it cannot keep the real nodes waiting
+behind it in a queue. Where multicast does not pass (Wi-Fi client isolation, VLANs, cloud hosts)
 or no socket can be opened, discovery logs one line and the node joins the other ways
 (bootstrap list, invite code).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import random
 import socket
 import time
 from collections.abc import Collection
@@ -29,7 +32,7 @@ from swarmnode.swarm.lanrecord import SERVICE_TYPE, LanPeers, LanRecord, adverti
 
 log = logging.getLogger("swarmnode.swarm.transport.lan")
 
-MAX_PENDING = 32  # service names waiting for a lookup; more are dropped and counted as "flood"
+MAX_NAMES = 512  # service names held (looked up or waiting); more are dropped and counted as "flood"
 LOOKUP_MS = 2000
 
 
@@ -47,7 +50,8 @@ class LanDiscovery:
         self._zc: Any = None
         self._browser: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: collections.deque[str] = collections.deque()
+        self._names: set[str] = set()
+        self._todo: set[str] = set()  # names not looked up since they were announced or changed
         self._wake = asyncio.Event()
         self._resolver: asyncio.Task | None = None
 
@@ -86,26 +90,29 @@ class LanDiscovery:
 
     def _noticed(self, name: str, change: str) -> None:
         if change == "Removed":
+            self._names.discard(name)
+            self._todo.discard(name)
             self.table.remove(name.split(".", 1)[0])
             return
-        if name in self._pending:
-            return
-        if len(self._pending) >= MAX_PENDING:
+        if name not in self._names and len(self._names) >= MAX_NAMES:
             self.table.refuse("flood")
             return
-        self._pending.append(name)
+        self._names.add(name)
+        self._todo.add(name)
         self._wake.set()
 
     async def _resolve(self) -> None:
-        """Look the pending services up one at a time and offer their TXT records to the table."""
+        """Look the announced services up one at a time, in random order, and offer their TXT
+        records to the table."""
         while True:
-            if not self._pending:
+            if not self._todo:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            name = self._pending.popleft()
+            name = random.choice(tuple(self._todo))
+            self._todo.discard(name)
             try:
-                info = await asyncio.to_thread(self._zc.get_service_info, SERVICE_TYPE, name, LOOKUP_MS)
+                info = await asyncio.to_thread(self._lookup, name)
             except Exception as exc:  # a malformed answer is zeroconf's to parse; its failure is ours to count
                 log.debug("LAN lookup of %s failed: %r", name, exc)
                 info = None
@@ -114,15 +121,25 @@ class LanDiscovery:
             elif self.table.offer_txt(bytes(info.text)):
                 self.changed.set()
 
-    def to_dial(self, connected: Collection[str]) -> list[str]:
-        return self.table.to_dial(connected) if self.running else []
+    def _lookup(self, name: str) -> Any:
+        """In a worker thread: the service's info from zeroconf's cache, else asked for."""
+        from zeroconf import ServiceInfo
+
+        info = ServiceInfo(SERVICE_TYPE, name)
+        if info.load_from_cache(self._zc):
+            return info
+        return self._zc.get_service_info(SERVICE_TYPE, name, LOOKUP_MS)
+
+    def to_dial(self, connected: Collection[str], limit: int) -> list[str]:
+        return self.table.to_dial(connected, limit) if self.running else []
 
     def dialed(self, maddr: str, answered: bool) -> None:
         self.table.dialed(maddr, answered)
+        self.changed.set()  # a dial slot is free
 
-    def joined(self) -> set[str]:
-        """PeerIDs this node reached through an address found on the LAN."""
-        return self.table.joined()
+    def verified(self, connected: Collection[str]) -> set[str]:
+        """PeerIDs found on the LAN whose handshake vouched for them (see :meth:`LanPeers.verified`)."""
+        return self.table.verified(connected)
 
     def counts(self) -> dict[str, int]:
         return self.table.counts() if self.running else {}
@@ -152,7 +169,7 @@ def browse(swarm: str, transport: str, seconds: float = 2.0) -> tuple[list[str],
     OSError when no multicast socket opens."""
     from zeroconf import IPVersion, ServiceBrowser, Zeroconf
 
-    names: collections.deque[str] = collections.deque(maxlen=MAX_PENDING)
+    names: collections.deque[str] = collections.deque(maxlen=MAX_NAMES)
     table = LanPeers(swarm, transport, own_peer_id="")
     zc = Zeroconf(ip_version=IPVersion.V4Only)
     try:

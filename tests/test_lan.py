@@ -1,0 +1,117 @@
+"""Nodes on one LAN find each other with no bootstrap list (root only; tests/natlab.py's SwitchLab
+with a multicast route in each namespace).
+
+Three transport nodes (tests/transport_node.py, ``--lan``), each alone in a namespace on one
+bridge, start with no bootstrap peer; each must receive both others' bundles, over each
+transport. Printed: the seconds from each node's start to its first peer and to its first
+peer's bundle. A host that lies in mDNS (tests/programs/lan_liar.py: another PeerID at a
+real node's address, other swarms, transports and versions, an oversized record, a flood of
+services nobody answers) runs first: the nodes still join each other, never the forged
+PeerID, and count what they dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from natlab import LabUnavailable, SwitchLab
+from programs import argv
+from programs.lan_liar import fake_id
+from transport_node import ProcNode
+from waiting import wait_until
+
+pytestmark = pytest.mark.slow
+NODES = 3
+FLOOD = 50  # under the table's 64 peers: a larger flood may push out a peer found before it was dialed
+
+
+@pytest.fixture
+def lab():
+    built = SwitchLab(NODES + 1, multicast=True)
+    try:
+        try:
+            built.build()
+        except LabUnavailable as exc:
+            pytest.skip(str(exc))
+        yield built
+    finally:
+        built.remove()
+
+
+def start_liar(lab: SwitchLab, transport: str, target: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*lab.exec_prefix(NODES), *argv("lan_liar", "contract-test", transport, target, FLOOD)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert wait_until(lambda: proc.stdout.readline().strip() == "ready", 60, "the liar's services", procs=[proc])
+    return proc
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transport, tmp_path):
+    nodes: list[ProcNode] = []
+    decoy = liar = None
+    try:
+        # A node of the swarm that is not one of the three and does not advertise: the liar
+        # advertises its real address under another PeerID.
+        decoy = ProcNode(transport, 9, listen=f"/ip4/{lab.address(NODES)}/tcp/4109",
+                         stderr_path=tmp_path / "decoy.err", prefix=lab.exec_prefix(NODES)).ready()
+        liar = start_liar(lab, transport, decoy.addresses[0])
+        started = []
+        for i in range(NODES):
+            started.append(time.monotonic())
+            nodes.append(ProcNode(transport, i, listen=f"/ip4/{lab.address(i)}/tcp/0", lan=True,
+                                  stderr_path=tmp_path / f"node{i}.err", prefix=lab.exec_prefix(i)))
+        ready = []
+        for i, node in enumerate(nodes):
+            node.ready()
+            ready.append(time.monotonic() - started[i])
+        ids = {n.peer_id for n in nodes}
+        first_peer = [0.0] * NODES
+        first_bundle = [0.0] * NODES
+        round_no = 0
+
+        def everyone_has_everyone() -> bool:
+            nonlocal round_no
+            round_no += 1
+            for n in nodes:  # every poll: a bundle published before its node joined may reach no one
+                n.send(cmd="publish", round=round_no, size=2000)
+            now = time.monotonic()
+            done = True
+            for i, n in enumerate(nodes):
+                if not first_peer[i] and set(n.peers()) & ids:
+                    first_peer[i] = now - started[i]
+                senders = {m["sender"] for m in n.messages()} - {n.peer_id}
+                if senders and not first_bundle[i]:
+                    first_bundle[i] = now - started[i]
+                done &= senders >= ids - {n.peer_id}
+            return done
+
+        wait_until(everyone_has_everyone, 120, "every node's bundle at every other node", interval=1.0,
+                   context=lambda: "\n".join((tmp_path / f"node{i}.err").read_text()[-1500:] for i in range(NODES)))
+        print(f"\n{transport}: seconds from a node's start (its process) to ready {[round(t, 1) for t in ready]}, "
+              f"to its first peer {[round(t, 1) for t in first_peer]}, to its first peer's bundle "
+              f"{[round(t, 1) for t in first_bundle]} (median {statistics.median(first_bundle):.1f})")
+        forged = fake_id(0)
+        for n in nodes:
+            lan = n.lan()
+            assert set(lan["joined"]) >= ids - {n.peer_id}, lan
+            assert forged not in lan["joined"] and forged not in n.peers()
+            counts = lan["counts"]
+            for reason in ("other_swarm", "other_transport", "version", "oversized"):
+                assert counts.get(f"lan_refused_{reason}", 0) >= 1, (reason, counts)
+        # The handshake at the decoy's address shows the decoy's key, not the forged PeerID: after
+        # its tries the forged service is dropped, as are the flood's services that nobody answers.
+        wait_until(lambda: all(n.lan()["counts"].get("lan_refused_unanswered", 0) >= 1 for n in nodes), 60,
+                   "the forged service dropped as unanswered")
+        assert all(forged not in n.lan()["joined"] for n in nodes)
+    finally:
+        for n in nodes:
+            n.kill()
+        if liar is not None:
+            liar.stdin.close()
+            liar.wait(20)
+        if decoy is not None:
+            decoy.kill()
