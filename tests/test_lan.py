@@ -4,14 +4,16 @@ with a multicast route in each namespace).
 Three transport nodes (tests/transport_node.py, ``--lan``), each alone in a namespace on one
 bridge, start with no bootstrap peer; each must receive both others' bundles, over each
 transport. Printed: the seconds from each node's start to its first peer and to its first
-peer's bundle. A host that lies in mDNS (tests/programs/lan_liar.py: another PeerID at a
-real node's address, other swarms, transports and versions, an oversized record, a flood of
-services nobody answers) runs first: the nodes still join each other, never the forged
-PeerID, and count what they dropped.
+peer's bundle. Then again with a host that lies in mDNS (tests/programs/lan_liar.py: another
+PeerID at a real node's address, other swarms, transports and versions, an oversized record,
+a flood of services nobody answers) started first: the nodes still join each other, never
+the forged PeerID, and count what they dropped. Last, ``swarmnode doctor``'s LAN check on
+another host of the LAN names the three.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import time
@@ -49,8 +51,9 @@ def start_liar(lab: SwitchLab, transport: str, target: str) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.parametrize("liar_on", [False, True], ids=["quiet", "liar"])
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
-def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transport, tmp_path):
+def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transport, liar_on, tmp_path):
     nodes: list[ProcNode] = []
     decoy = liar = None
     try:
@@ -58,7 +61,8 @@ def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transpor
         # advertises its real address under another PeerID.
         decoy = ProcNode(transport, 9, listen=f"/ip4/{lab.address(NODES)}/tcp/4109",
                          stderr_path=tmp_path / "decoy.err", prefix=lab.exec_prefix(NODES)).ready()
-        liar = start_liar(lab, transport, decoy.addresses[0])
+        if liar_on:
+            liar = start_liar(lab, transport, decoy.addresses[0])
         started = []
         for i in range(NODES):
             started.append(time.monotonic())
@@ -91,7 +95,8 @@ def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transpor
 
         wait_until(everyone_has_everyone, 120, "every node's bundle at every other node", interval=1.0,
                    context=lambda: "\n".join((tmp_path / f"node{i}.err").read_text()[-1500:] for i in range(NODES)))
-        print(f"\n{transport}: seconds from a node's start (its process) to ready {[round(t, 1) for t in ready]}, "
+        print(f"\n{transport}, {'with' if liar_on else 'without'} the liar: seconds from a node's start (its "
+              f"process) to ready {[round(t, 1) for t in ready]}, "
               f"to its first peer {[round(t, 1) for t in first_peer]}, to its first peer's bundle "
               f"{[round(t, 1) for t in first_bundle]} (median {statistics.median(first_bundle):.1f})")
         forged = fake_id(0)
@@ -101,12 +106,19 @@ def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transpor
             assert forged not in lan["joined"] and forged not in n.peers()
             counts = lan["counts"]
             for reason in ("other_swarm", "other_transport", "version", "oversized"):
-                assert counts.get(f"lan_refused_{reason}", 0) >= 1, (reason, counts)
-        # The handshake at the decoy's address shows the decoy's key, not the forged PeerID: after
-        # its tries the forged service is dropped, as are the flood's services that nobody answers.
-        wait_until(lambda: all(n.lan()["counts"].get("lan_refused_unanswered", 0) >= 1 for n in nodes), 60,
-                   "the forged service dropped as unanswered")
-        assert all(forged not in n.lan()["joined"] for n in nodes)
+                assert counts.get(f"lan_refused_{reason}", 0) >= liar_on, (reason, counts)
+        if liar_on:
+            # The handshake at the decoy's address shows the decoy's key, not the forged PeerID: after its
+            # tries the forged service is dropped, as are the flood's services that nobody answers.
+            wait_until(lambda: all(n.lan()["counts"].get("lan_refused_unanswered", 0) >= FLOOD + 1 for n in nodes),
+                       90, "the forged and flooding services dropped as unanswered")
+            assert all(forged not in n.lan()["joined"] for n in nodes)
+        # `swarmnode doctor` on another machine of the LAN names the three (and only the three).
+        doctor = json.loads(subprocess.run([*lab.exec_prefix(NODES), *argv("lan_browse", "contract-test", transport)],
+                                           capture_output=True, text=True, timeout=60, check=True).stdout)
+        assert doctor["status"] == "ok" and all(n.peer_id in doctor["detail"] for n in nodes), doctor
+        # The forged service's address answers TCP (it is the decoy's): only a handshake unmasks it.
+        assert f"{NODES + liar_on} node(s)" in doctor["detail"] and fake_id(10) not in doctor["detail"], doctor
     finally:
         for n in nodes:
             n.kill()

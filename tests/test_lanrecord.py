@@ -77,7 +77,7 @@ def test_others_are_ignored_and_counted():
     for rec in (record(1, swarm="work"), record(2, transport="hivemind"), record(3, version=2), record(0)):
         assert not peers.offer_txt(encode_txt(rec))
     assert peers.offer_txt(encode_txt(record(4)))
-    assert peers.peer_ids() == [pid(4)]
+    assert list(peers.candidates()) == [pid(4)]
     assert peers.counts() == {"lan_joins": 0, "lan_refused_other_swarm": 1, "lan_refused_other_transport": 1,
                               "lan_refused_version": 1}  # the node's own record is not a refusal
 
@@ -95,7 +95,7 @@ def test_a_flood_cannot_grow_the_table_or_push_out_a_joined_peer():
     for n in range(100, 400):
         peers.offer(record(n))
     assert len(peers) == 8
-    assert pid(1) in peers.peer_ids() and peers.verified(()) == {pid(1)}
+    assert pid(1) in peers.candidates() and peers.verified(()) == {pid(1)}
     assert peers.refused["evicted"] == 300 - 7
 
 

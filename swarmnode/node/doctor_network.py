@@ -119,8 +119,10 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
     return out
 
 
-def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S) -> Check:
-    """Which nodes of this node's swarm and transport answer on the local network (mDNS)."""
+def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S, timeout: float = BOOTSTRAP_TIMEOUT_S) -> Check:
+    """Which nodes of this node's swarm and transport advertise on the local network (mDNS) and
+    answer a TCP dial there. A PeerID is only proven by the handshake a node makes when it joins;
+    an advertisement nobody answers (a stale or forged one) is left out and counted."""
     if cfg.solo or not cfg.lan:
         return Check("lan", OK, "not used: " + ("solo" if cfg.solo else "lan = false"))
     from swarmnode.swarm.transport.lan import browse
@@ -131,10 +133,16 @@ def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S) -> Check:
         return Check("lan", WARNING, f"cannot use multicast here: {exc.strerror or exc}",
                      "join with --join CODE or --bootstrap instead (Wi-Fi client isolation, VLANs and cloud "
                      "hosts block mDNS)")
-    ignored = sum(n for k, n in counts.items() if k.startswith("lan_refused_"))
-    tail = f"; {ignored} other answer(s) ignored (other swarms, transports, versions; malformed)" if ignored else ""
-    if not found:
+    answering = []
+    if found:
+        with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
+            dials = {p: pool.submit(_dial, *_host_and_port(addrs[0]), timeout) for p, addrs in found.items()}
+            answering = [p for p, dial in dials.items() if dial.result() is None]
+    ignored = sum(n for k, n in counts.items() if k.startswith("lan_refused_")) + len(found) - len(answering)
+    tail = f"; {ignored} other answer(s) ignored (other swarms, transports, versions; malformed; no answer)" \
+        if ignored else ""
+    if not answering:
         return Check("lan", OK, f"no node of swarm '{cfg.swarm}' over {cfg.transport} answered on the local "
                                 f"network in {seconds:g} s{tail}")
-    return Check("lan", OK, f"{len(found)} node(s) of swarm '{cfg.swarm}' over {cfg.transport} on the local "
-                            f"network, joined without a bootstrap list: {', '.join(found[:8])}{tail}")
+    return Check("lan", OK, f"{len(answering)} node(s) of swarm '{cfg.swarm}' over {cfg.transport} on the local "
+                            f"network, joined without a bootstrap list: {', '.join(answering[:8])}{tail}")

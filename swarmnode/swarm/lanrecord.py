@@ -237,9 +237,9 @@ class LanPeers:
             del self._peers[peer_id]  # type: ignore[arg-type]
             self.refuse("unanswered")
 
-    def peer_ids(self) -> list[str]:
-        """The PeerIDs of every candidate, sorted."""
-        return sorted(self._peers)
+    def candidates(self) -> dict[str, tuple[str, ...]]:
+        """Every candidate's PeerID and addresses, sorted by PeerID."""
+        return {p: self._peers[p].addresses for p in sorted(self._peers)}
 
     def counts(self) -> dict[str, int]:
         """``lan_joins`` and ``lan_refused_<reason>``: counters for metrics."""

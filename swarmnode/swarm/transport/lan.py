@@ -163,10 +163,10 @@ class LanDiscovery:
             zc.close()
 
 
-def browse(swarm: str, transport: str, seconds: float = 2.0) -> tuple[list[str], dict[str, int]]:
-    """The PeerIDs of the nodes of ``swarm`` over ``transport`` that answer on the local network
-    within about ``seconds``, and the table's counters; blocking, for ``swarmnode doctor``.
-    OSError when no multicast socket opens."""
+def browse(swarm: str, transport: str, seconds: float = 2.0) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """The nodes of ``swarm`` over ``transport`` that advertise on the local network within about
+    ``seconds`` (PeerID -> addresses, unverified: only a handshake proves a PeerID), and the
+    table's counters; blocking, for ``swarmnode doctor``. OSError when no multicast socket opens."""
     from zeroconf import IPVersion, ServiceBrowser, Zeroconf
 
     names: collections.deque[str] = collections.deque(maxlen=MAX_NAMES)
@@ -185,4 +185,4 @@ def browse(swarm: str, transport: str, seconds: float = 2.0) -> tuple[list[str],
                 table.offer_txt(bytes(info.text))
     finally:
         zc.close()
-    return table.peer_ids(), table.counts()
+    return table.candidates(), table.counts()
