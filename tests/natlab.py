@@ -19,10 +19,12 @@ counters are one node's traffic (``benchmarks/swarm_scale.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from typing import TypeVar
 
 from programs import argv
@@ -124,6 +126,21 @@ class _Namespaces:
         for ns in reversed(self._created):
             subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
         self._created.clear()
+
+
+@contextlib.contextmanager
+def built_or_skip(lab: _Lab) -> Iterator[_Lab]:
+    """``lab`` built, or the test skipped saying why it cannot be here; removed on leaving either way."""
+    import pytest
+
+    try:
+        try:
+            lab.build()
+        except LabUnavailable as exc:
+            pytest.skip(str(exc))
+        yield lab
+    finally:
+        lab.remove()
 
 
 class NatLab(_Namespaces):

@@ -196,8 +196,6 @@ class Transport(ABC):
         self._loop = asyncio.get_running_loop()
         await self._start()
         self._started = True
-        if self.lan is not None and self.uses_bootstrap:
-            await self.lan.start(self.addresses())
         if self.uses_bootstrap:
             self._join_task = asyncio.create_task(self._keep_joined(), name=f"{self.name}-join")
 
@@ -326,7 +324,10 @@ class Transport(ABC):
         """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is
         connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`). Beside them, each
         peer found on the LAN that is not connected, when its dial is due
-        (:meth:`~swarmnode.swarm.lanrecord.LanPeers.to_dial`)."""
+        (:meth:`~swarmnode.swarm.lanrecord.LanPeers.to_dial`), once the LAN discovery started
+        here (zeroconf's start takes a second or two: not in :meth:`start`'s way)."""
+        if self.lan is not None:
+            await self.lan.start(self.addresses())
         lan = self.lan if self.lan is not None and self.lan.running else None
         if not self.bootstrap:
             if lan is None:

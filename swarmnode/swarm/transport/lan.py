@@ -54,12 +54,15 @@ class LanDiscovery:
         self._todo: set[str] = set()  # names not looked up since they were announced or changed
         self._wake = asyncio.Event()
         self._resolver: asyncio.Task | None = None
+        self._opening: asyncio.Future | None = None
 
     async def start(self, addresses: Collection[str]) -> None:
         """Advertise ``addresses`` (loopback left out; none: browse only) and start browsing."""
         self._loop = asyncio.get_running_loop()
+        # Shielded: a stop while zeroconf starts waits for it in stop(), then closes what it opened.
+        self._opening = asyncio.ensure_future(asyncio.to_thread(self._open, advertised(addresses)))
         try:
-            await asyncio.to_thread(self._open, advertised(addresses))
+            await asyncio.shield(self._opening)
         except Exception as exc:  # no multicast here: the node joins the other ways
             log.info("LAN discovery is off: %s (peers can still join with --bootstrap or --join)", exc)
             await asyncio.to_thread(self._close)
@@ -151,6 +154,8 @@ class LanDiscovery:
             self._resolver.cancel()
             await asyncio.gather(self._resolver, return_exceptions=True)
             self._resolver = None
+        if self._opening is not None:
+            await asyncio.gather(self._opening, return_exceptions=True)
         await asyncio.to_thread(self._close)
 
     def _close(self) -> None:
