@@ -1,4 +1,4 @@
-"""The LAN advertisement's TXT codec and the bounded table of peers found on the LAN."""
+"""The LAN advertisement's TXT codec, the bounded table of peers found on the LAN, and the key that turns it on."""
 
 from __future__ import annotations
 
@@ -158,3 +158,25 @@ def test_a_withdrawn_or_changed_service():
     assert peers.offer(record(1, hosts=2))  # new addresses: a candidate again
     peers.remove(pid(1))
     assert len(peers) == 0
+
+
+@pytest.mark.parametrize("lan", [True, False])
+def test_a_nodes_transport_discovers_on_the_lan_unless_turned_off(monkeypatch, lan):
+    """``transport_for`` (what the daemon calls) attaches the LAN discovery for ``lan = true``."""
+    import swarmnode.swarm.transport as transports
+    from memory_transport import MemoryHub, MemoryTransport
+    from swarmnode.config import NodeConfig
+    from swarmnode.swarm.transport.lan import LanDiscovery
+
+    hub = MemoryHub()
+    monkeypatch.setattr(transports, "create_transport",
+                        lambda name, identity, swarm, **kw: MemoryTransport(identity, swarm, hub=hub))
+    identity = Identity.from_seed(b"\x01" * 32)
+    cfg = NodeConfig(lan=lan, swarm="home", transport="libp2p", bootstrap_file=None)
+    transport = transports.transport_for(cfg, identity)
+    if not lan:
+        assert transport.lan is None and transport.lan_counts() == {} and transport.lan_peers() == set()
+        return
+    assert isinstance(transport.lan, LanDiscovery)
+    assert (transport.lan.table.swarm, transport.lan.table.transport, transport.lan.peer_id) == \
+        ("home", "libp2p", identity.peer_id)
