@@ -69,8 +69,10 @@ class LanRecord:
 
 
 def advertised(addresses: Iterable[str]) -> tuple[str, ...]:
-    """The addresses worth advertising on a LAN: not loopback, at most :data:`MAX_ADDRESSES`."""
-    return tuple(a for a in addresses if not a.startswith(("/ip4/127.", "/ip6/::1/")))[:MAX_ADDRESSES]
+    """The addresses worth advertising on a LAN: dialable (as :func:`decode_txt` checks), not
+    loopback, at most :data:`MAX_ADDRESSES`."""
+    return tuple(a for a in addresses
+                 if not a.startswith(("/ip4/127.", "/ip6/::1/")) and multiaddr_problem(a) is None)[:MAX_ADDRESSES]
 
 
 def encode_txt(record: LanRecord) -> bytes:

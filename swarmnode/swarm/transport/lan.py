@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import random
 import socket
@@ -89,7 +90,8 @@ class LanDiscovery:
         """On zeroconf's browser thread: hand the name to the node's loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._noticed, name, state_change.name)
+            with contextlib.suppress(RuntimeError):  # the loop closed since the check: the node is stopping
+                loop.call_soon_threadsafe(self._noticed, name, state_change.name)
 
     def _noticed(self, name: str, change: str) -> None:
         if change == "Removed":
