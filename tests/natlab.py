@@ -109,6 +109,11 @@ class _Namespaces:
     def _in(self, ns: str, *cmd: str, stdin: str | None = None) -> None:
         _run(*netns_exec(ns), *cmd, stdin=stdin)
 
+    def _route_multicast(self, ns: str, iface: str) -> None:
+        """Route 224.0.0.0/4 out of ``iface``, as a DHCP-configured host's default route would
+        (mDNS needs it; a namespace has no route at all otherwise)."""
+        self._in(ns, "ip", "route", "add", "224.0.0.0/4", "dev", iface)
+
     def _link(self, ns_a: str, if_a: str, ip_a: str | None, ns_b: str, if_b: str, ip_b: str | None,
               prefix_len: int = 24) -> None:
         """A veth pair between two namespaces, an address at each end that has one (None: none)."""
@@ -148,8 +153,11 @@ class NatLab(_Namespaces):
 
     TOOLS = ("ip", "nft")
 
-    def __init__(self) -> None:
+    def __init__(self, multicast: bool = False) -> None:
+        """``multicast``: route multicast out of each home's interface (for mDNS, which no
+        router passes on)."""
         super().__init__()
+        self.multicast = multicast
         tag = self.tag
         self.public, self.r1, self.r2, self.home1, self.home2 = (f"sn{tag}-{n}" for n in
                                                                   ("pub", "r1", "r2", "h1", "h2"))
@@ -173,6 +181,8 @@ class NatLab(_Namespaces):
             self._in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             self._in(router, "nft", "-f", "-", stdin=_ROUTER_RULES.format(wan=wan, lan=lan))
             self._in(home, "ip", "route", "add", "default", "via", "192.168.1.1")
+            if self.multicast:
+                self._route_multicast(home, hlan)
 
 
 class SwitchLab(_Namespaces):
@@ -186,8 +196,7 @@ class SwitchLab(_Namespaces):
     SUBNET = "10.78"  # /16: addresses 10.78.0.1 to 10.78.255.250
 
     def __init__(self, n: int, multicast: bool = False) -> None:
-        """``multicast``: route 224.0.0.0/4 out of each node's interface, as a home router's DHCP
-        default route would (mDNS needs it; a namespace has no route at all otherwise)."""
+        """``multicast``: route multicast out of each node's interface (for mDNS)."""
         super().__init__()
         self.multicast = multicast
         if not 0 < n <= 250 * 256:
@@ -213,4 +222,4 @@ class SwitchLab(_Namespaces):
             self._link(self.switch, port, None, ns, f"sn{self.tag}n{i}", self.address(i), prefix_len=16)
             self._in(self.switch, "ip", "link", "set", port, "master", "br0")
             if self.multicast:
-                self._in(ns, "ip", "route", "add", "224.0.0.0/4", "dev", f"sn{self.tag}n{i}")
+                self._route_multicast(ns, f"sn{self.tag}n{i}")

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from natlab import SwitchLab, built_or_skip
+from natlab import HOME_IP, NatLab, SwitchLab, built_or_skip
 from programs import argv
 from programs.lan_liar import fake_id
 from test_transport_contract import assert_clean
@@ -124,3 +124,37 @@ def test_three_nodes_on_a_lan_find_each_other_and_exchange_bundles(lab, transpor
             liar.wait(20)
         if decoy is not None:
             decoy.kill()
+
+
+@pytest.fixture
+def homes():
+    with built_or_skip(NatLab(multicast=True)) as built:
+        yield built
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_behind_nat_a_node_finds_the_nodes_of_its_own_home_only(homes, transport, tmp_path):
+    """Two homes behind their own routers (tests/natlab.py): in home 1 a node that takes itself
+    for one behind NAT (``--reachability private``: it advertises nothing, it browses) joins the
+    node beside it that advertises; the node of home 2, behind the other router, is never found."""
+    nodes: list[ProcNode] = []
+    try:
+        beside, other = (ProcNode(transport, seed, listen=f"/ip4/{HOME_IP}/tcp/4101", lan=True,
+                                  stderr_path=tmp_path / f"node{seed}.err", prefix=homes.exec_prefix(ns))
+                         for seed, ns in ((21, homes.home1), (23, homes.home2)))
+        nodes += [beside, other]
+        behind = ProcNode(transport, 22, listen=f"/ip4/{HOME_IP}/tcp/4102", lan=True, private=True,
+                          stderr_path=tmp_path / "node22.err", prefix=homes.exec_prefix(homes.home1))
+        nodes.append(behind)
+        for n in nodes:
+            n.ready()
+        t0 = time.monotonic()
+        wait_until(lambda: beside.peer_id in behind.lan()["joined"], 60, "the node behind NAT joining its neighbour")
+        print(f"\n{transport}: behind NAT, joined the node beside it {time.monotonic() - t0:.1f} s after ready")
+        time.sleep(5)  # time enough for the other home's advertisement, were it to cross the router
+        for n in nodes:
+            assert other.peer_id not in n.peers() and other.peer_id not in n.lan()["joined"]
+        assert other.lan()["counts"].get("lan_joins", 0) == 0 and other.peers() == []
+    finally:
+        for n in nodes:
+            n.kill()
