@@ -141,6 +141,12 @@ class NodeConfig:
     bootstrap_file: str | None = _key(None, "File of bootstrap multiaddrs, one a line, '#' comments; unset "
                                             "uses the public demo list shipped in the package when no "
                                             "bootstrap is given.", section="swarm")
+    join: str | None = _key(None, "An invite code from `swarmnode invite` on a node of the swarm: its addresses "
+                                  "join the bootstrap list, and it sets the swarm name and transport.",
+                            section="swarm")
+    lan: bool = _key(True, "Advertise this node on the local network (mDNS, service _swarmnode._tcp) and join "
+                           "the nodes of the same swarm and transport found there, with no bootstrap list; "
+                           "where multicast does not pass, the node joins the other ways.", section="swarm")
     listen: str | None = _key(None, "Multiaddr to listen on; unset picks a free TCP port on all interfaces.",
                               section="swarm")
     announce: str | None = _key(None, "Multiaddr other peers should dial (behind NAT or port forwarding).",

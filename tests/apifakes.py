@@ -20,8 +20,8 @@ class FakeControl:
     def __init__(self, peers: list[dict] | None = None, state: NodeState | None = None) -> None:
         self.calls: list[str] = []
         self.state = state
-        self.peers = [peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25)] if peers is None \
-            else peers
+        bob = peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25, via="lan")
+        self.peers = [bob] if peers is None else peers
 
     def request_stop(self) -> None:
         self.calls.append("stop")
@@ -42,6 +42,9 @@ class FakeControl:
     def peer_count(self) -> int:
         return len(self.peers)
 
+    def join_addresses(self) -> list[str]:
+        return ["/ip4/192.168.1.20/tcp/4101/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"]
+
     def transport_stats(self) -> dict[str, int]:
         return {"published": 3, "delivered": 5}
 
@@ -51,11 +54,11 @@ class FakeControl:
 
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0,
-             model: str | None = "SmolLM2-135M-Instruct") -> dict:
+             model: str | None = "SmolLM2-135M-Instruct", via: str | None = None) -> dict:
     return {"peer_id": peer_id, "name": name, "first_seen": time.time() - 600, "last_seen": time.time() - seen_ago,
             "accepted": accepted, "rejected": rejected,
             "rejected_by_reason": {"bad_signature": rejected} if rejected else {}, "last_round": 7,
-            "reported_mean_reward": reward, "model": model}
+            "reported_mean_reward": reward, "model": model, "via": via}
 
 
 def make_state() -> NodeState:

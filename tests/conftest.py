@@ -9,6 +9,7 @@ the real models load only in node processes.
 """
 
 import multiprocessing.process
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from tinymodel import build_tiny_model
+
+# The nodes the tests start talk over 127.0.0.1 and the namespaces a test makes; mDNS would
+# reach this machine's own network, and any other test's nodes there. tests/test_lan.py turns
+# discovery on inside its namespaces.
+os.environ.setdefault("SWARMNODE_LAN", "false")
 
 _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp",
                              "os.spawn", "os.system", "os.exec"})

@@ -19,10 +19,12 @@ counters are one node's traffic (``benchmarks/swarm_scale.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from typing import TypeVar
 
 from programs import argv
@@ -107,6 +109,11 @@ class _Namespaces:
     def _in(self, ns: str, *cmd: str, stdin: str | None = None) -> None:
         _run(*netns_exec(ns), *cmd, stdin=stdin)
 
+    def _route_multicast(self, ns: str, iface: str) -> None:
+        """Route 224.0.0.0/4 out of ``iface``, as a DHCP-configured host's default route would
+        (mDNS needs it; a namespace has no route at all otherwise)."""
+        self._in(ns, "ip", "route", "add", "224.0.0.0/4", "dev", iface)
+
     def _link(self, ns_a: str, if_a: str, ip_a: str | None, ns_b: str, if_b: str, ip_b: str | None,
               prefix_len: int = 24) -> None:
         """A veth pair between two namespaces, an address at each end that has one (None: none)."""
@@ -126,13 +133,31 @@ class _Namespaces:
         self._created.clear()
 
 
+@contextlib.contextmanager
+def built_or_skip(lab: _Lab) -> Iterator[_Lab]:
+    """``lab`` built, or the test skipped saying why it cannot be here; removed on leaving either way."""
+    import pytest
+
+    try:
+        try:
+            lab.build()
+        except LabUnavailable as exc:
+            pytest.skip(str(exc))
+        yield lab
+    finally:
+        lab.remove()
+
+
 class NatLab(_Namespaces):
     """Create with :meth:`build`; always :meth:`remove` (the test's fixture does, even on failure)."""
 
     TOOLS = ("ip", "nft")
 
-    def __init__(self) -> None:
+    def __init__(self, multicast: bool = False) -> None:
+        """``multicast``: route multicast out of each home's interface (for mDNS, which no
+        router passes on)."""
         super().__init__()
+        self.multicast = multicast
         tag = self.tag
         self.public, self.r1, self.r2, self.home1, self.home2 = (f"sn{tag}-{n}" for n in
                                                                   ("pub", "r1", "r2", "h1", "h2"))
@@ -156,6 +181,8 @@ class NatLab(_Namespaces):
             self._in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
             self._in(router, "nft", "-f", "-", stdin=_ROUTER_RULES.format(wan=wan, lan=lan))
             self._in(home, "ip", "route", "add", "default", "via", "192.168.1.1")
+            if self.multicast:
+                self._route_multicast(home, hlan)
 
 
 class SwitchLab(_Namespaces):
@@ -168,8 +195,10 @@ class SwitchLab(_Namespaces):
 
     SUBNET = "10.78"  # /16: addresses 10.78.0.1 to 10.78.255.250
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, multicast: bool = False) -> None:
+        """``multicast``: route multicast out of each node's interface (for mDNS)."""
         super().__init__()
+        self.multicast = multicast
         if not 0 < n <= 250 * 256:
             raise ValueError(f"a SwitchLab holds 1 to {250 * 256} nodes, not {n}")
         self.n = n
@@ -192,3 +221,5 @@ class SwitchLab(_Namespaces):
             port = f"sn{self.tag}s{i}"  # interface names: 15 characters at most
             self._link(self.switch, port, None, ns, f"sn{self.tag}n{i}", self.address(i), prefix_len=16)
             self._in(self.switch, "ip", "link", "set", port, "master", "br0")
+            if self.multicast:
+                self._route_multicast(ns, f"sn{self.tag}n{i}")

@@ -425,8 +425,8 @@ def test_status_and_peers_commands_against_a_node(tmp_path, capsys):
         assert json.loads(capsys.readouterr().out)["name"] == "alice"
         assert main(["peers", "--home", str(tmp_path)]) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines[0].split()[:4] == ["NAME", "PEER", "ID", "MODEL"] and lines[1].split()[0] == "bob"
-        assert lines[1].split()[2] == "SmolLM2-135M-Instruct"
+        assert lines[0].split()[:5] == ["NAME", "PEER", "ID", "VIA", "MODEL"] and lines[1].split()[0] == "bob"
+        assert lines[1].split()[2:4] == ["lan", "SmolLM2-135M-Instruct"]  # found on the local network
         assert "3s ago" in lines[1] or "4s ago" in lines[1]
         assert main(["peers", "--json", "--home", str(tmp_path)]) == 0
         assert json.loads(capsys.readouterr().out)[0]["accepted"] == 5

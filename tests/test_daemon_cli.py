@@ -39,3 +39,24 @@ def test_a_slow_stop_leaves_every_threads_stack_in_the_log(tmp_path):
     assert "most recent call first" in text
     assert "test_a_slow_stop_leaves_every_threads_stack_in_the_log" in text  # this thread's stack
     assert "in wait" in text  # and the stuck worker's
+
+
+def test_the_daemon_marks_peers_found_on_the_lan_and_gives_its_join_addresses(tmp_path):
+    """What `swarmnode peers` (via) and `swarmnode invite` (join_addresses) read of a running node."""
+    from types import SimpleNamespace
+
+    from swarmnode.config import NodeConfig
+    from swarmnode.node.daemon import Daemon
+    from swarmnode.paths import NodeHome
+
+    relay = "/ip4/203.0.113.7/tcp/4001/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"
+    daemon = Daemon(NodeConfig(), NodeHome(tmp_path / "home"))
+    try:
+        assert daemon.peer_rows() == [] and daemon.join_addresses() == []  # before the swarm is joined
+        daemon.node = SimpleNamespace(swarm=SimpleNamespace(peer_rows=lambda: [{"peer_id": "A"}, {"peer_id": "B"}]))
+        daemon.link = SimpleNamespace(transport=SimpleNamespace(lan_peers=lambda: {"A"}, addresses=lambda: [],
+                                                                bootstrap=[relay]))
+        assert [r["via"] for r in daemon.peer_rows()] == ["lan", None]
+        assert daemon.join_addresses() == [relay]  # behind NAT: no address of its own, its relay's
+    finally:
+        daemon.model.close()

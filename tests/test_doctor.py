@@ -295,3 +295,17 @@ def test_priority_check():
     assert doctor.check_priority(NodeConfig()).status == OK
     normal = doctor.check_priority(NodeConfig(priority="normal"))
     assert normal.status == WARNING and "background" in normal.fix
+
+
+@pytest.mark.parametrize("cfg, words", [(NodeConfig(lan=False), "lan = false"), (NodeConfig(solo=True), "solo")])
+def test_lan_check_is_quiet_when_discovery_is_off(cfg, words):
+    check = doctor_network.check_lan(cfg, seconds=0)
+    assert (check.status, check.detail) == (OK, f"not used: {words}")
+
+
+@pytest.mark.parametrize("lan, words", [(True, "nodes on the local network"), (False, "peers that dial it")])
+def test_without_bootstrap_peers_the_warning_says_who_can_still_find_the_node(tmp_path, lan, words):
+    empty = tmp_path / "none.txt"
+    empty.write_text("# no one\n")
+    (check,) = doctor_network.check_bootstrap(NodeConfig(lan=lan, bootstrap_file=str(empty)))
+    assert check.status == WARNING and words in check.detail and "--join" in check.fix

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from natlab import HOME_IP, PUBLIC_IP, LabUnavailable, NatLab
+from natlab import HOME_IP, PUBLIC_IP, NatLab, built_or_skip
 from transport_node import SWARM, ProcNode, descendants
 from waiting import wait_until
 
@@ -29,15 +29,8 @@ HOME_PORT = 4101  # each home's node listens here: reachable inside the home onl
 
 @pytest.fixture
 def lab():
-    built = NatLab()
-    try:
-        try:
-            built.build()
-        except LabUnavailable as exc:
-            pytest.skip(str(exc))
+    with built_or_skip(NatLab()) as built:
         yield built
-    finally:
-        built.remove()
 
 
 def start_relay(prefix: list[str], transport: str, home: Path, listen: str, log: Path) -> tuple[subprocess.Popen, str]:

@@ -6,7 +6,7 @@ process boundaries anyway, so each node of a real transport runs this script in 
 process::
 
     python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
-        [--reachability private]
+        [--reachability private] [--lan]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
@@ -17,6 +17,8 @@ transport drops itself, and answers these commands (one JSON object a line on st
   wire bytes (random text, so compression cannot shrink it); answers ``published``.
 * ``{"cmd": "peers"}``: answers ``{"event": "peers", "peers": [...]}``.
 * ``{"cmd": "refusals"}``: answers ``{"event": "refusals", "refusals": {...}}`` (Transport.refusals).
+* ``{"cmd": "lan"}``: answers ``{"event": "lan", "counts": {...}, "joined": [...]}`` (Transport.lan_counts,
+  Transport.lan_peers; with ``--lan``, which turns discovery on the local network on).
 * ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
   ``stopped`` with the threads and child processes still alive, and exits.
 
@@ -54,6 +56,7 @@ from swarmnode.records import (
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
+from swarmnode.swarm.transport.lan import LanDiscovery  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 SWARM = "contract-test"
@@ -154,15 +157,19 @@ class ProcNode:
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
-                 signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None):
+                 signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None,
+                 lan: bool = False):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
-        of this one (another release's copy of it, which speaks these commands too), with ``env``."""
+        of this one (another release's copy of it, which speaks these commands too), with ``env``;
+        ``lan``: ``--lan`` (this release's copy only)."""
         program = program or (sys.executable, str(Path(__file__).resolve()))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
         if private:
             args += ["--reachability", "private"]
+        if lan:
+            args.append("--lan")
         for b in bootstrap:
             args += ["--bootstrap", b]
         if listen:
@@ -216,6 +223,11 @@ class ProcNode:
     def refusals(self) -> dict[str, int]:
         self.send(cmd="refusals")
         return self.wait_event("refusals", 30)["refusals"]
+
+    def lan(self) -> dict:
+        """``{"counts": Transport.lan_counts(), "joined": Transport.lan_peers()}``."""
+        self.send(cmd="lan")
+        return self.wait_event("lan", 30)
 
     def messages(self) -> list[dict]:
         with self._lock:
@@ -301,6 +313,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
     transport = create_transport(args.transport, identity_for(args.seed), args.swarm,
                                  bootstrap=args.bootstrap, listen=args.listen,
                                  private=args.reachability == "private")
+    if args.lan:
+        transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id))
     driver = NodeDriver(transport, emit)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -321,6 +335,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
             emit({"event": "peers", "peers": transport.peers()})
         elif command["cmd"] == "refusals":
             emit({"event": "refusals", "refusals": transport.refusals()})
+        elif command["cmd"] == "lan":
+            emit({"event": "lan", "counts": transport.lan_counts(), "joined": sorted(transport.lan_peers())})
         elif command["cmd"] == "stop":
             break
     before = descendants(os.getpid())
@@ -336,6 +352,7 @@ def main() -> None:
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--bootstrap", action="append", default=[])
     parser.add_argument("--reachability", choices=("public", "private"), default="public")
+    parser.add_argument("--lan", action="store_true", help="advertise and find peers on the local network")
     parser.add_argument("--signal-grace", type=float, default=0.0,
                         help="on SIGINT or SIGTERM, run this many seconds more, then stop as on 'stop'")
     args = parser.parse_args()

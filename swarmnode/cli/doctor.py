@@ -10,6 +10,7 @@ from swarmnode.cli.flags import add_config_flags, command_summary, given_flags
 from swarmnode.config import load_config
 from swarmnode.node.checks import PROBLEM
 from swarmnode.node.doctor import render, run_checks
+from swarmnode.swarm.invite import apply_invite
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    cfg = load_config(given_flags(args), config_path=args.config).config
+    cfg = apply_invite(load_config(given_flags(args), config_path=args.config))
     checks = run_checks(cfg)
     print(json.dumps([asdict(c) for c in checks], indent=2) if args.json else render(checks))
     return 1 if any(c.status == PROBLEM for c in checks) else 0

@@ -14,6 +14,7 @@ from swarmnode.cli.flags import add_config_flags, created_home, given_flags
 from swarmnode.config import NodeConfig, field_type, load_config
 from swarmnode.node.logs import setup_logging
 from swarmnode.paths import NodeHome
+from swarmnode.swarm.invite import apply_invite
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -106,7 +107,7 @@ def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    cfg = load_config(given_flags(args), config_path=args.config).config
+    cfg = apply_invite(load_config(given_flags(args), config_path=args.config))
     home = created_home(cfg.home, "node")
     if home is None:
         return 1

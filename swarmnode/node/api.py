@@ -50,7 +50,13 @@ class NodeControl(Protocol):
     def peer_rows(self) -> list[dict]:
         """One dict per known peer: peer_id, name, first_seen, last_seen, accepted, rejected,
         rejected_by_reason, last_round, reported_mean_reward, model (the name its latest accepted
-        bundle gave, made safe to print; None before one), left_out_by_reason, logprob_measured."""
+        bundle gave, made safe to print; None before one), left_out_by_reason, logprob_measured,
+        via ("lan" for a peer this node joined through an address found on the local network,
+        else None)."""
+
+    def join_addresses(self) -> list[str]:
+        """Where a new node should dial to join through this one: its own dialable addresses,
+        or its bootstrap peers' (its relays) when it has none; empty when solo."""
 
     def peer_count(self) -> int:
         """Peers connected now."""
@@ -222,7 +228,7 @@ class ApiServer(LocalApi):
             "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
             "levels": snap["levels"], "dormant": snap["dormant"], "signal_rate": snap["signal_rate"],
-            "yardstick": snap["yardstick"],
+            "yardstick": snap["yardstick"], "join_addresses": self.control.join_addresses(),
         })
 
     async def _rounds(self, request: web.Request) -> web.Response:

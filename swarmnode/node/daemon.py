@@ -32,6 +32,7 @@ from swarmnode.node.threads import ModelThread, ThreadChoice, ThreadPolicy, conf
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
+from swarmnode.swarm.invite import invite_addresses
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.swarm.transport import TransportError, transport_for
 from swarmnode.train.answers import TokenBudget
@@ -78,7 +79,14 @@ class Daemon:
             self._unpaused.set()
 
     def peer_rows(self) -> list[dict]:
-        return self.node.swarm.peer_rows() if self.node else []
+        if not self.node:
+            return []
+        lan = self.link.transport.lan_peers() if self.link else set()
+        return [{**row, "via": "lan" if row["peer_id"] in lan else None} for row in self.node.swarm.peer_rows()]
+
+    def join_addresses(self) -> list[str]:
+        transport = self.link.transport if self.link else None
+        return invite_addresses(transport.addresses(), transport.bootstrap) if transport else []
 
     def peer_count(self) -> int:
         return self.node.swarm.peer_count() if self.node else 0

@@ -22,7 +22,7 @@ from typing import Any
 from swarmnode.catalogue import AUTO, CATALOGUE, SMOLLM2, catalogue_entry
 from swarmnode.config import NodeConfig
 from swarmnode.node.checks import OK, PROBLEM, WARNING, Check
-from swarmnode.node.doctor_network import BOOTSTRAP_TIMEOUT_S, check_api_port, check_bootstrap, check_listen
+from swarmnode.node.doctor_network import BOOTSTRAP_TIMEOUT_S, check_api_port, check_bootstrap, check_lan, check_listen
 from swarmnode.paths import NodeHome, cache_dir
 
 PACKAGES = ("torch", "transformers", "peft", "reasoning-gym", "hivemind", "libp2p", "aiohttp", "textual")
@@ -363,6 +363,7 @@ def run_checks(cfg: NodeConfig, bootstrap_timeout: float = BOOTSTRAP_TIMEOUT_S) 
         check_api_port(cfg),
         check_listen(cfg),
         *check_bootstrap(cfg, bootstrap_timeout),
+        check_lan(cfg),
     ]
 
 

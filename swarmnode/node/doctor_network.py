@@ -11,6 +11,7 @@ from swarmnode.node.checks import OK, PROBLEM, WARNING, Check
 from swarmnode.swarm.address import MultiaddrError, parse_multiaddr
 from swarmnode.swarm.bootstrap import resolve_bootstrap
 
+LAN_BROWSE_S = 3.0  # mDNS browsers query at once and again after 1 s
 BOOTSTRAP_TIMEOUT_S = 3.0
 
 
@@ -85,8 +86,10 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
         return [Check("bootstrap", PROBLEM, str(exc),
                       f"fix {exc.key}, or give peers with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
     if not addrs:
-        return [Check("bootstrap", WARNING, "no bootstrap peers: this node can only be found by peers that "
-                                            "dial it", "give a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
+        reach = "nodes on the local network and peers that dial it" if cfg.lan else "peers that dial it"
+        return [Check("bootstrap", WARNING, f"no bootstrap peers: this node can only be found by {reach}",
+                      "give an invite with --join CODE (`swarmnode invite` on a node of the swarm prints one), "
+                      "or a peer with --bootstrap /ip4/HOST/tcp/PORT/p2p/ID")]
     untested: dict[str, Check] = {}  # by address: those that cannot be dialled, and why
     dials: dict[str, tuple[str, int]] = {}
     for addr in addrs:
@@ -115,3 +118,32 @@ def check_bootstrap(cfg: NodeConfig, timeout: float = BOOTSTRAP_TIMEOUT_S) -> li
         else:
             out.append(Check(f"bootstrap {addr}", WARNING if reachable else PROBLEM, why, None if reachable else fix))
     return out
+
+
+def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S, timeout: float = BOOTSTRAP_TIMEOUT_S) -> Check:
+    """Which nodes of this node's swarm and transport advertise on the local network (mDNS) and
+    answer a TCP dial there. A PeerID is only proven by the handshake a node makes when it joins;
+    an advertisement nobody answers (a stale or forged one) is left out and counted."""
+    if cfg.solo or not cfg.lan:
+        return Check("lan", OK, "not used: " + ("solo" if cfg.solo else "lan = false"))
+    from swarmnode.swarm.transport.lan import browse
+
+    try:
+        found, counts = browse(cfg.swarm, cfg.transport, seconds)
+    except OSError as exc:
+        return Check("lan", WARNING, f"cannot use multicast here: {exc.strerror or exc}",
+                     "join with --join CODE or --bootstrap instead (Wi-Fi client isolation, VLANs and cloud "
+                     "hosts block mDNS)")
+    answering = []
+    if found:
+        with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
+            dials = {p: pool.submit(_dial, *_host_and_port(addrs[0]), timeout) for p, addrs in found.items()}
+            answering = [p for p, dial in dials.items() if dial.result() is None]
+    ignored = sum(n for k, n in counts.items() if k.startswith("lan_refused_")) + len(found) - len(answering)
+    tail = f"; {ignored} other answer(s) ignored (other swarms, transports, versions; malformed; no answer)" \
+        if ignored else ""
+    if not answering:
+        return Check("lan", OK, f"no node of swarm '{cfg.swarm}' over {cfg.transport} answered on the local "
+                                f"network in {seconds:g} s{tail}")
+    return Check("lan", OK, f"{len(answering)} node(s) of swarm '{cfg.swarm}' over {cfg.transport} on the local "
+                            f"network, joined without a bootstrap list: {', '.join(answering[:8])}{tail}")

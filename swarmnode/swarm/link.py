@@ -156,7 +156,7 @@ class NetworkLink:
         return self.exchange.peer_rows()
 
     def transport_stats(self) -> dict[str, int]:
-        return dataclasses.asdict(self.transport.stats)
+        return {**dataclasses.asdict(self.transport.stats), **self.transport.lan_counts()}
 
     def refusals(self) -> dict[str, int]:
         return self.transport.refusals()

@@ -10,7 +10,8 @@ callable as they are by the simulation of many nodes in ``benchmarks/swarmsim``.
 both: :mod:`.base` (the ``Transport`` interface, the dials of its join loop), :mod:`.pull`
 (``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``), :mod:`.room`
 (``Room``: how a store of peers' records is split over signers), :mod:`.joining`
-(``JoinLoop``: when to dial the bootstrap peers again). One subpackage per stack:
+(``JoinLoop``: when to dial the bootstrap peers again), :mod:`.lan` (``LanDiscovery``: the
+nodes of the swarm on the local network, over mDNS). One subpackage per stack:
 :mod:`.hivemind` and :mod:`.libp2p`. ``tests/test_imports.py`` checks that the decision
 modules import no network stack.
 
@@ -61,7 +62,8 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
 
 def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
     """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
-    ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`).
+    ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`,
+    discovery on the local network unless ``lan`` is off).
     Raises ConfigError for a bad bootstrap entry, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
     from swarmnode.swarm.reachability import is_private
@@ -72,5 +74,10 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
         log.info("reachability %s: this node is taken for one behind NAT; it only dials out and advertises "
                  "no address (set reachability = \"public\" if peers can dial it)", cfg.reachability)
     extra.setdefault("fetch_per_round", cfg.fetch_per_round)
-    return create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
-                            announce=cfg.announce, private=private, **extra)
+    transport = create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
+                                 announce=cfg.announce, private=private, **extra)
+    if cfg.lan:
+        from swarmnode.swarm.transport.lan import LanDiscovery
+
+        transport.use_lan(LanDiscovery(cfg.swarm, cfg.transport, identity.peer_id))
+    return transport

@@ -11,6 +11,9 @@ it hands over still goes through :class:`swarmnode.swarm.bundle.BundleVerifier`.
 * The handler runs on the asyncio loop that called ``start``, once per distinct message
   from another peer; never for the node's own messages.
 * :meth:`Transport.stop` is idempotent and leaves no thread, process or socket behind.
+* With :meth:`Transport.use_lan`, the join loop also dials the nodes of its swarm that
+  :class:`~swarmnode.swarm.transport.lan.LanDiscovery` finds on the local network, through the
+  same ``_dial`` (whose handshake holds an address to its PeerID).
 
 hivemind and py-libp2p cannot be imported into one process, so this module imports neither;
 :func:`swarmnode.swarm.transport.create_transport` imports only the implementation asked for.
@@ -20,17 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import logging
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
+
+if TYPE_CHECKING:
+    from swarmnode.swarm.transport.lan import LanDiscovery
+
+LAN_DIALS = 4  # dials of LAN-found peers in flight: each holds worker threads (hivemind's DHT calls) for seconds
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
@@ -138,6 +147,8 @@ class Transport(ABC):
         self._recent: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_task: asyncio.Task | None = None
+        self.lan: LanDiscovery | None = None
+        self._lan_dials: set[asyncio.Task] = set()  # at most LAN_DIALS
         self._started = False
         self._stopped = False
 
@@ -158,6 +169,21 @@ class Transport(ABC):
         for a transport that chooses whom to fetch: newcomers share a minority of the fetches.
         Without it such a transport takes the peers it has received from or routes to."""
         self._established = established
+
+    def use_lan(self, discovery: LanDiscovery) -> None:
+        """Advertise this node on the local network and join the peers of its swarm found there
+        (call before :meth:`start`; a transport without bootstrap peers ignores it)."""
+        self.lan = discovery
+
+    def lan_peers(self) -> set[str]:
+        """PeerIDs of peers found on the local network that a handshake vouched for: this node
+        reached them at an address found there, or they are connected now."""
+        return self.lan.verified(self.peers()) if self.lan is not None else set()
+
+    def lan_counts(self) -> dict[str, int]:
+        """The LAN discovery's counters (:meth:`~swarmnode.swarm.lanrecord.LanPeers.counts`);
+        empty when it is off or could not start."""
+        return self.lan.counts() if self.lan is not None else {}
 
     async def start(self) -> None:
         """Open the transport; returns once it listens, whether or not any peer answers.
@@ -181,6 +207,11 @@ class Transport(ABC):
         if self._join_task is not None:
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
+        for task in list(self._lan_dials):
+            task.cancel()
+        await asyncio.gather(*self._lan_dials, return_exceptions=True)
+        if self.lan is not None:
+            await self.lan.stop()
         await self._stop()
 
     def block(self, peer_id: str, seconds: float) -> None:
@@ -283,18 +314,42 @@ class Transport(ABC):
             self._recent.popitem(last=False)
         return True
 
+    async def _dial_found(self, lan: LanDiscovery, maddr: str) -> None:
+        ok = await self._dial(maddr)
+        lan.dialed(maddr, ok)
+        if ok:
+            log.info("%s transport: joined %s, found on the local network", self.name, maddr)
+
     async def _keep_joined(self) -> None:
         """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is
-        connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`)."""
+        connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`). Beside them, each
+        peer found on the LAN that is not connected, when its dial is due
+        (:meth:`~swarmnode.swarm.lanrecord.LanPeers.to_dial`), once the LAN discovery started
+        here (zeroconf's start takes a second or two: not in :meth:`start`'s way)."""
+        if self.lan is not None:
+            await self.lan.start(self.addresses())
+        lan = self.lan if self.lan is not None and self.lan.running else None
         if not self.bootstrap:
-            log.warning("%s transport: no bootstrap peers configured: this node trains alone until a peer "
-                        "dials it at %s (give peers --bootstrap <address>, or set --bootstrap/--bootstrap-file)",
-                        self.name, ", ".join(self.addresses()[:2]) or "its listen address")
-            return
+            if lan is None:
+                log.warning("%s transport: no bootstrap peers configured: this node trains alone until a peer "
+                            "dials it at %s (give peers --bootstrap <address> or an invite from `swarmnode "
+                            "invite`, or set --bootstrap/--bootstrap-file)",
+                            self.name, ", ".join(self.addresses()[:2]) or "its listen address")
+                return
+            log.info("%s transport: no bootstrap peers configured: looking for nodes of swarm '%s' on the "
+                     "local network (mDNS)", self.name, self.swarm)
         loop = JoinLoop(self.bootstrap)
         warned = False
         while True:
-            dial = loop.to_dial(bootstrap_in_reach(self.peers(), self.bootstrap))
+            if lan is not None:
+                lan.changed.clear()
+            peers = self.peers()
+            dial = loop.to_dial(bootstrap_in_reach(peers, self.bootstrap)) if self.bootstrap else []
+            for maddr in lan.to_dial(peers, LAN_DIALS - len(self._lan_dials)) if lan is not None else []:
+                # Each on its own: a dial nobody answers must not hold up the next peer found.
+                task = asyncio.create_task(self._dial_found(lan, maddr), name=f"{self.name}-lan-dial")
+                self._lan_dials.add(task)
+                task.add_done_callback(self._lan_dials.discard)
             if dial:
                 self.stats.join_attempts += 1
             results = await asyncio.gather(*(self._dial(m) for m in dial))
@@ -307,7 +362,13 @@ class Transport(ABC):
                             "retrying in the background with backoff up to %.0f s", self.name,
                             len(self.bootstrap), ", ".join(self.bootstrap[:3]), loop.backoff.cap)
                 warned = True
-            await asyncio.sleep(loop.wait(bool(dial), bool(answered)))
+            delay = loop.wait(bool(dial), bool(answered))
+            if lan is None:
+                await asyncio.sleep(delay)
+                continue
+            # A peer found on the LAN is dialed at once rather than at the next look.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(lan.changed.wait(), delay)
 
 
 class TransportError(RuntimeError):
