@@ -23,7 +23,7 @@ from typing import Any
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed below 3.11 only (pyproject)
 
 ENV_PREFIX = "SWARMNODE_"
 

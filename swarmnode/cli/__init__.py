@@ -35,7 +35,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="swarmnode", description=__doc__.splitlines()[0].rstrip("."))
+    parser = argparse.ArgumentParser(prog="swarmnode", description=(__doc__ or "").partition("\n")[0].rstrip("."))
     parser.add_argument("--version", action="version", version=f"swarmnode {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:

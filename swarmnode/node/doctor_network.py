@@ -137,7 +137,8 @@ def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S, timeout: float = B
     answering = []
     if found:
         with ThreadPoolExecutor(max_workers=min(16, len(found))) as pool:
-            dials = {p: pool.submit(_dial, *_host_and_port(addrs[0]), timeout) for p, addrs in found.items()}
+            dials = {p: pool.submit(_dial, host, port, timeout) for p, addrs in found.items()
+                     for host, port in [_host_and_port(addrs[0])] if port}
             answering = [p for p, dial in dials.items() if dial.result() is None]
     ignored = sum(n for k, n in counts.items() if k.startswith("lan_refused_")) + len(found) - len(answering)
     tail = f"; {ignored} other answer(s) ignored (other swarms, transports, versions; malformed; no answer)" \

@@ -90,7 +90,8 @@ class PeerShare:
             elif len(crowd) == 1:
                 peer = crowd[0]
             else:
-                peer = crowd[_alike(rng, len(crowd))] if weights is None else rng.choices(crowd, map(weight, crowd))[0]
+                peer = (crowd[_alike(rng, len(crowd))] if weights is None
+                        else rng.choices(crowd, [weight(p) for p in crowd])[0])
             left[peer] -= 1
             if not left[peer]:
                 (regulars if kind[peer] else crowd).remove(peer)

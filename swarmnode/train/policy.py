@@ -13,7 +13,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 import torch
 
@@ -31,6 +31,9 @@ from swarmnode.train.model import BaseModel
 from swarmnode.train.nearness import Nearness
 from swarmnode.train.sampler import TokenTexts, end_ids, sample
 from swarmnode.train.tasks import build_prompt
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,10 @@ class Policy:
             raise ValueError(f"lora_target_modules {cfg.lora_target_modules} do not fit this model: {exc}") from None
         self.params = adapter_parameters(self.model, adapter)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self._pad = self.tokenizer.pad_token_id
+        pad = self.tokenizer.pad_token_id
+        if not isinstance(pad, int):  # load_base_model gives every tokenizer one
+            raise ValueError("the tokenizer has no pad token: load the model with swarmnode.train.model")
+        self._pad = pad
         self._ends = end_ids(base.model, self.tokenizer)
         self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
         # The bound on peers' completions' distance from this policy; its counts are the last update's.
@@ -128,7 +134,7 @@ class Policy:
                           token_texts=self.token_texts, device=self.device, should_stop=should_stop)
         release_free_memory()
         ids = [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
-        texts = [[self.tokenizer.decode(row, skip_special_tokens=True) for row in group] for group in ids]
+        texts = [self.tokenizer.batch_decode(group, skip_special_tokens=True) for group in ids]
         return Generation(texts, ids, sum(len(row) for row in rows))
 
     # ---- log-probs and the update ------------------------------------------------------
@@ -186,7 +192,7 @@ class Policy:
         ids, mask = ids.to(dev), mask.to(dev)
         head = self._plain_output_layer()
         # With a plain head the decoder's hidden states suffice; otherwise the model's logits.
-        net = self.model.get_base_model().get_decoder() if head is not None else self.model
+        net = self._base_model().get_decoder() if head is not None else self.model
         extra = {} if head is not None else {"logits_to_keep": 1}
         cache = prompt_cache()
         # The layers use the given caches whatever use_cache says; False only tells
@@ -224,6 +230,10 @@ class Policy:
         with checkpointing_with_cache(self.model) if on else contextlib.nullcontext():
             yield
 
+    def _base_model(self) -> PreTrainedModel:
+        """The transformers model under the adapters (peft types it as a plain ``nn.Module``)."""
+        return cast("PreTrainedModel", self.model.get_base_model())
+
     def _plain_output_layer(self) -> torch.nn.Linear | None:
         """The output layer when logits are exactly ``hidden @ weight.T`` with a frozen weight.
 
@@ -231,7 +241,7 @@ class Policy:
         models that scale or soft-cap their logits, or a trained output layer, take the
         plain path.
         """
-        base = self.model.get_base_model()
+        base = self._base_model()
         head = base.get_output_embeddings()
         cfg = base.config
         if not (type(head) is torch.nn.Linear and head.bias is None):

@@ -27,7 +27,7 @@ from swarmnode.train.curriculum import level_config
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed below 3.11 only (pyproject)
 
 log = logging.getLogger(__name__)
 

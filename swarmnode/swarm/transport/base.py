@@ -346,6 +346,7 @@ class Transport(ABC):
             peers = self.peers()
             dial = loop.to_dial(bootstrap_in_reach(peers, self.bootstrap)) if self.bootstrap else []
             for maddr in lan.to_dial(peers, LAN_DIALS - len(self._lan_dials)) if lan is not None else []:
+                assert lan is not None
                 # Each on its own: a dial nobody answers must not hold up the next peer found.
                 task = asyncio.create_task(self._dial_found(lan, maddr), name=f"{self.name}-lan-dial")
                 self._lan_dials.add(task)

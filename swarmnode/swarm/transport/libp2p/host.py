@@ -85,7 +85,8 @@ async def _close_network(host: Any) -> None:
     shutdown runs inside the cancelled scope and never gets this far, and a host that ended on
     an error left its sockets open: its peers kept writing to connections nobody read, and
     failed every stream to the node when it came back."""
-    with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+    # trio_typing's stale stubs (installed with py-libp2p) lack trio's own shield argument
+    with trio.move_on_after(CLOSE_TIMEOUT, shield=True):  # pyright: ignore[reportCallIssue]
         await host.get_network().close()
 
 
@@ -305,8 +306,8 @@ class Libp2pHost:
             self._counts["refused_hold_" + reason] += 1
             return b""
         round_no, reason = hold_rejection(pusher, data)
-        if reason is not None:
-            self._reject_threadsafe(pusher, reason)
+        if reason is not None or round_no is None:  # hold_rejection gives a round exactly when no reason
+            self._reject_threadsafe(pusher, reason or "malformed")
             return b""
         if self._hold_filter is not None and not self._hold_filter(data):
             return b""
@@ -322,6 +323,6 @@ class Libp2pHost:
         addresses); the ones that took it, each with its addresses."""
         host = self._host
         public = {str(p): p for p in host.get_connected_peers() if dialable(host, p)}
-        chosen = choose_holders(public, {peer_id_of(m) for m in self.bootstrap})
+        chosen = choose_holders(public, {p for p in map(peer_id_of, self.bootstrap) if p})
         took = await leave_with_holders(host, data, [public[p] for p in chosen])
         return {p: dialable(host, public[p]) for p in took}

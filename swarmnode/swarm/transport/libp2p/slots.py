@@ -28,9 +28,12 @@ ACTIVE_S = 60.0        # a peer that opened a stream this recently is pushed to 
 
 
 class Held(Protocol):
-    peer: str
-    address: str
-    opened: float
+    @property
+    def peer(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def opened(self) -> float: ...
 
 
 class Activity:

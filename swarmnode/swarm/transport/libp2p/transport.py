@@ -139,6 +139,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self._pull_task = asyncio.create_task(self._pull_loop(), name="libp2p-pull")
 
     async def _start_host(self) -> None:
+        assert self._host_args is not None, "start() sets the host's addresses before the host starts"
         listen, announce = self._host_args
         try:
             await self._bridge.start(lambda: self._host_main(listen, announce), STARTUP_TIMEOUT)
