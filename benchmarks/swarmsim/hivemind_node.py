@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.transport.freshness import FRESH_SHARE, fresh_window_s
 from swarmnode.swarm.transport.hivemind.announce import REFRESH_ROUNDS, ShardReplicas
 from swarmnode.swarm.transport.hivemind.layout import (
     announce_expiry,
@@ -43,7 +44,6 @@ from swarmnode.swarm.transport.hivemind.reads import (
     get_workers,
 )
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
-from swarmnode.swarm.transport.pull import FRESH_SHARE, fresh_window_s
 from swarmsim.dht import (
     BUCKET_SIZE,
     NUM_REPLICAS,
@@ -56,6 +56,7 @@ from swarmsim.dht import (
     plan_lookup,
 )
 from swarmsim.node import ConnectedIds, SimNode, World, address, peer_id
+from swarmsim.plan import KeptPullPlan
 
 POLL_INTERVAL = 1.0
 DIAL_TIMEOUT = 5.0
@@ -91,7 +92,7 @@ class HivemindNode(SimNode):
         self.costs = costs
         self.space = space
         k = 0 if self.relay else world.scenario.fetch_per_round
-        self.pull = HivemindPull(self.peer_id, k, rng=rng)
+        self.pull = HivemindPull(self.peer_id, k, rng=rng, plan_type=KeptPullPlan)
         self._gone_known: set[int] = set()  # servers this node found gone (their requests timed out)
         self._gone_returns = 0  # space.returns when ``_gone_known`` was last pruned
         self.loop_busy = False

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.transport.freshness import FRESH_FLOOR_S, FRESH_SHARE
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.libp2p.announce import Announcement, source_addresses
 from swarmnode.swarm.transport.libp2p.holding import (
@@ -64,8 +65,8 @@ from swarmnode.swarm.transport.libp2p.spread import (
     push_targets,
     sources_to_ask,
 )
-from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
 from swarmsim.node import ConnectedIds, SimNode, World, address, peer_id
+from swarmsim.plan import KeptPullPlan
 
 PULL_INTERVAL = 1.0
 STREAM_TIMEOUT = 10.0
@@ -119,7 +120,7 @@ class Libp2pNode(SimNode):
         super().__init__(world, idx, round_s, rng)
         self.costs = costs
         k = 0 if self.relay else world.scenario.fetch_per_round
-        self.pull = Libp2pPull(self.peer_id, k, rng=rng)
+        self.pull = Libp2pPull(self.peer_id, k, rng=rng, plan_type=KeptPullPlan)
         self.first_hand = FirstHand(rng=rng)
         self.pacer = PushPacer()
         self.dials = PullDials()
