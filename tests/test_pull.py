@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.standing import Standing
+from swarmnode.swarm.standing import Established, Standing
 from swarmnode.swarm.transport.freshness import AwaitNext, OnlyFresh, fresh_window_s
 from swarmnode.swarm.transport.hivemind.layout import shard_of
 from swarmnode.swarm.transport.hivemind.reads import (
@@ -15,7 +15,7 @@ from swarmnode.swarm.transport.hivemind.reads import (
     HivemindPull,
     get_workers,
 )
-from swarmnode.swarm.transport.pull import Established, PullPlan
+from swarmnode.swarm.transport.pull import PullPlan
 from swarmsim.plan import KeptPullPlan
 
 

@@ -25,7 +25,8 @@ The budget and the draw, the same for every transport:
 
 How old a fetched round may be is the transport's freshness policy
 (:mod:`~swarmnode.swarm.transport.freshness`: ``AwaitNext`` for hivemind, ``OnlyFresh`` for
-libp2p). What the plan asks of the node's standing is :class:`Established`.
+libp2p). What the plan asks of the node's standing is
+:class:`~swarmnode.swarm.standing.Established`.
 
 Not thread-safe: a transport uses it from one task.
 """
@@ -34,12 +35,12 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from swarmnode.swarm.standing import PeerShare
+from swarmnode.swarm.standing import Established, PeerShare
 
 if TYPE_CHECKING:
     from swarmnode.swarm.transport.freshness import Freshness
@@ -62,19 +63,6 @@ class Announced:
     made: float  # the earliest sign of this round: monotonic seconds, never after ``seen``
     period: float | None = None  # seconds between the peer's rounds, from the last two made
 
-
-@runtime_checkable
-class Established(Protocol):
-    """Which peers have a record at this node (its standing), as a plan asks it: of one peer,
-    and how many of many (:class:`~swarmnode.swarm.standing.EstablishedPeers` implements it).
-    Any ``Callable[[str], bool]`` serves the plan too; one that also counts spares it a test
-    of every announcer it holds when it counts the established ones."""
-
-    def __call__(self, peer: str) -> bool: ...
-
-    def count_among(self, peers: Collection[str], most: int) -> int:
-        """How many of ``peers`` are established, ``most`` at the most."""
-        ...
 
 
 class PullPlan:
