@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "swarmnode"
 SIMULATOR = Path(__file__).resolve().parent.parent / "benchmarks" / "swarmsim"
 # The transports' decisions, plain code that a simulation of many nodes imports beside each
 # other: neither network stack (hivemind and py-libp2p cannot share a process), nor trio.
-RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.libp2p.announce",
+RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.freshness",
+         "swarmnode.swarm.transport.libp2p.announce",
          "swarmnode.swarm.transport.libp2p.spread", "swarmnode.swarm.transport.libp2p.holding",
          "swarmnode.swarm.transport.libp2p.peer_exchange", "swarmnode.swarm.transport.hivemind.layout",
          "swarmnode.swarm.transport.hivemind.reads", "swarmnode.swarm.transport.room",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from swarmnode.swarm.standing import Standing
+from swarmnode.swarm.standing import Established, Standing
+from swarmnode.swarm.transport.freshness import AwaitNext, OnlyFresh, fresh_window_s
 from swarmnode.swarm.transport.hivemind.layout import shard_of
 from swarmnode.swarm.transport.hivemind.reads import (
     PLAN_MEMORY,
@@ -14,7 +15,8 @@ from swarmnode.swarm.transport.hivemind.reads import (
     HivemindPull,
     get_workers,
 )
-from swarmnode.swarm.transport.pull import AwaitNext, OnlyFresh, PullPlan, fresh_window_s
+from swarmnode.swarm.transport.pull import PullPlan
+from swarmsim.plan import KeptPullPlan
 
 
 def everyone(_peer: str) -> bool:
@@ -325,22 +327,18 @@ def test_a_hivemind_get_to_the_first_copy_asks_one_server_a_key_at_a_time():
     assert [get_workers(n, False) for n in (1, 8)] == [4, 4], "a get of every replica keeps hivemind's default"
 
 
-def _walked(plan: PullPlan) -> dict[str, int]:
-    """candidates() computed afresh from what the plan holds, as the module doc defines them."""
-    since, made_since, held = plan.freshness.seen_since(plan), plan.freshness.made_since(plan), plan.freshness.held()
-    return {p: a.round for p, a in plan.announced.items()
-            if a.seen >= since and a.made >= made_since and plan.fetched.get(p, -1) < a.round and p not in held}
-
-
-def test_candidates_kept_between_calls_are_those_a_fresh_walk_finds():
-    """The plan keeps its candidates between calls, and while its policy's bounds move forward
-    (OnlyFresh's with every tick): after each kind of change they equal a walk's, in order."""
-    for freshness in (OnlyFresh(share=0.25), AwaitNext(share=0.25), OnlyFresh(share=0.0)):
+def test_the_simulators_plan_keeps_the_candidates_and_choices_of_the_plain_plan():
+    """The simulator's plan keeps its candidates between calls, and while its policy's bounds
+    move forward (OnlyFresh's with every tick): after each kind of change its candidates (in
+    order) and its choices equal the product's plan, which walks its announcements afresh."""
+    for fresh in (lambda: OnlyFresh(share=0.25), lambda: AwaitNext(share=0.25), lambda: OnlyFresh(share=0.0)):
         rng = random.Random(7)
-        plan = PullPlan("me", 3, memory=12, freshness=freshness, ttl=40.0, rng=random.Random(1))
+        plain, kept = (kind("me", 3, memory=12, freshness=fresh(), ttl=40.0, rng=random.Random(1))
+                       for kind in (PullPlan, KeptPullPlan))
+        name = type(plain.freshness).__name__
         peers = [f"p{i}" for i in range(20)]
         rounds = dict.fromkeys(peers, 0)
-        now = 0.0
+        now, chosen = 0.0, 0
         for step in range(3000):
             now += rng.choice((0.0, 0.5, 3.0))
             op = rng.random()
@@ -349,32 +347,45 @@ def test_candidates_kept_between_calls_are_those_a_fresh_walk_finds():
                 for p in heard:
                     rounds[p] += rng.random() < 0.6  # else the same round, seen again
                 made = {p: now - rng.choice((0.0, 10.0, 30.0)) for p in heard if rng.random() < 0.5}
-                plan.note_announced({p: rounds[p] for p in heard}, now, made=made)
+                for plan in (plain, kept):
+                    plan.note_announced({p: rounds[p] for p in heard}, now, made=made)
             elif op < 0.6:
-                plan.tick(now)
+                for plan in (plain, kept):
+                    plan.tick(now)
             elif op < 0.75:
-                plan.tick(now)
-                plan.choose(lambda p: p < "p5")
+                picks = []
+                for plan in (plain, kept):
+                    plan.tick(now)
+                    picks.append(plan.choose(lambda p: p < "p5"))
+                assert picks[0] == picks[1], (name, step)
+                chosen += len(picks[0])
             elif op < 0.82:
-                plan.note_delivered(rng.choice(peers))
+                peer = rng.choice(peers)
+                for plan in (plain, kept):
+                    plan.note_delivered(peer)
             elif op < 0.87:
-                plan.missed(rng.choice(peers), rng.randint(0, 5))
+                peer, round_no = rng.choice(peers), rng.randint(0, 5)
+                assert plain.missed(peer, round_no) == kept.missed(peer, round_no), (name, step)
             elif op < 0.9:
-                plan.forget(rng.sample(peers, 2))
+                gone = rng.sample(peers, 2)
+                for plan in (plain, kept):
+                    plan.forget(gone)
             elif op < 0.93:
-                plan.next_round(now)
-            assert plan.candidates() == _walked(plan), (type(freshness).__name__, step)
-            assert list(plan.candidates()) == list(_walked(plan)), "in the order last seen"
+                for plan in (plain, kept):
+                    plan.next_round(now)
+            assert list(kept.candidates().items()) == list(plain.candidates().items()), (name, step)
+        assert chosen > 100, name
 
 
 def test_a_standings_set_counts_established_announcers_as_any_callable_would():
-    """Given a Standing's membership test, the plan counts established announcers from the
-    set's side when that is the smaller: its choices are those the same test wrapped in a
-    function (counted over the announcers) brings."""
+    """Given a Standing's established peers (an :class:`Established`, which counts them from
+    the set's side when that is the smaller), the plan's choices are those the same test
+    wrapped in a plain function (counted over the announcers) brings."""
     standing = Standing()  # 9 established of 60
     standing.restore({"round": 0, "qualified": 0, "rows": [[f"p{i}", [], None, True] for i in range(0, 60, 7)]})
     plans = [PullPlan("me", 8, memory=50, freshness=OnlyFresh(share=0.25), rng=random.Random(2)) for _ in range(2)]
     tests = [standing.is_established, lambda p: standing.is_established(p)]
+    assert isinstance(tests[0], Established) and not isinstance(tests[1], Established)
     rng = random.Random(9)
     now, fetched = 0.0, []
     for step in range(400):

@@ -16,7 +16,7 @@ with the bytes :class:`Libp2pCosts` says it costs, and connections live in
 
 How the real transport's loops map to events:
 
-* the pull loop (``PULL_INTERVAL`` apart, each pass awaiting its sample, its asks by name
+* the pull loop (:mod:`~swarmsim.libp2p_loop`; ``PULL_INTERVAL`` apart, each pass awaiting its sample, its asks by name
   and its pulls, in that order) runs a pass only when something changed (an announcement
   heard, a round published), a sample is due or an ask by name is (:meth:`Libp2pPull.next_named_ask`
   with the peers connected when the last pass ended), at the loop's next tick; a pass that
@@ -34,12 +34,12 @@ How the real transport's loops map to events:
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from swarmnode.swarm.address import peer_id_of
+from swarmnode.swarm.transport.freshness import FRESH_FLOOR_S, FRESH_SHARE
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 from swarmnode.swarm.transport.libp2p.announce import Announcement, source_addresses
 from swarmnode.swarm.transport.libp2p.holding import (
@@ -62,12 +62,11 @@ from swarmnode.swarm.transport.libp2p.spread import (
     PullDials,
     PushPacer,
     push_targets,
-    sources_to_ask,
 )
-from swarmnode.swarm.transport.pull import FRESH_FLOOR_S, FRESH_SHARE
+from swarmsim.libp2p_loop import PULL_INTERVAL, PullLoop
 from swarmsim.node import ConnectedIds, SimNode, World, address, peer_id
+from swarmsim.plan import KeptPullPlan
 
-PULL_INTERVAL = 1.0
 STREAM_TIMEOUT = 10.0
 DIAL_TIMEOUT = 5.0
 SWARM = "sim"
@@ -114,12 +113,12 @@ _MSS = 1448  # TCP payload bytes a segment carries (1500-byte MTU, timestamps on
 _SEGMENT_HEADERS = 66  # Ethernet 14 + IP 20 + TCP 32
 
 
-class Libp2pNode(SimNode):
+class Libp2pNode(PullLoop, SimNode):
     def __init__(self, world: World, idx: int, round_s: float, rng: random.Random, costs: Libp2pCosts):
         super().__init__(world, idx, round_s, rng)
         self.costs = costs
         k = 0 if self.relay else world.scenario.fetch_per_round
-        self.pull = Libp2pPull(self.peer_id, k, rng=rng)
+        self.pull = Libp2pPull(self.peer_id, k, rng=rng, plan_type=KeptPullPlan)
         self.first_hand = FirstHand(rng=rng)
         self.pacer = PushPacer()
         self.dials = PullDials()
@@ -350,159 +349,6 @@ class Libp2pNode(SimNode):
         """BUNDLE: the bundle if this node serves it."""
         data = self.served.get(author, round_no) or self.held.get(author, round_no)
         return (len(data), True) if data else (0, None)
-
-    # -- the pull loop ----------------------------------------------------------------------
-
-    def poke(self) -> None:
-        """Something changed: run a pass of the pull loop at its next tick (a pass due later,
-        for a sample, moves up)."""
-        if self.loop_busy or self.relay:
-            return
-        now = self.world.now
-        when = self.loop_free if now <= self.loop_free else self.loop_free + math.ceil(now - self.loop_free)
-        self._pass_at(when)
-
-    def _pass_at(self, when: float) -> None:
-        if self.tick_at is not None and self.tick_at <= when:
-            return
-        self.tick_at = when
-        self.tick_token += 1
-        self.at(when, self._pass, self.tick_token)
-
-    def _pass(self, token: int) -> None:
-        if token != self.tick_token:
-            return
-        self.tick_at = None
-        self.loop_busy = True
-        world = self.world
-        plan = self.pull.plan
-        established = plan.established(self.established(), self.connected_ids())
-        asked = self.pull.sample_peer(world.now, self.connected_ids(), established)
-        if asked is None:
-            self._ask_named(established)
-            return
-        other = world.index[asked]
-
-        def reply(sample: list[Announcement] | None) -> None:
-            if sample is not None:  # no answer (a time-out): nothing to judge, as the transport does
-                world.meter.signatures(self.idx, world.now, len(sample))
-                self.pull.sampled(sample, world.now)
-            self._ask_named(established)
-
-        self.exchange(other, 0, lambda _asker: world.nodes[other].answer_sample(self.idx), reply)
-
-    def _ask_named(self, established: Any) -> None:
-        """The pass's asks by name, all at once; the pulls once every one is answered."""
-        world = self.world
-        asks = self.pull.named_asks(world.now, self.connected_ids(), established) if self.asks_by_name else {}
-        if not asks:
-            self._choose(established)
-            return
-        pending = {"left": len(asks)}
-
-        def reply(answer: list[Announcement] | None) -> None:
-            if answer:
-                world.meter.signatures(self.idx, world.now, len(answer))
-                world.meter.count("named_news", world.now, self.pull.heard(answer, world.now))
-            pending["left"] -= 1
-            if not pending["left"]:
-                self._choose(established)
-
-        for source, wanted in asks.items():
-            other = world.index[source]
-            world.meter.count("named_asks", world.now)
-            self.exchange(other, 1 + self.costs.named * len(wanted),
-                          lambda _asker, o=other, w=wanted: world.nodes[o].answer_named(w), reply)
-
-    def _choose(self, established: Any) -> None:
-        plan = self.pull.plan
-        chosen = plan.choose(established)
-        if not chosen:
-            self._end_pass(False)
-            return
-        pending = {"left": len(chosen)}
-        for author, round_no in chosen:
-            self._pull_one(author, round_no, plan.detail(author), pending)
-
-    def _pull_one(self, author: str, round_no: int, announcement: Announcement, pending: dict) -> None:
-        world = self.world
-        index, hosts = world.index, world.hosts
-
-        def reachable(source: str) -> bool:
-            host = index[source]
-            return host in self.known or hosts.connected(self.idx, host)
-
-        asked, unknown = sources_to_ask(self.peer_id, author, announcement, reachable)
-        if unknown:
-            world.meter.count("sources_unknown", world.now, unknown)
-        self._try_sources(author, round_no, [index[p] for p, _ in asked], pending)
-
-    def _try_sources(self, author: str, round_no: int, sources: list[int], pending: dict) -> None:
-        world = self.world
-        if sources:
-            source = sources.pop(0)
-            if world.hosts.connected(self.idx, source):
-                self._ask_bundle(author, round_no, source, sources, pending)
-            else:
-                self.dials.dialing(peer_id(source))
-                self.dial(source, lambda ok: (self._ask_bundle(author, round_no, source, sources, pending) if ok
-                                              else self._try_sources(author, round_no, sources, pending)))
-            return
-        world.meter.count("pulls_missing", world.now)
-        self._pulled(pending)
-
-    def _ask_bundle(self, author: str, round_no: int, source: int, sources: list[int], pending: dict) -> None:
-        world = self.world
-
-        def reply(found: Any) -> None:
-            if found:
-                author_idx = world.index[author]
-                self.deliver(author_idx, round_no)
-                self.pull.plan.note_delivered(author)
-                self._pulled(pending)
-            else:
-                self._try_sources(author, round_no, sources, pending)
-
-        self.exchange(source, self.costs.request, lambda _asker: world.nodes[source].answer_bundle(author, round_no),
-                      reply)
-
-    def _pulled(self, pending: dict) -> None:
-        pending["left"] -= 1
-        if not pending["left"]:
-            self._close_pull_only()
-            self._end_pass(True)
-
-    def _close_pull_only(self) -> None:
-        """The pulls of the pass are done: close the connections opened only for them."""
-        world = self.world
-        for source in self.dials.to_close(ConnectedIds(world, self.idx)):
-            other = world.index[source]
-            world.net.transfer(self.idx, other, self.costs.close)
-            world.net.transfer(other, self.idx, self.costs.close)
-            world.hosts.close(self.idx, other)
-            world.meter.count("pull_connections_closed", world.now)
-
-    def _end_pass(self, pulled: bool) -> None:
-        """The pass is over: the next one at the loop's next tick if this one pulled (more may
-        be drawable), else when a sample is due; anything heard or published pokes it sooner."""
-        world = self.world
-        self.loop_busy = False
-        self.loop_free = world.now + PULL_INTERVAL
-        plan = self.pull.plan
-        established = plan.established(self.established(), self.connected_ids())
-        if pulled and plan.budget >= 1:
-            self.poke()
-            return
-        due = []
-        connected = self.connected_ids()
-        if connected and plan.wants_announcements(established):
-            sampling = self.pull.sampling
-            due.append(sampling.last + sampling.every)
-        named = self.pull.next_named_ask(connected, established) if self.asks_by_name else None
-        if named is not None:
-            due.append(named)
-        if due:
-            self._pass_at(max(self.loop_free, min(due)))
 
     # -- life -------------------------------------------------------------------------------
 

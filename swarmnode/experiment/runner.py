@@ -8,7 +8,7 @@ shared copy of its base model, so an extra node costs about one adapter of memor
 of a config may run different base models (``--nodes smollm2-135m:3,qwen2.5-coder-0.5b:1``):
 each model is loaded once, node k is on the same model in every config, and the outputs keep
 each model's nodes apart. The nodes of a config reach each other through
-:class:`InProcessLink` instead of a transport. A round, in lockstep per config:
+:class:`~swarmnode.experiment.members.InProcessLink` instead of a transport. A round, in lockstep per config:
 
 1. every node runs its rollout (questions, completions, its own rewards) and shares its
    groups: each other node of the config takes the bundle in; configs with J = 0 share nothing;
@@ -35,21 +35,20 @@ import hashlib
 import json
 import logging
 import os
-import random
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from swarmnode.config import NodeConfig
+from swarmnode.experiment.members import InProcessLink, Member, exchange_state, restore_exchange
 from swarmnode.experiment.report import TABLES, peak_rss_mb, read_rows, write_reports
-from swarmnode.experiment.settings import Arm, Cohort, ExperimentError, Settings
+from swarmnode.experiment.settings import Arm, ExperimentError, Settings
 from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.modelchoice import prepare
 from swarmnode.node.round import Node, derive_seed
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
-from swarmnode.records import Group, Question
+from swarmnode.records import Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.train.answers import TokenBudget
@@ -90,85 +89,6 @@ def held_out_questions(families: dict, adaptive: bool) -> list[Question]:
     source = TaskSource(families, YARDSTICK_SEED)
     return [Question(family, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
             for family in families for e in (source.dataset(family, None)[i] for i in range(PINNED_PER_FAMILY))]
-
-
-def exchange_state(exchange: Exchange) -> dict:
-    """What a node's exchange must carry over a checkpoint for its next round to be the one an
-    uninterrupted run has: its pool, its peers' standing and its own recent rewards (JSON)."""
-    return {"pool": exchange.pool.to_json(), "standing": exchange.standing.to_json(), "own": exchange.own.to_json()}
-
-
-def restore_exchange(exchange: Exchange, state: Mapping) -> None:
-    """Put :func:`exchange_state`'s record back; ValueError when it is damaged."""
-    if not isinstance(state, Mapping) or not {"pool", "standing", "own"} <= state.keys():
-        raise ValueError("exchange state lacks pool, standing or own")
-    exchange.pool.restore(state["pool"])
-    exchange.standing.restore(state["standing"])
-    exchange.own.restore(state["own"])
-
-
-class InProcessLink:
-    """The :class:`~swarmnode.swarm.link.SwarmLink` of one node to the other nodes of its config.
-
-    ``share`` hands the signed bundle to every other node's exchange at once (a config with
-    J = 0 shares nothing); ``draw_external`` is the node's own :meth:`Exchange.draw`, and
-    ``drawn`` keeps its latest result for the harness to record.
-    """
-
-    def __init__(self, exchange: Exchange, config_exchanges: list[Exchange], sharing: bool):
-        self.exchange = exchange
-        self.others = config_exchanges  # filled by the caller once every node of the config exists
-        self.sharing = sharing
-        self.drawn: list[Group] = []
-
-    def share(self, round_no: int, groups: list[Group]) -> None:
-        if self.sharing:
-            data = self.exchange.outgoing(round_no, groups)
-            for other in self.others:
-                if other is not self.exchange:
-                    other.receive(data)
-
-    def draw_external(self, round_no: int, n: int, rng: random.Random,
-                      levels: Mapping[str, int] | None = None) -> list[Group]:
-        self.drawn = self.exchange.draw(round_no, n, rng, levels)
-        return self.drawn
-
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        self.exchange.judge_training(measured, far)
-
-    def peer_count(self) -> int:
-        return len(self.others) - 1 if self.sharing else 0
-
-    def peer_rows(self) -> list[dict]:
-        return self.exchange.peer_rows()
-
-    def refusals(self) -> dict[str, int]:
-        """Empty: bundles go straight to the other exchanges, with no transport below to refuse any."""
-        return {}
-
-
-@dataclass
-class Member:
-    """One node of one config."""
-
-    arm: Arm
-    index: int
-    cohort: Cohort
-    node: Node
-    link: InProcessLink
-    start_levels: dict[str, int]
-
-    @property
-    def exchange(self) -> Exchange:
-        return self.link.exchange
-
-    @property
-    def identity(self) -> Identity:
-        return self.exchange.identity
-
-    @property
-    def model(self) -> str:
-        return self.cohort.label
 
 
 class Experiment:

@@ -8,7 +8,8 @@ Each transport's decisions are plain code that imports neither network stack (ti
 in as ``now``, randomness from an injected ``random.Random``), called by the transport and
 callable as they are by the simulation of many nodes in ``benchmarks/swarmsim``. Shared by
 both: :mod:`.base` (the ``Transport`` interface, the dials of its join loop), :mod:`.pull`
-(``PullPlan`` and its freshness policies ``AwaitNext``, ``OnlyFresh``), :mod:`.room`
+(``PullPlan``, the K fetches of a round), :mod:`.freshness` (its policies ``AwaitNext``,
+``OnlyFresh``: how old a round it fetches), :mod:`.room`
 (``Room``: how a store of peers' records is split over signers), :mod:`.joining`
 (``JoinLoop``: when to dial the bootstrap peers again), :mod:`.lan` (``LanDiscovery``: the
 nodes of the swarm on the local network, over mDNS). One subpackage per stack:

@@ -9,8 +9,8 @@ the plan has too few candidates to spend its budget on (:meth:`HivemindPull.shar
 at least), since a read returns every announcer of its shards. Which shards: first those of peers fetched lately
 (their next round is the likeliest news), then the next of a shuffled cycle over all shards
 (:class:`ShardCycle`). The plan's freshness policy is
-:class:`~swarmnode.swarm.transport.pull.AwaitNext`: a drawn round made more than
-:data:`~swarmnode.swarm.transport.pull.FRESH_SHARE` of the node's round ago is not fetched;
+:class:`~swarmnode.swarm.transport.freshness.AwaitNext`: a drawn round made more than
+:data:`~swarmnode.swarm.transport.freshness.FRESH_SHARE` of the node's round ago is not fetched;
 the bundle key of the peer's next round is looked up when that round is due (an
 announcement's age comes from its signed expiry), so what a node gets is fresh rather than
 up to a round old. A fetch of an announced round that finds nothing is never retried; it is
@@ -36,13 +36,9 @@ import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 
+from swarmnode.swarm.transport.freshness import FRESH_SHARE, AwaitNext
 from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, shard_of
-from swarmnode.swarm.transport.pull import (
-    FETCH_PER_ROUND,
-    FRESH_SHARE,
-    AwaitNext,
-    PullPlan,
-)
+from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
 
 SHARDS_PER_POLL = 4
 # Announcers a poll's read aims at: a shard holds N / 16 of them and a read returns them all,
@@ -123,16 +119,18 @@ class ShardCycle:
 
 class HivemindPull:
     """A hivemind node's pull decisions: its plan (``plan``, freshness
-    :class:`~swarmnode.swarm.transport.pull.AwaitNext`) and its :class:`ShardCycle`
+    :class:`~swarmnode.swarm.transport.freshness.AwaitNext`) and its :class:`ShardCycle`
     (``shards``), sharing one ``rng``. Not thread-safe: the transport uses it from one task.
 
     A poll: :meth:`shards_to_read`, read them, :meth:`read`, ``plan.choose``, fetch the
     chosen bundle keys, ``plan.note_delivered`` for each found, :meth:`missing` for the rest."""
 
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, plan_type: type[PullPlan] = PullPlan):
+        """``plan_type``: the plan's class (a simulation of many nodes gives one that keeps its
+        candidates between calls, with the same choices)."""
         rng = rng or random.Random()
-        self.plan = PullPlan(own_peer_id, fetch_per_round, memory=PLAN_MEMORY,
+        self.plan = plan_type(own_peer_id, fetch_per_round, memory=PLAN_MEMORY,
                              freshness=AwaitNext(FRESH_SHARE, FRESH_MOST), rng=rng)
         self.shards = ShardCycle(rng)
         self.read_at: dict[int, float] = {}  # shard -> when it was last read (monotonic seconds)

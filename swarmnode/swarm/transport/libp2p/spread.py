@@ -22,7 +22,7 @@ simulation of many nodes in virtual time run the same code:
 * a connection a pull dialed is closed once the pulls of its pass are done, unless the node
   dialed that peer on purpose (:class:`PullDials`);
 * what it hears (pushed or sampled) feeds its :class:`~swarmnode.swarm.transport.pull.PullPlan`
-  under the :class:`~swarmnode.swarm.transport.pull.OnlyFresh` policy: only rounds heard of
+  under the :class:`~swarmnode.swarm.transport.freshness.OnlyFresh` policy: only rounds heard of
   within the freshness window are drawn, and a sample passes on only what was pushed within
   :data:`SHARE_TTL`, so a pulled bundle is fresh whenever in its round a node draws it.
 """
@@ -34,10 +34,11 @@ import random
 from collections import OrderedDict
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
+from swarmnode.swarm.transport.freshness import FRESH_SHARE, OnlyFresh
 from swarmnode.swarm.transport.libp2p.announce import SAMPLE_SIZE, Announcement
 from swarmnode.swarm.transport.libp2p.holding import pull_sources
 from swarmnode.swarm.transport.libp2p.named import NamedWatch
-from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, FRESH_SHARE, OnlyFresh, PullPlan
+from swarmnode.swarm.transport.pull import FETCH_PER_ROUND, PullPlan
 
 ANNOUNCE_PROTOCOL = "/swarmnode/announce/3.0.0"
 SAMPLE_PROTOCOL = "/swarmnode/sample/3.0.0"
@@ -47,7 +48,7 @@ SAMPLE_EVERY = 2.0          # seconds between a node's sample requests, at least
 SAMPLE_EVERY_MAX = 8.0      # ... doubling up to this while samples bring no new announcer
 # Seconds a pushed announcement is passed on in sample answers. A sampled announcement is
 # judged fresh from when it is heard, so this is what it may be older than that: as long as
-# the least freshness window (pull.FRESH_FLOOR_S), no longer.
+# the least freshness window (freshness.FRESH_FLOOR_S), no longer.
 SHARE_TTL = 20.0
 ANNOUNCED_MEMORY = 4096     # announcers whose latest announcement a node keeps (plan, first-hand, pacing)
 PLAN_TTL = 60.0             # seconds the pull plan keeps an announcement
@@ -242,16 +243,18 @@ class SampleSchedule:
 class Libp2pPull:
     """What a libp2p node pulls and when it asks for samples: its
     :class:`~swarmnode.swarm.transport.pull.PullPlan` (``plan``, freshness
-    :class:`~swarmnode.swarm.transport.pull.OnlyFresh`) fed with what it hears, its
+    :class:`~swarmnode.swarm.transport.freshness.OnlyFresh`) fed with what it hears, its
     :class:`SampleSchedule` (``sampling``) and the authors it asks for by name
     (:class:`~swarmnode.swarm.transport.libp2p.named.NamedWatch`, ``named``). Not
     thread-safe: the transport uses it on its event loop."""
 
     def __init__(self, own_peer_id: str, fetch_per_round: int = FETCH_PER_ROUND, *,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, plan_type: type[PullPlan] = PullPlan):
+        """``plan_type``: the plan's class (a simulation of many nodes gives one that keeps its
+        candidates between calls, with the same choices)."""
         self.own_peer_id = own_peer_id
         rng = rng or random.Random()
-        self.plan = PullPlan(own_peer_id, fetch_per_round, memory=ANNOUNCED_MEMORY, ttl=PLAN_TTL,
+        self.plan = plan_type(own_peer_id, fetch_per_round, memory=ANNOUNCED_MEMORY, ttl=PLAN_TTL,
                              freshness=OnlyFresh(FRESH_SHARE), rng=rng)
         # A libp2p node asks for its established authors by name, so those alive are among
         # the announcers it has heard of: newcomers may take what they leave of K from the
