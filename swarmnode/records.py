@@ -47,6 +47,9 @@ class Group:
     # For local groups, the sampled token ids of each completion (after the prompt), so the
     # update scores exactly what was generated; None for text that came over the network.
     token_ids: list[list[int]] | None = None
+    # For a peer's group, the bundle it came in: (the sender's round, the bundle's digest), so
+    # the node can send the sender a receipt once it trained on it (swarmnode.swarm.receipt).
+    origin: tuple[int, str] | None = None
 
     @property
     def level(self) -> int | None:

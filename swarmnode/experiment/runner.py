@@ -132,6 +132,9 @@ class InProcessLink:
         self.drawn = self.exchange.draw(round_no, n, rng, levels)
         return self.drawn
 
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        self.exchange.trained_on(round_no, groups)
+
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
 

@@ -139,7 +139,8 @@ class Daemon:
     async def _join(self, identity: Identity, scorer: Scorer, model_name: str) -> NetworkLink:
         """Open the transport; the node trains alone (and keeps retrying) while no peer answers."""
         transport = transport_for(self.cfg, identity)
-        exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block)
+        exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block,
+                            credits_dir=self.home.credits)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         try:
             await self.link.start()

@@ -186,6 +186,7 @@ class Node:
         self._phase("training", should_stop)
         loss = self.policy.train_step(train)
         seconds_train = time.perf_counter() - t0
+        self.swarm.trained_on(r, train)
 
         after = self.levels.copy()
         moves = after.observe((g.question.family, g.rewards) for g in rollout.groups)

@@ -30,6 +30,10 @@ class SwarmLink(Protocol):
         """Up to ``n`` peers' groups, already re-scored by this node's own verifier; ``levels``
         (this node's family levels) steer ``level-aware`` sampling."""
 
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        """Round ``round_no``'s update trained on ``groups``: receipts go to the external ones'
+        authors with the next share (never blocks)."""
+
     def peer_count(self) -> int:
         """Peers currently connected."""
 
@@ -47,6 +51,9 @@ class SoloLink:
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         return []
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        pass
 
     def peer_count(self) -> int:
         return 0
@@ -132,6 +139,9 @@ class NetworkLink:
     def draw_external(self, round_no: int, n: int, rng: random.Random,
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         return self.exchange.draw(round_no, n, rng, levels)
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        self.exchange.trained_on(round_no, groups)
 
     def peer_count(self) -> int:
         return len(self._known_peers)
