@@ -285,3 +285,7 @@ def test_section_caps_leave_out_receipts_that_do_not_fit():
     kept = receipt.open_section(receipt.split(small)[1])
     assert 0 < len(kept) < 10 and len(receipt.split(small)[1]) <= 2000
     assert receipt.attach(bundle, entries, ReceiptLimits(max_section_bytes=10)) == bundle
+    # Never past the bundle's wire cap: a receiver (of any release) refuses a bundle over it.
+    capped = receipt.attach(bundle, entries, max_bytes=len(bundle) + 1500)
+    assert len(bundle) < len(capped) <= len(bundle) + 1500
+    assert receipt.attach(bundle, entries, max_bytes=len(bundle) + 100) == bundle

@@ -87,6 +87,10 @@ class Daemon:
     def refusals(self) -> dict[str, int]:
         return self.link.refusals() if self.link else {}
 
+    def credits(self) -> dict | None:
+        ledger = self.link.exchange.ledger if self.link else None
+        return ledger.summary() if ledger is not None else None
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:

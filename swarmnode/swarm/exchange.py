@@ -84,7 +84,7 @@ class Exchange:
         if self.ledger is not None:
             self.ledger.note_shared(round_no, digest, [receipt.group_key(g) for g in groups])
         receipts, self._receipts = self._receipts, []
-        return receipt.attach(data, receipts, self.receipt_limits) if receipts else data
+        return receipt.attach(data, receipts, self.receipt_limits, self.limits.max_bytes) if receipts else data
 
     def trained_on(self, round_no: int, groups: list[Group]) -> None:
         """This node's round ``round_no`` trained on ``groups``: sign a receipt for each author

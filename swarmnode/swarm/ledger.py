@@ -211,48 +211,63 @@ class Ledger:
             pass
         except (OSError, ValueError, TypeError) as exc:
             log.warning("%s is damaged (%s); receipts for bundles shared before it are refused", self.shared_file, exc)
-        lines, torn = [], False
-        try:
-            raw = self.receipts_file.read_bytes()
-        except FileNotFoundError:
-            raw = b""
-        for text in raw.split(b"\n"):
-            if not text.strip():
-                continue
-            try:
-                lines.append(_Line.from_json(text.decode("utf-8")))
-            except (ValueError, KeyError, TypeError):
-                torn = True
-        lines = lines[-self.limits.max_lines:]
-        if torn or (raw and not raw.endswith(b"\n")):
+        lines, torn = _read_lines(self.receipts_file, self.limits.max_lines)
+        if torn:
             log.warning("%s: dropped a torn or damaged line", self.receipts_file)
             _write_atomic(self.receipts_file, "".join(line.to_json() for line in lines))
         self._reindex(lines)
 
     # ---- what the node shows -----------------------------------------------------------------
     def summary(self, now: float | None = None) -> dict:
-        """What this node's rollouts gave: ``total``, ``last_hour``, ``last_day`` (groups trained
-        on, with signal, by how many peers, receipts), ``hours`` (the last 24, oldest first),
-        ``by_peer`` (most groups first), ``pending`` and ``refused`` by reason."""
-        now = time.time() if now is None else now
+        """:func:`summarize` of the receipts counted, with ``pending`` and ``refused`` by reason."""
         with self._lock:
             lines = list(self._lines)
             pending, refused = len(self._pending), dict(self.refused)
-        by_hour: list[list[_Line]] = [[] for _ in range(24)]  # the last 24 hours, oldest first
-        for ln in lines:
-            ago = int((now - ln.at) // 3600)
-            if 0 <= ago < 24:
-                by_hour[23 - ago].append(ln)
-        hours = [_totals(ls) for ls in by_hour]
-        peers: dict[str, list[_Line]] = {}
-        for ln in lines:
-            peers.setdefault(ln.trainer, []).append(ln)
-        by_peer = [{"peer_id": p, "name": name_from_peer_id(p), **_totals(ls), "last": max(ln.at for ln in ls)}
-                   for p, ls in peers.items()]
-        by_peer.sort(key=lambda row: (-row["groups"], row["peer_id"]))
-        return {"total": _totals(lines), "last_hour": hours[-1],
-                "last_day": _totals([ln for ls in by_hour for ln in ls]),
-                "hours": hours, "by_peer": by_peer, "pending": pending, "refused": refused}
+        return {**summarize(lines, time.time() if now is None else now), "pending": pending, "refused": refused}
+
+
+def summary_of_files(directory: Path, now: float | None = None, max_lines: int = LedgerLimits.max_lines) -> dict:
+    """:func:`summarize` of the receipts in ``directory`` as a stopped node left them (read only:
+    a torn line is skipped, not repaired); ``pending`` 0 and ``refused`` empty (a running node's)."""
+    lines, _ = _read_lines(Path(directory) / "receipts.jsonl", max_lines)
+    return {**summarize(lines, time.time() if now is None else now), "pending": 0, "refused": {}}
+
+
+def summarize(lines: list[_Line], now: float) -> dict:
+    """What this node's rollouts gave: ``total``, ``last_hour``, ``last_day`` (``groups`` trained
+    on, ``with_signal``, by how many ``peers``, ``receipts``), ``hours`` (the last 24, oldest
+    first) and ``by_peer`` (most groups first, each with its ``name`` and ``last`` receipt time)."""
+    by_hour: list[list[_Line]] = [[] for _ in range(24)]  # the last 24 hours, oldest first
+    for ln in lines:
+        ago = int((now - ln.at) // 3600)
+        if 0 <= ago < 24:
+            by_hour[23 - ago].append(ln)
+    peers: dict[str, list[_Line]] = {}
+    for ln in lines:
+        peers.setdefault(ln.trainer, []).append(ln)
+    by_peer = [{"peer_id": p, "name": name_from_peer_id(p), **_totals(ls), "last": max(ln.at for ln in ls)}
+               for p, ls in peers.items()]
+    by_peer.sort(key=lambda row: (-row["groups"], row["peer_id"]))
+    return {"total": _totals(lines), "last_hour": _totals(by_hour[-1]),
+            "last_day": _totals([ln for ls in by_hour for ln in ls]),
+            "hours": [_totals(ls) for ls in by_hour], "by_peer": by_peer}
+
+
+def _read_lines(path: Path, max_lines: int) -> tuple[list[_Line], bool]:
+    """The newest ``max_lines`` readable lines of ``path`` and whether any was torn or damaged."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return [], False
+    lines, torn = [], bool(raw) and not raw.endswith(b"\n")
+    for text in raw.split(b"\n"):
+        if not text.strip():
+            continue
+        try:
+            lines.append(_Line.from_json(text.decode("utf-8")))
+        except (ValueError, KeyError, TypeError):
+            torn = True
+    return lines[-max_lines:], torn
 
 
 def _totals(lines: list[_Line]) -> dict[str, int]:

@@ -137,13 +137,19 @@ def make_receipts(identity: Identity, *, swarm: str, round_no: int, groups: list
     return out
 
 
-def attach(bundle: bytes, receipts: list[dict], limits: ReceiptLimits = ReceiptLimits()) -> bytes:
+def attach(bundle: bytes, receipts: list[dict], limits: ReceiptLimits = ReceiptLimits(),
+           max_bytes: int | None = None) -> bytes:
     """``bundle`` with ``receipts`` in its skippable frame; the bundle unchanged when there are
-    none. The newest receipts past the section's caps are left out (the caller sends fewer)."""
+    none. Receipts past the section's caps, or that would take the whole past ``max_bytes``
+    (a bundle's wire cap, :attr:`BundleLimits.max_bytes`, which every receiver checks first),
+    are left out from the last."""
     receipts = receipts[:limits.max_receipts]
+    room = limits.max_section_bytes
+    if max_bytes is not None:
+        room = min(room, max_bytes - len(bundle) - _FRAME_HEADER)
     while receipts:
         content = SECTION_MAGIC + bytes([VERSION]) + canonical_json({"receipts": receipts})
-        if len(content) <= limits.max_section_bytes:
+        if len(content) <= room:
             frame = SKIPPABLE_MAGIC + struct.pack("<I", len(content)) + content
             return bundle[:HEADER_BYTES] + frame + bundle[HEADER_BYTES:]
         receipts = receipts[:-1]
