@@ -214,8 +214,8 @@ def test_receipts_for_other_authors_are_skipped_unverified(tmp_path):
 def test_200_fresh_keys_inflate_nothing(tmp_path):
     """200 keys, each having really trained on the author's bundle, send receipts: none counts
     while they are newcomers, the waiting room stays bounded, and even with every key sending
-    a useful bundle every round, after R rounds of the author at most PROMOTIONS_PER_ROUND x
-    (R - probation) of them count (docs/reliability.md)."""
+    a useful bundle every round, in the author's round R at most PROMOTIONS_PER_ROUND x (R - 2)
+    of them count (probation 3; docs/reliability.md)."""
     author = exchange(AUTHOR, tmp_path, probation=3)
     bundle = author.outgoing(7, signal_groups(4))
     crowd = [Exchange(Identity.from_seed(hashlib.sha256(f"fresh-{i}".encode()).digest()),
@@ -232,7 +232,7 @@ def test_200_fresh_keys_inflate_nothing(tmp_path):
             assert author.receive(sybil.outgoing(2 + r, signal_groups(1, 10_000 + 1000 * r + i))).accepted
     author.draw(rounds, 0, random.Random(0))
     summary = author.ledger.summary()
-    promoted = PROMOTIONS_PER_ROUND * (rounds + 1 - 3)
+    promoted = PROMOTIONS_PER_ROUND * (rounds - 2)
     assert summary["total"]["peers"] == promoted and summary["total"]["groups"] == promoted
     assert summary["pending"] == 200 - promoted <= LedgerLimits().max_pending
 
