@@ -150,14 +150,17 @@ class NodeDriver:
 
 # test_transport_contract.py and the benchmarks import the tests' one wait under this name.
 class ProcNode:
-    """A node in its own process running this script. Call :meth:`ready` before anything else."""
+    """A node in its own process running this script (or ``SCRIPT``, which takes the same
+    flags). Call :meth:`ready` before anything else."""
+
+    SCRIPT = Path(__file__).resolve()
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
                  signal_grace: float = 0.0):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
         ``signal_grace``: ``--signal-grace``."""
-        args = [*prefix, sys.executable, str(Path(__file__).resolve()), "--transport", transport, "--seed", str(seed),
+        args = [*prefix, sys.executable, str(self.SCRIPT), "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
         if private:
             args += ["--reachability", "private"]
