@@ -177,11 +177,12 @@ def test_the_ledger_refuses_what_the_author_never_shared(tmp_path):
     assert offer(digest="c" * 64, keys=keys[:1]) == "unknown_bundle"
     assert offer(digest=digest, bundle_round=8, keys=keys[:1]) == "unknown_bundle"
     assert offer(digest=digest, keys=["d" * 32]) == "unknown_group"
-    assert offer(digest=digest, keys=keys[:2]) is None
+    assert offer(digest=digest, keys=[keys[0], keys[0]], round_no=2) is None  # named twice: counted once
+    assert offer(digest=digest, keys=keys[:2]) is None  # only the second group is new
     assert offer(digest=digest, keys=keys[:2]) == "replay"  # the same trainer round again
     assert offer(digest=digest, keys=keys[:2], round_no=4) == "nothing_new"
     assert offer(digest=digest, keys=keys, round_no=5) is None  # only the third group is new
-    assert ledger.summary(NOW)["total"]["groups"] == 3
+    assert ledger.summary(NOW)["total"] == {"groups": 3, "with_signal": 3, "peers": 1, "receipts": 3}
     assert ledger.refused == {"unknown_bundle": 2, "unknown_group": 1, "replay": 1, "nothing_new": 1}
 
 
@@ -256,7 +257,7 @@ def test_the_ledger_survives_a_torn_last_line_and_a_restart(tmp_path):
 
 
 def test_the_ledger_stays_bounded_whatever_peers_send(tmp_path):
-    limits = LedgerLimits(shared_window=2, max_trainers_per_bundle=3, max_groups=2, max_pending=4, max_lines=24)
+    limits = LedgerLimits(shared_window=2, max_trainers_per_bundle=3, max_groups=2, max_pending=4, max_credits=24)
     ledger = Ledger(tmp_path, lambda peer: not peer.startswith("new"), limits)
     keys = [f"{i:032x}" for i in range(3)]
 
@@ -271,7 +272,7 @@ def test_the_ledger_stays_bounded_whatever_peers_send(tmp_path):
                 assert ledger.offer(rec(f"t{t}", 10 * r + k, r, keys[k]), NOW) is None
         assert ledger.offer(rec("t3", 10 * r, r, keys[0]), NOW) == "bundle_full"
         assert ledger.offer(rec("t0", 10 * r + 5, r, keys[2]), NOW) == "unknown_group"
-        assert len(ledger.receipts_file.read_text().splitlines()) <= limits.max_lines
+        assert len(ledger.receipts_file.read_text().splitlines()) <= limits.max_credits  # a credit a line here
     assert [row[1] for row in json.loads(ledger.shared_file.read_text())] == [18, 19]
     assert ledger.offer(rec("t0", 999, 17, keys[0]), NOW) == "unknown_bundle"  # out of the window
     # Compaction kept every credit of the bundles still in the window: none can be counted again.
@@ -281,9 +282,25 @@ def test_the_ledger_stays_bounded_whatever_peers_send(tmp_path):
     for i in range(10):
         assert ledger.offer(rec(f"new{i}", 0, 19, keys[1]), NOW) == "pending"
     assert ledger.summary(NOW)["pending"] == 4 and ledger.refused["pending_full"] == 6
-    assert ledger.summary(NOW)["total"]["groups"] <= limits.max_lines
-    with pytest.raises(ValueError, match="max_lines"):
-        LedgerLimits(max_lines=100)
+    assert ledger.summary(NOW)["total"]["groups"] <= limits.max_credits
+    with pytest.raises(ValueError, match="max_credits"):
+        LedgerLimits(max_credits=100)
+
+
+def test_compaction_bounds_credits_however_many_a_line_holds(tmp_path):
+    limits = LedgerLimits(shared_window=1, max_trainers_per_bundle=2, max_groups=4, max_credits=16)
+    ledger = Ledger(tmp_path, lambda peer: True, limits)
+    keys = tuple(receipt.Credit(f"{i:032x}", 1.0, True) for i in range(4))
+    for r in range(10):
+        ledger.note_shared(r, f"{r:064x}", [c.key for c in keys])
+        for t in ("t0", "t1"):
+            rec = receipt.Receipt(SWARM, t, r, AUTHOR.peer_id, NOW, ((r, f"{r:064x}", keys),), "")
+            assert ledger.offer(rec, NOW) is None
+            on_disk = [json.loads(line)["credits"] for line in ledger.receipts_file.read_text().splitlines()]
+            assert sum(map(len, on_disk)) <= limits.max_credits
+            assert ledger.summary(NOW)["total"]["groups"] <= limits.max_credits
+    again = receipt.Receipt(SWARM, "t0", 99, AUTHOR.peer_id, NOW, ((9, f"{9:064x}", keys),), "")
+    assert ledger.offer(again, NOW) == "nothing_new"  # the window's credits survived every compaction
 
 
 def test_section_caps_leave_out_receipts_that_do_not_fit():

@@ -2,8 +2,9 @@
 
 Two files under ``<home>/credits/``: ``shared.json``, the node's own recent bundles (round,
 digest, group keys; rewritten whole, atomically, each round) that receipts must name, and
-``receipts.jsonl``, one JSON line per counted receipt (appended and fsynced; a torn last line
-is dropped on load; past ``max_lines`` it is rewritten with its newest half).
+``receipts.jsonl``, one JSON line per counted receipt, with the credits it newly counted
+(appended and fsynced; a torn last line is dropped on load; past ``max_credits`` credits in
+all it is rewritten with its newest lines of at most half as many).
 
 A receipt counts only when it names one of the last ``shared_window`` bundles this node
 shared and groups that bundle held, is the first of its trainer's round, credits a group that
@@ -11,8 +12,8 @@ trainer had not credited yet, and comes from a peer *established* with this node
 (:class:`~swarmnode.swarm.standing.Standing`). A newcomer's receipt waits in a bounded room
 until its trainer is established, and is counted then. Each bundle takes credits from at most
 ``max_trainers_per_bundle`` trainers. So the file never holds more lines for the bundles still
-in the window than ``shared_window * max_trainers_per_bundle * max_groups``, below half its
-cap: a compaction never forgets what a replay would need (``docs/reliability.md`` has the figures).
+in the window than ``shared_window * max_trainers_per_bundle * max_groups`` credits, at most
+half its cap: a compaction never forgets what a replay would need (``docs/reliability.md`` has the figures).
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ class LedgerLimits:
     max_trainers_per_bundle: int = 64
     max_groups: int = 16
     max_pending: int = 256             # newcomers' receipts waiting for their trainer's standing
-    max_lines: int = 40_000            # receipts.jsonl (about 200 bytes a line)
+    max_credits: int = 40_000          # in receipts.jsonl and memory (about 110 bytes each on disk)
 
     def __post_init__(self) -> None:
         # Lines for the bundles still in the window must fit in what a compaction keeps.
         need = 2 * self.shared_window * self.max_trainers_per_bundle * self.max_groups
-        if self.max_lines < need:
-            raise ValueError(f"max_lines must be at least {need} (2 x shared_window x max_trainers_per_bundle x "
+        if self.max_credits < need:
+            raise ValueError(f"max_credits must be at least {need} (2 x shared_window x max_trainers_per_bundle x "
                              "max_groups) so that a compaction keeps every credit a replay could repeat")
 
 
@@ -80,6 +81,7 @@ class Ledger:
         self._shared: OrderedDict[str, tuple[int, frozenset[str]]] = OrderedDict()  # digest -> (round, keys)
         self._pending: OrderedDict[tuple[str, int], tuple[Receipt, float]] = OrderedDict()
         self._lines: deque[_Line] = deque()
+        self._credits = 0  # credits in _lines
         self._rounds: set[tuple[str, int]] = set()
         self._credited: set[tuple[str, str, str]] = set()  # (trainer, digest, key)
         self._trainers: dict[str, set[str]] = {}  # digest -> trainers that credited it
@@ -155,16 +157,16 @@ class Ledger:
                 self._pending.popitem(last=False)
                 self.refused["pending_full"] += 1
             return "pending"
-        new = []
+        new: dict[tuple[str, str], bool] = {}  # (digest, key) -> signal; a receipt naming one twice counts it once
         for _, digest, credits in receipt.bundles:
             trainers = self._trainers.get(digest, set())
             if receipt.trainer not in trainers and len(trainers) >= self.limits.max_trainers_per_bundle:
                 return "bundle_full"
-            new += [(digest, c.key, c.signal) for c in credits
-                    if (receipt.trainer, digest, c.key) not in self._credited]
+            new.update(((digest, c.key), c.signal) for c in credits
+                       if (receipt.trainer, digest, c.key) not in self._credited)
         if not new:
             return "nothing_new"
-        line = _Line(round(now, 3), receipt.trainer, receipt.round, tuple(new))
+        line = _Line(round(now, 3), receipt.trainer, receipt.round, tuple((d, k, s) for (d, k), s in new.items()))
         try:
             with open(self.receipts_file, "a", encoding="utf-8") as fh:
                 fh.write(line.to_json())
@@ -174,12 +176,13 @@ class Ledger:
             log.warning("could not record a receipt in %s: %s", self.receipts_file, exc.strerror or exc)
             return "disk"
         self._index(line)
-        if len(self._lines) > self.limits.max_lines:
+        if self._credits > self.limits.max_credits:
             self._compact()
         return None
 
     def _index(self, line: _Line) -> None:
         self._lines.append(line)
+        self._credits += len(line.credits)
         self._rounds.add((line.trainer, line.round))
         for digest, key, _ in line.credits:
             self._credited.add((line.trainer, digest, key))
@@ -187,6 +190,7 @@ class Ledger:
 
     def _reindex(self, lines: list[_Line]) -> None:
         self._lines.clear()
+        self._credits = 0
         self._rounds.clear()
         self._credited.clear()
         self._trainers.clear()
@@ -194,7 +198,7 @@ class Ledger:
             self._index(line)
 
     def _compact(self) -> None:
-        keep = list(self._lines)[-(self.limits.max_lines // 2):]
+        keep = _newest(list(self._lines), self.limits.max_credits // 2)
         try:
             _write_atomic(self.receipts_file, "".join(line.to_json() for line in keep))
         except OSError as exc:
@@ -211,7 +215,7 @@ class Ledger:
             pass
         except (OSError, ValueError, TypeError) as exc:
             log.warning("%s is damaged (%s); receipts for bundles shared before it are refused", self.shared_file, exc)
-        lines, torn = _read_lines(self.receipts_file, self.limits.max_lines)
+        lines, torn = _read_lines(self.receipts_file, self.limits.max_credits)
         if torn:
             log.warning("%s: dropped a torn or damaged line", self.receipts_file)
             _write_atomic(self.receipts_file, "".join(line.to_json() for line in lines))
@@ -226,10 +230,10 @@ class Ledger:
         return {**summarize(lines, time.time() if now is None else now), "pending": pending, "refused": refused}
 
 
-def summary_of_files(directory: Path, now: float | None = None, max_lines: int = LedgerLimits.max_lines) -> dict:
+def summary_of_files(directory: Path, now: float | None = None, max_credits: int = LedgerLimits.max_credits) -> dict:
     """:func:`summarize` of the receipts in ``directory`` as a stopped node left them (read only:
     a torn line is skipped, not repaired); ``pending`` 0 and ``refused`` empty (a running node's)."""
-    lines, _ = _read_lines(Path(directory) / "receipts.jsonl", max_lines)
+    lines, _ = _read_lines(Path(directory) / "receipts.jsonl", max_credits)
     return {**summarize(lines, time.time() if now is None else now), "pending": 0, "refused": {}}
 
 
@@ -253,8 +257,18 @@ def summarize(lines: list[_Line], now: float) -> dict:
             "hours": [_totals(ls) for ls in by_hour], "by_peer": by_peer}
 
 
-def _read_lines(path: Path, max_lines: int) -> tuple[list[_Line], bool]:
-    """The newest ``max_lines`` readable lines of ``path`` and whether any was torn or damaged."""
+def _newest(lines: list[_Line], max_credits: int) -> list[_Line]:
+    """The newest of ``lines`` holding at most ``max_credits`` credits together."""
+    total, start = 0, len(lines)
+    while start and total + len(lines[start - 1].credits) <= max_credits:
+        start -= 1
+        total += len(lines[start].credits)
+    return lines[start:]
+
+
+def _read_lines(path: Path, max_credits: int) -> tuple[list[_Line], bool]:
+    """The newest readable lines of ``path`` holding at most ``max_credits`` credits, and
+    whether any line was torn or damaged."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -267,7 +281,7 @@ def _read_lines(path: Path, max_lines: int) -> tuple[list[_Line], bool]:
             lines.append(_Line.from_json(text.decode("utf-8")))
         except (ValueError, KeyError, TypeError):
             torn = True
-    return lines[-max_lines:], torn
+    return _newest(lines, max_credits), torn
 
 
 def _totals(lines: list[_Line]) -> dict[str, int]:
