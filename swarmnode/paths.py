@@ -77,6 +77,11 @@ class NodeHome:
         return self.root / "yardstick.jsonl"
 
     @property
+    def credits(self) -> Path:
+        """The receipt ledger: what this node's rollouts gave its peers (swarmnode.swarm.ledger)."""
+        return self.root / "credits"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

@@ -47,6 +47,10 @@ class Group:
     # For local groups, the sampled token ids of each completion (after the prompt), so the
     # update scores exactly what was generated; None for text that came over the network.
     token_ids: list[list[int]] | None = None
+    # For a peer's group, the bundle it came in: (the sender's round, the bundle's digest), so
+    # the node can send the sender a receipt once it trained on it (swarmnode.swarm.receipt).
+    # Where a group travelled is not what it is: equal groups compare equal whatever carried them.
+    origin: tuple[int, str] | None = field(default=None, compare=False)
 
     @property
     def level(self) -> int | None:

@@ -19,6 +19,7 @@ class FakeControl:
 
     def __init__(self, peers: list[dict] | None = None, state: NodeState | None = None) -> None:
         self.calls: list[str] = []
+        self.credit_summary: dict | None = None
         self.state = state
         bob = peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25, via="lan")
         self.peers = [bob] if peers is None else peers
@@ -47,6 +48,9 @@ class FakeControl:
 
     def transport_stats(self) -> dict[str, int]:
         return {"published": 3, "delivered": 5}
+
+    def credits(self) -> dict | None:
+        return self.credit_summary
 
     def refusals(self) -> dict[str, int]:
         return {"refused_far_expiry": 3, "refused_not_a_bundle": 1, "evicted": 2, "stored_bytes": 4096,

@@ -515,7 +515,7 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeyp
             assert 0.0 <= status["signal_rate"] <= 1.0
             assert (status["yardstick"]["round"], status["yardstick"]["score"]) == (0, 0.125)  # from the cache
             assert [r["round"] for r in await api.yardstick()][:1] == [0]
-            assert await api.peers() == []
+            assert await api.peers() == [] and await api.credits() is None  # solo: no ledger
             async with session.get("/metrics") as resp:
                 metrics = await resp.text()
             assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.MULTILINE)

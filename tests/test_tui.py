@@ -122,7 +122,7 @@ async def test_peers_table_lists_a_peer(served):
         await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
         table = app.query_one("#peers", DataTable)
         assert [str(cell) for cell in table.get_row("12D3KooWPeerBob")] == \
-            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250", "-"]
+            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250", "-", "0"]
         # a new peer shows up after its event; its model name is text, never markup
         control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5,
                                       model="[/oops] [bold]x"))
@@ -137,6 +137,22 @@ async def test_peers_table_lists_a_peer(served):
         await pilot.press("r")
         await until(pilot, lambda: table.row_count == 1)
         assert table.get_row("12D3KooWPeerCarol")[0] == "carol"
+
+
+async def test_what_the_nodes_rollouts_gave_shows_in_the_header_and_the_peers_table(served):
+    home, state, control = served
+
+    def window(groups: int) -> dict:
+        return {"groups": groups, "with_signal": groups - 1, "peers": 1, "receipts": 2}
+    control.credit_summary = {"total": window(9), "last_hour": window(4), "last_day": window(9), "hours": [],
+                              "by_peer": [{"peer_id": "12D3KooWPeerBob", "name": "bob", **window(9), "last": 0.0}],
+                              "pending": 0, "refused": {}}
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
+        assert "gave   last hour 4 groups (3 with signal) to 1 peers   today 9 groups (8 with signal)" \
+            in header_text(app)
+        assert str(app.query_one("#peers", DataTable).get_row("12D3KooWPeerBob")[-1]) == "9"
 
 
 async def test_p_pauses_and_resumes_the_node(served):

@@ -153,7 +153,10 @@ class NodeDriver:
 
 # test_transport_contract.py and the benchmarks import the tests' one wait under this name.
 class ProcNode:
-    """A node in its own process running this script. Call :meth:`ready` before anything else."""
+    """A node in its own process running this script (or ``SCRIPT``, which takes the same
+    flags). Call :meth:`ready` before anything else."""
+
+    SCRIPT = Path(__file__).resolve()
 
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
@@ -163,7 +166,7 @@ class ProcNode:
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
         of this one (another release's copy of it, which speaks these commands too), with ``env``;
         ``lan``: ``--lan`` (this release's copy only)."""
-        program = program or (sys.executable, str(Path(__file__).resolve()))
+        program = program or (sys.executable, str(self.SCRIPT))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
         if private:

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "swarmnode.cli.doctor",
     "swarmnode.cli.models",
     "swarmnode.cli.status",
+    "swarmnode.cli.credits",
     "swarmnode.cli.invite",
     "swarmnode.cli.experiment",
     "swarmnode.cli.evaluate",

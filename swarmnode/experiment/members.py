@@ -60,6 +60,9 @@ class InProcessLink:
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
         self.exchange.judge_training(measured, far)
 
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        self.exchange.trained_on(round_no, groups)
+
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from swarmnode.node.credits import credit_families
 from swarmnode.node.peermetrics import left_out_families
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
@@ -66,6 +67,8 @@ class NodeControl(Protocol):
     def refusals(self) -> dict[str, int]:
         """The transport's own counters: ``refused_<reason>``, ``evicted``, ``stored_bytes``,
         ``cached_bytes`` (hivemind's DHT; empty for other transports)."""
+    def credits(self) -> dict | None:
+        """The receipt ledger's summary (``swarmnode.swarm.ledger``); None when solo."""
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -198,6 +201,7 @@ class ApiServer(LocalApi):
         app.router.add_get("/v1/rounds", self._rounds)
         app.router.add_get("/v1/peers", self._peers)
         app.router.add_get("/v1/yardstick", self._yardstick)
+        app.router.add_get("/v1/credits", self._credits)
         app.router.add_get("/v1/events", self._events)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/stop", self._authorized(self._stop))
@@ -245,9 +249,13 @@ class ApiServer(LocalApi):
     async def _peers(self, request: web.Request) -> web.Response:
         return web.json_response({"peers": self.control.peer_rows()})
 
+    async def _credits(self, request: web.Request) -> web.Response:
+        return web.json_response({"credits": self.control.credits()})
+
     async def _metrics(self, request: web.Request) -> web.Response:
         body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats(),
-                               self.control.refusals(), self.control.peer_rows()).encode()
+                               self.control.refusals(), self.control.peer_rows(),
+                               self.control.credits()).encode()
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -340,10 +348,11 @@ class _Exposition:
 
 
 def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None,
-                    refusals: Mapping[str, int] | None = None, peer_rows: list[dict] | None = None) -> str:
-    """The node's metrics in the Prometheus text format (version 0.0.4): ``transport`` and
-    ``refusals`` as :meth:`NodeControl.transport_stats` and :meth:`NodeControl.refusals` give
-    them (their families only when there are some), ``peer_rows`` as :meth:`NodeControl.peer_rows`."""
+                    refusals: Mapping[str, int] | None = None, peer_rows: list[dict] | None = None,
+                    credits: dict | None = None) -> str:
+    """The node's metrics in the Prometheus text format (version 0.0.4): ``transport``,
+    ``refusals``, ``peer_rows`` and ``credits`` as :class:`NodeControl` gives them (their
+    families only when there are some)."""
     snap = state.snapshot()
     finished = snap["rounds_finished"]
     out = _Exposition()
@@ -389,6 +398,7 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
                 ("swarmnode_round_seconds_count", {}, finished)])
     left_out_families(out, peer_rows or [])
     _transport_families(out, transport, refusals)
+    credit_families(out, credits)
     return out.text()
 
 

@@ -105,6 +105,9 @@ class NodeApi:
     async def yardstick(self) -> list[dict]:
         return (await self._request("GET", "/v1/yardstick"))["yardstick"]
 
+    async def credits(self) -> dict | None:
+        return (await self._request("GET", "/v1/credits"))["credits"]
+
     async def rounds(self, since: int = 0) -> list[dict]:
         return (await self._request("GET", f"/v1/rounds?since={since}"))["rounds"]
 

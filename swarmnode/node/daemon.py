@@ -97,6 +97,10 @@ class Daemon:
     def refusals(self) -> dict[str, int]:
         return self.link.refusals() if self.link else {}
 
+    def credits(self) -> dict | None:
+        ledger = self.link.exchange.ledger if self.link else None
+        return ledger.summary() if ledger is not None else None
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
@@ -152,7 +156,8 @@ class Daemon:
     async def _join(self, identity: Identity, scorer: Scorer, model_name: str) -> NetworkLink:
         """Open the transport; the node trains alone (and keeps retrying) while no peer answers."""
         transport = transport_for(self.cfg, identity)
-        exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block)
+        exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block,
+                            credits_dir=self.home.credits)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         try:
             await self.link.start()

@@ -187,6 +187,7 @@ class Node:
         loss = self.policy.train_step(train)
         self.swarm.judge_training(self.policy.nearness.measured, self.policy.nearness.far)
         seconds_train = time.perf_counter() - t0
+        self.swarm.trained_on(r, train)
 
         after = self.levels.copy()
         moves = after.observe((g.question.family, g.rewards) for g in rollout.groups)

@@ -38,7 +38,7 @@ VERSION = 2
 # The signing domain of each version this node accepts; it sends VERSION.
 SIGNING_DOMAINS = {1: b"swarmnode-bundle-v1\x00", 2: b"swarmnode-bundle-v2\x00"}
 SIGNING_DOMAIN = SIGNING_DOMAINS[VERSION]
-_HEADER = len(MAGIC) + 1 + 32 + 64
+HEADER_BYTES = len(MAGIC) + 1 + 32 + 64
 _ZSTD_LEVEL = 3
 _PAYLOAD_KEYS = frozenset({"swarm", "round", "sender", "model", "created", "groups"})
 _GROUP_KEYS_V1 = frozenset({"family", "question", "answer", "metadata", "responses", "rewards"})
@@ -142,6 +142,12 @@ def encode_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, 
 
     Raises ValueError for values JSON cannot carry exactly (NaN or infinite rewards).
     """
+    return signed_bundle(identity, swarm=swarm, round_no=round_no, model=model, groups=groups, created=created)[0]
+
+
+def signed_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, groups: list[Group],
+                  created: float | None = None) -> tuple[bytes, str]:
+    """:func:`encode_bundle`'s bytes and the bundle's digest (what :attr:`Bundle.digest` will be)."""
     payload = {
         "swarm": swarm,
         "round": int(round_no),
@@ -151,9 +157,10 @@ def encode_bundle(identity: Identity, *, swarm: str, round_no: int, model: str, 
         "groups": [group_fields(g) for g in groups],
     }
     body = canonical_json(payload)
-    signature = identity.sign(SIGNING_DOMAIN + body)
-    return (MAGIC + bytes([VERSION]) + identity.public_key + signature
+    message = SIGNING_DOMAIN + body
+    wire = (MAGIC + bytes([VERSION]) + identity.public_key + identity.sign(message)
             + zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(body))
+    return wire, hashlib.sha256(message).hexdigest()
 
 
 def _decompress(blob: bytes, cap: int) -> bytes:
@@ -180,7 +187,7 @@ def _open(data: object, limits: BundleLimits) -> tuple[str, dict, str, int]:
     data = bytes(data)
     if len(data) > limits.max_bytes:
         raise BundleRejected("too_large", f"{len(data)} bytes > {limits.max_bytes}")
-    if len(data) <= _HEADER or data[:len(MAGIC)] != MAGIC:
+    if len(data) <= HEADER_BYTES or data[:len(MAGIC)] != MAGIC:
         raise BundleRejected("malformed", "not a swarmnode bundle")
     version = data[len(MAGIC)]
     if version not in SIGNING_DOMAINS:
@@ -188,7 +195,7 @@ def _open(data: object, limits: BundleLimits) -> tuple[str, dict, str, int]:
     public_key = data[4:36]
     signature = data[36:100]
     try:
-        body = _decompress(data[_HEADER:], limits.max_payload_bytes)
+        body = _decompress(data[HEADER_BYTES:], limits.max_payload_bytes)
     except zstandard.ZstdError as exc:
         raise BundleRejected("malformed", f"zstd: {exc}") from None
     try:

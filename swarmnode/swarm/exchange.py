@@ -12,6 +12,11 @@ minority of the pool and of the draws. A bundle with a response left out for a r
 model does not give, or a peer's completion the update leaves out as too far from this node's
 policy (:meth:`Exchange.judge_training`), sets the peer's probation back instead. The daemon and
 the experiment harness both use this class, so what the experiment measures is what a real node does.
+
+Receipts (:mod:`swarmnode.swarm.receipt`): after an update, :meth:`Exchange.trained_on` signs one
+receipt per author whose groups entered it, and the next outgoing bundle carries them. An
+incoming bundle's receipts addressed to this node are verified and handed to the
+:class:`~swarmnode.swarm.ledger.Ledger`, when the exchange has one.
 """
 
 from __future__ import annotations
@@ -19,15 +24,26 @@ from __future__ import annotations
 import logging
 import random
 import statistics
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
-from swarmnode.swarm.bundle import SIGNING_DOMAINS, BundleLimits, BundleVerifier, Verdict, encode_bundle
+from swarmnode.swarm import receipt
+from swarmnode.swarm.bundle import (
+    SIGNING_DOMAINS,
+    Bundle,
+    BundleLimits,
+    BundleVerifier,
+    Verdict,
+    signed_bundle,
+)
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.ledger import Ledger
 from swarmnode.swarm.pool import ExternalPool, OwnRewards, PeerTable
 from swarmnode.swarm.standing import Standing
 
@@ -53,11 +69,13 @@ class EventSink(Protocol):
 class Exchange:
     def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Rescorer, model_name: str, *,
                  state: EventSink | None = None, limits: BundleLimits = BundleLimits(),
-                 on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None):
+                 on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None,
+                 credits_dir: Path | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
         the transport's ``block``, so a banned flooder is dropped before any check). Without
         ``pool``, the exchange keeps a default-sized one that holds newcomers to
-        ``cfg.newcomer_share``."""
+        ``cfg.newcomer_share``. ``credits_dir`` holds the node's receipt ledger (without it,
+        receipts addressed to this node are ignored; the node still sends its own)."""
         self.identity = identity
         self.cfg = cfg
         self.scorer = scorer
@@ -73,12 +91,26 @@ class Exchange:
         self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
         self._warned_newer = False
+        self.ledger = None if credits_dir is None else Ledger(credits_dir, self.standing.is_established)
+        self.receipt_limits = receipt.ReceiptLimits()
+        self._receipts: list[dict] = []  # the signed receipts of this node's latest update
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
-        """This node's signed bundle of ``round_no`` (its rewards also go into :attr:`own`)."""
+        """This node's signed bundle of ``round_no`` (its rewards also go into :attr:`own`),
+        carrying the receipts of its latest update; the ledger remembers the bundle."""
         self.own.note(groups)
-        return encode_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
-                             groups=groups)
+        data, digest = signed_bundle(self.identity, swarm=self.cfg.swarm, round_no=round_no, model=self.model_name,
+                                     groups=groups)
+        if self.ledger is not None:
+            self.ledger.note_shared(round_no, digest, [receipt.group_key(g) for g in groups])
+        receipts, self._receipts = self._receipts, []
+        return receipt.attach(data, receipts, self.receipt_limits, self.limits.max_bytes) if receipts else data
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        """This node's round ``round_no`` trained on ``groups``: sign a receipt for each author
+        of the external ones, for the next outgoing bundle to carry."""
+        self._receipts = receipt.make_receipts(self.identity, swarm=self.cfg.swarm, round_no=round_no,
+                                               groups=groups, created=time.time())
 
     def admit(self, data: bytes) -> str | None:
         """The guard's word on a message before it is queued for :meth:`receive`: None to
@@ -102,13 +134,14 @@ class Exchange:
 
     def receive(self, data: bytes, now: float | None = None) -> Verdict:
         """Verify, re-score and pool a peer's bundle; never raises. Returns the verdict."""
+        data, section = receipt.split(data)
         verdict = self.verifier.check(data, now)
         if not verdict.accepted:
             self.reject(verdict.sender, verdict.reason)
             return verdict
         self.guard.judge(verdict.sender, None)
         bundle = verdict.bundle
-        rescored, left_out = self._rescore(bundle.groups, bundle.sender)
+        rescored, left_out = self._rescore(bundle)
         self.peers.record_left_out(bundle.sender, left_out)
         if left_out.keys() - self.scorer.honest_reasons:
             self.standing.set_back(bundle.sender)
@@ -119,13 +152,15 @@ class Exchange:
         self.peers.record_bundle(bundle.sender, round_no=bundle.round,
                                  reported_mean=statistics.fmean(claimed) if claimed else None, model=bundle.model)
         self._emit(BundleAccepted(bundle.sender, bundle.round, len(rescored)))
+        if section is not None and self.ledger is not None:
+            self._take_receipts(bundle, section, time.time() if now is None else now)
         return verdict
 
-    def _rescore(self, groups: list[Group], sender: str) -> tuple[list[Group], Counter[str]]:
+    def _rescore(self, bundle: Bundle) -> tuple[list[Group], Counter[str]]:
         """Each group with only its responses in the form this node trains on, and this node's
         rewards of them (a group with none left is dropped); how many were left out, by reason."""
         rescored, left_out = [], Counter[str]()
-        for g in groups:
+        for g in bundle.groups:
             kept: list[tuple[str, float]] = []
             for response in g.responses:
                 got = self.scorer.rescore(g.question, response)
@@ -134,7 +169,8 @@ class Exchange:
                 else:
                     kept.append(got)
             if kept:
-                rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=sender))
+                rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=bundle.sender,
+                                      origin=(bundle.round, bundle.digest)))
         return rescored, left_out
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
@@ -149,11 +185,32 @@ class Exchange:
                 self.peers.record_left_out(peer, Counter(far_from_policy=n))
                 self.standing.set_back(peer)
 
+    def _take_receipts(self, bundle: Bundle, section: bytes, now: float) -> None:
+        """Verify the receipts of an accepted bundle addressed to this node and offer them to
+        the ledger; every refusal counted there by reason, none raised."""
+        assert self.ledger is not None
+        try:
+            entries = receipt.open_section(section, self.receipt_limits)
+        except receipt.ReceiptRejected as exc:
+            self.ledger.refuse(exc.reason)
+            return
+        for entry in entries:
+            payload = entry.get("payload") if isinstance(entry, dict) else None
+            if isinstance(payload, dict) and payload.get("author") != self.identity.peer_id:
+                continue  # another author's receipt: theirs to check
+            try:
+                self.ledger.offer(receipt.verify(entry, sender=bundle.sender, swarm=self.cfg.swarm, now=now,
+                                                 limits=self.receipt_limits), now)
+            except receipt.ReceiptRejected as exc:
+                self.ledger.refuse(exc.reason)
+
     def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).
         ``round_no`` is this node's round: it is the clock of peers' probation. ``levels``:
         this node's family levels, for ``level-aware`` sampling."""
         self.standing.advance(round_no)
+        if self.ledger is not None:
+            self.ledger.promote()
         mode = self.cfg.external_sampling
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=mode,
                                 max_peer_share=self.cfg.max_peer_share, levels=levels,

@@ -37,6 +37,10 @@ class SwarmLink(Protocol):
         on their distance from this node's policy and left ``far[peer]`` out (see
         :meth:`swarmnode.swarm.exchange.Exchange.judge_training`)."""
 
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        """Round ``round_no``'s update trained on ``groups``: receipts go to the external ones'
+        authors with the next share (never blocks)."""
+
     def peer_count(self) -> int:
         """Peers currently connected."""
         ...
@@ -59,6 +63,9 @@ class SoloLink:
         return []
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        pass
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
         pass
 
     def peer_count(self) -> int:
@@ -148,6 +155,9 @@ class NetworkLink:
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
         self.exchange.judge_training(measured, far)
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        self.exchange.trained_on(round_no, groups)
 
     def peer_count(self) -> int:
         return len(self._known_peers)

@@ -42,14 +42,17 @@ from swarmnode.tui.humanize import format_ago, format_duration, format_levels, f
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
-                ("rejected", "Rejected"), ("reward", "Reward"), ("left_out", "Left out"))
+                ("rejected", "Rejected"), ("reward", "Reward"), ("left_out", "Left out"),
+                ("credited", "Trained on ours"))
+CREDITS_EVERY_S = 10  # how often the dashboard re-reads /v1/credits
 
 
 class NodeHeader(Static):
     """Who the node is and what it is doing."""
 
-    def show(self, status: dict, view: NodeView, uptime_s: float) -> None:
-        """``status``: the node's ``/v1/status`` (who it is, its peers); ``view``: what it does now."""
+    def show(self, status: dict, view: NodeView, uptime_s: float, credits: dict | None = None) -> None:
+        """``status``: the node's ``/v1/status`` (who it is, its peers); ``view``: what it does now;
+        ``credits``: its ``/v1/credits`` (what its rollouts gave), None for a solo node."""
         text = Text()
         text.append(status["name"] or "(unnamed)", style="bold")
         text.append(f"  {status['peer_id']}\n", style="dim")
@@ -74,6 +77,12 @@ class NodeHeader(Static):
             text.append(status["priority"], style="bold")
         text.append("\nlevels ", style="dim")
         text.append(format_levels(view.levels, view.dormant))
+        if credits is not None:
+            text.append("\ngave   ", style="dim")
+            for label, window in (("last hour", credits["last_hour"]), ("today", credits["last_day"])):
+                text.append(f"{label} ", style="dim")
+                text.append(f"{window['groups']} groups", style="bold")
+                text.append(f" ({window['with_signal']} with signal) to {window['peers']} peers   ", style="dim")
         self.update(text)
 
 
@@ -134,6 +143,8 @@ class Dashboard(App):
         self.view: NodeView | None = None  # what the node does, rebuilt on (re)connecting, then followed
         self.peers: list[dict] = []
         self._peers_stale = False
+        self.credits: dict | None = None  # the last /v1/credits (None: solo, or a node without it)
+        self._credits_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Static(f"no node running at {self.home.root}\n\nwaiting for one to start… (q quits)", id="offline")
@@ -198,10 +209,21 @@ class Dashboard(App):
             raise ApiError(f"the node's answer does not fit this dashboard ({exc}); is it another version?") from None
         self.peers = await api.peers()
         self._peers_stale = False
+        await self._read_credits()
         self._set_status(status)
         self._show_rounds()
         self.query_one(YardstickChart).show(self.view.yardstick)
         self._show_peers()
+
+    async def _read_credits(self) -> None:
+        """Re-read ``/v1/credits``; a node too old to serve it shows none."""
+        if self.api is None:
+            return
+        self._credits_at = time.monotonic()
+        try:
+            self.credits = await self.api.credits()
+        except ApiError:
+            self.credits = None
 
     def _set_status(self, status: dict) -> None:
         self.status, self.status_at = status, time.monotonic()
@@ -210,7 +232,7 @@ class Dashboard(App):
     def _show_header(self) -> None:
         if self.status is not None and self.view is not None:
             uptime = self.status["uptime_s"] + time.monotonic() - self.status_at
-            self.query_one(NodeHeader).show(self.status, self.view, uptime)
+            self.query_one(NodeHeader).show(self.status, self.view, uptime, self.credits)
 
     def _show_rounds(self) -> None:
         if self.view is not None:
@@ -273,6 +295,7 @@ class Dashboard(App):
         table = self.query_one("#peers", DataTable)
         now = time.time()
         seen = set()
+        credited = {p["peer_id"]: p["groups"] for p in (self.credits or {}).get("by_peer", [])}
         for p in self.peers:
             key = p["peer_id"]
             seen.add(key)
@@ -280,7 +303,8 @@ class Dashboard(App):
             cells = {"name": p.get("name") or short_peer_id(key), "model": Text(p.get("model") or "-"),
                      "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
-                     "reward": format_reward(p.get("reported_mean_reward")), "left_out": format_left_out(p)}
+                     "reward": format_reward(p.get("reported_mean_reward")), "left_out": format_left_out(p),
+                     "credited": str(credited.get(key, 0))}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)
@@ -290,6 +314,11 @@ class Dashboard(App):
             table.remove_row(key)
 
     async def _tick(self) -> None:
+        if self.api is not None and time.monotonic() - self._credits_at >= CREDITS_EVERY_S:
+            try:
+                await self._read_credits()
+            except NoNodeRunning:
+                return
         self._show_header()
         if self._peers_stale and self.api is not None:
             self._peers_stale = False
