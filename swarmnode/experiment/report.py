@@ -21,9 +21,14 @@ CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "s
               "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected", "levels_up", "model", "n_solved"]
 EXTERNAL_FIELDS = ["config", "seed", "node", "model", "round", "sender", "sender_model", "family", "level",
                    "reward_mean", "right", "responses"]
+# A row per group of a node's own rollout: its family, its rewards as the node scored them and
+# whether they differ (signal: a group without it is dropped and never drawn by a peer).
+GROUP_FIELDS = ["config", "seed", "node", "model", "round", "family", "level", "reward_mean", "right", "responses",
+                "signal"]
 YARDSTICK_FIELDS = ["config", "seed", "node", "model", "round", "score", "seconds", "by_family"]
 # Every table of a run, by file name.
-TABLES = {"rounds.csv": CSV_FIELDS, "external.csv": EXTERNAL_FIELDS, "yardstick.csv": YARDSTICK_FIELDS}
+TABLES = {"rounds.csv": CSV_FIELDS, "external.csv": EXTERNAL_FIELDS, "groups.csv": GROUP_FIELDS,
+          "yardstick.csv": YARDSTICK_FIELDS}
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}

@@ -23,6 +23,7 @@ resumed run computes what an uninterrupted one does. Seeds take turns of ``check
 rounds, each turn resuming its seed from its checkpoint, so all seeds progress together.
 Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
 (a row per external group a node trained on: whose, its rewards as the receiver scored them),
+``groups.csv`` (a row per group of a node's own rollout: its family, rewards and signal),
 ``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
 untrained model's once), ``summary.md`` and ``rewards.png``.
 """
@@ -343,6 +344,7 @@ class Experiment:
                 record = m.node.update(rollout)
                 m.node.commit_levels(r)
                 self._append_rows(self._external_rows(m, seed, r), "external.csv")
+                self._append_rows(self._own_rows(m, seed, r, rollout.groups), "groups.csv")
                 rows.append({
                     "config": arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
                     "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
@@ -357,6 +359,15 @@ class Experiment:
             on_config(arm)
         return rows
 
+    @staticmethod
+    def _group_row(m: Member, seed: int, r: int, g: Group) -> dict:
+        """The fields every table of groups has: whose row, the group's family and level, and the
+        rewards ``m`` gave it."""
+        return {"config": m.arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
+                "family": g.question.family, "level": "" if g.question.level is None else g.question.level,
+                "reward_mean": round(sum(g.rewards) / len(g.rewards), 6),
+                "right": sum(x >= 1.0 for x in g.rewards), "responses": len(g.rewards)}
+
     def _external_rows(self, m: Member, seed: int, r: int) -> list[dict]:
         """What ``m`` drew from its peers in round ``r``: one row per group, with its sender and the
         rewards ``m`` gave it (the sender's own are never used)."""
@@ -364,13 +375,13 @@ class Experiment:
         rows = []
         for g in m.link.drawn:
             sender = senders.get(g.source)
-            rows.append({"config": m.arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
-                         "sender": "" if sender is None else sender.index,
-                         "sender_model": "" if sender is None else sender.model, "family": g.question.family,
-                         "level": "" if g.question.level is None else g.question.level,
-                         "reward_mean": round(sum(g.rewards) / len(g.rewards), 6),
-                         "right": sum(x >= 1.0 for x in g.rewards), "responses": len(g.rewards)})
+            rows.append({**self._group_row(m, seed, r, g), "sender": "" if sender is None else sender.index,
+                         "sender_model": "" if sender is None else sender.model})
         return rows
+
+    def _own_rows(self, m: Member, seed: int, r: int, groups: list[Group]) -> list[dict]:
+        """``m``'s own groups of round ``r`` (what it shared, where J > 0), with whether each had signal."""
+        return [{**self._group_row(m, seed, r, g), "signal": int(g.has_signal())} for g in groups]
 
     def _turn(self, seed: int, first: int, deadline: float | None, bar) -> tuple[int, bool]:
         """A turn of ``seed``: rounds from ``first`` to its next checkpoint (or the deadline), which
