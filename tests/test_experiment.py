@@ -87,6 +87,17 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
             right, n = int(g["right"]), int(g["responses"])
             assert n == 3 and g["signal"] == str(int(0 < right < n))  # the length-parity scorer gives 0 or 1
         assert int(r["n_dropped_zero_adv"]) == sum(g["signal"] == "0" for g in mine)
+        # What entered the update: n_local of its own groups, each with its mean token log-prob.
+        assert sum(g["trained"] == "1" for g in mine) == int(r["n_local"])
+        assert all((g["logp"] != "") == (g["trained"] == "1") for g in mine)
+        assert all(float(g["logp"]) < 0 for g in mine if g["logp"])
+    # A peer's group: the receiver trained on it, so it has the receiver's log-prob, and its
+    # question is one its sender was asked that round or before (the pool keeps groups a while).
+    external = read_rows(out / "external.csv")
+    assert external and all(e["logp"] and float(e["logp"]) < 0 for e in external)
+    for e in external:
+        assert any((g["config"], g["node"], g["question"]) == (e["config"], e["sender"], e["question"])
+                   and int(g["round"]) <= int(e["round"]) for g in groups)
 
     # The summary's cumulative rewards are the CSV's sums.
     text = (out / "summary.md").read_text()

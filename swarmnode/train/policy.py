@@ -81,6 +81,11 @@ class Policy:
         self._pad = self.tokenizer.pad_token_id
         self._ends = end_ids(base.model, self.tokenizer)
         self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
+        # The groups of the latest train_step, each with the mean log-prob per token of its
+        # completions that carried advantage, under the policy before that step (None when none
+        # did): how far a group, a peer's especially, is from this policy. Costs nothing: the
+        # update computes these log-probs anyway.
+        self.last_logprobs: list[tuple[Group, float | None]] = []
 
     def activate(self) -> None:
         """Make this policy's adapter the active (and only trainable) one."""
@@ -254,7 +259,10 @@ class Policy:
         """
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
-        for g in groups:
+        owner: list[int] = []  # the index in ``groups`` of each sequence's group
+        sums, counts = [0.0] * len(groups), [0] * len(groups)
+        self.last_logprobs = [(g, None) for g in groups]
+        for gi, g in enumerate(groups):
             adv = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))[0].tolist()
             for j, response in enumerate(g.responses):
                 if g.token_ids is not None:
@@ -263,6 +271,7 @@ class Policy:
                     pair = self.split_response(g.question.question, response)
                 seqs.extend(self._encode_pairs([pair]))
                 advs.append(adv[j])
+                owner.append(gi)
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
         if not keep:
             return None
@@ -278,6 +287,9 @@ class Policy:
                 loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
                 loss.backward()
                 total += float(loss.detach())
+                for i, lp, n in zip(idx, (logp.detach() * mask).sum(-1).tolist(), mask.sum(-1).tolist()):
+                    sums[owner[i]] += lp
+                    counts[owner[i]] += int(n)
                 # Each micro-batch's backward leaves 60-80 MB of free heap behind at 2 threads,
                 # which the next one stacked its peak on (docs/performance.md, change 13).
                 release_free_memory()
@@ -287,6 +299,7 @@ class Policy:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         release_free_memory()
+        self.last_logprobs = [(g, sums[i] / counts[i] if counts[i] else None) for i, g in enumerate(groups)]
         return total if math.isfinite(total) else None
 
     # ---- persistence -------------------------------------------------------------------
