@@ -6,7 +6,8 @@ control of the first two):
 * :func:`by_family`: per task family, a node's own groups a round, the share with signal and
   with a right answer, and the peers' groups it drew, with theirs; with the mean log-prob per
   token of the groups it trained on under its own policy, own against peers' (a peer's
-  completions far below its own are off-policy for it: their gradient is large and noisy);
+  completions far below its own are off-policy for it, and the update takes them as its own
+  samples, with no importance weight);
 * :func:`spread`: questions asked again (of a node) after another node of the config answered
   them right in an earlier round, and how often the asker is right then: with a peer's right
   group of that question in its own updates before, and without;
@@ -72,7 +73,7 @@ def spread(groups: list[dict], external: list[dict], rows: list[dict]) -> dict[K
     seed had answered it right in an earlier round (``asks``), the share of right completions
     in them (``right``), and the same split by whether the asker had trained on a peer's group
     of that question with a right answer before (``taught``, ``right_taught``) or not
-    (``untaught``, ``right_untaught``). Needs the ``question`` column (None without it)."""
+    (``untaught``, ``right_untaught``). Empty for tables without the ``question`` column."""
     done = _finished(rows)
     mine = [g for g in groups if (g["config"], g["seed"], g["node"], g["round"]) in done]
     if not mine or "question" not in mine[0]:

@@ -21,10 +21,11 @@ checkpoint are redone and their CSV rows replaced. A checkpoint holds a node's a
 optimizer, levels and exchange (its pool, its peers' standing, its own recent rewards), so a
 resumed run computes what an uninterrupted one does. Seeds take turns of ``checkpoint_every``
 rounds, each turn resuming its seed from its checkpoint, so all seeds progress together.
-Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
-(a row per external group a node trained on: whose, its rewards as the receiver scored them),
-``groups.csv`` (a row per group of a node's own rollout: its family, rewards and signal),
-``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
+Outputs (:mod:`.tables`, :mod:`.report`): ``rounds.csv`` (a row per node and round),
+``external.csv`` (a row per external group a node trained on: whose, its rewards as the
+receiver scored them), ``groups.csv`` (a row per group of a node's own rollout: its family,
+rewards and signal, whether it trained on it; both group tables with the node's log-prob of
+what it trained on), ``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
 untrained model's once), ``summary.md`` and ``rewards.png``.
 """
 
