@@ -75,6 +75,30 @@ def test_tiny_run_outputs_sharing_and_resume(tmp_path, tiny_model_dir):
         assert m.identity.peer_id not in stats
         assert (sum(stats.values()) > 0) == (m.arm.external > 0)
 
+    # Every node's own groups, a row each: their means average to the round's reward, and a
+    # group has signal exactly when its completions' rewards differ.
+    groups = read_rows(out / "groups.csv")
+    assert len(groups) == len(rows) * 2  # two questions a round
+    for r in rows:
+        mine = [g for g in groups if (g["config"], g["node"], g["round"]) == (r["config"], r["node"], r["round"])]
+        assert len(mine) == 2 and {g["family"] for g in mine} <= {"calendar_arithmetic", "chain_sum"}
+        assert sum(float(g["reward_mean"]) for g in mine) / 2 == pytest.approx(float(r["reward_mean"]), abs=1e-5)
+        for g in mine:
+            right, n = int(g["right"]), int(g["responses"])
+            assert n == 3 and g["signal"] == str(int(0 < right < n))  # the length-parity scorer gives 0 or 1
+        assert int(r["n_dropped_zero_adv"]) == sum(g["signal"] == "0" for g in mine)
+        # What entered the update: n_local of its own groups, each with its mean token log-prob.
+        assert sum(g["trained"] == "1" for g in mine) == int(r["n_local"])
+        assert all((g["logp"] != "") == (g["trained"] == "1") for g in mine)
+        assert all(float(g["logp"]) < 0 for g in mine if g["logp"])
+    # A peer's group: the receiver trained on it, so it has the receiver's log-prob, and its
+    # question is one its sender was asked that round or before (the pool keeps groups a while).
+    external = read_rows(out / "external.csv")
+    assert external and all(e["logp"] and float(e["logp"]) < 0 for e in external)
+    for e in external:
+        assert any((g["config"], g["node"], g["question"]) == (e["config"], e["sender"], e["question"])
+                   and int(g["round"]) <= int(e["round"]) for g in groups)
+
     # The summary's cumulative rewards are the CSV's sums.
     text = (out / "summary.md").read_text()
     for config in ("2/0", "1/1"):
@@ -262,7 +286,7 @@ def test_what_nodes_trained_on_counts_only_rounds_the_run_finished():
 def _outcome(out: Path) -> dict[str, list[tuple]]:
     """What a run computed, by table: every row but its timings, in a fixed order."""
     tables = {}
-    for name in ("rounds.csv", "external.csv"):
+    for name in ("rounds.csv", "external.csv", "groups.csv"):
         rows = [tuple((k, v) for k, v in r.items() if k != "seconds") for r in read_rows(out / name)]
         tables[name] = sorted(rows)
     return tables

@@ -122,6 +122,38 @@ def test_the_loss_is_the_token_mean_over_every_completion_of_the_batch(policy):
     assert policy.train_step([Group(q, ["a", "b"], [1.0, 1.0], token_ids=ids[:2])]) is None  # nothing to learn
 
 
+def sequence_logprobs(policy: Policy, prompt_ids: list[int], completions: list[list[int]]) -> list[tuple[float, int]]:
+    """Each completion's summed token log-prob and its length, by a plain forward pass."""
+    policy.activate()
+    policy.model.eval()
+    out = []
+    with torch.no_grad():
+        for c in completions:
+            logits = policy.model(input_ids=torch.tensor([prompt_ids + c], device=policy.device)).logits[0]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            out.append((sum(logp[len(prompt_ids) - 1 + t, tok].item() for t, tok in enumerate(c)), len(c)))
+    return out
+
+
+def test_the_update_keeps_each_groups_mean_token_logprob_before_it(policy):
+    """last_logprobs: per group of the step, the mean log-prob per token of its completions with
+    advantage under the policy before the update (what the experiment compares a peer's groups
+    with its own by); None for a group none of whose completions had advantage."""
+    q = Question("chain_sum", "What is 1 + 1?", "2")
+    prompt = policy.tokenizer(policy.prompt(q.question), add_special_tokens=False)["input_ids"]
+    ids = [[11, 12, 13], [14, 15, 16, 17, 18], [19, 20], [21, 22, 23, 24]]
+    signal = Group(q, ["a", "b", "c", "d"], [0.0, 0.5, 1.0, 0.5], token_ids=ids)  # b and d: zero advantage
+    flat = Group(q, ["a", "b"], [1.0, 1.0], token_ids=ids[:2])
+    pairs = sequence_logprobs(policy, prompt, [ids[0], ids[2]])
+    expected = sum(lp for lp, _ in pairs) / sum(n for _, n in pairs)
+    policy.train_step([signal, flat])
+    (g1, lp1), (g2, lp2) = policy.last_logprobs
+    assert g1 is signal and g2 is flat and lp2 is None
+    assert lp1 == pytest.approx(expected, abs=1e-4) and lp1 < 0
+    policy.train_step([flat])  # nothing to learn: the record is still this step's
+    assert policy.last_logprobs == [(flat, None)]
+
+
 def test_free_heap_is_returned_after_every_micro_batch(policy, monkeypatch):
     from swarmnode.train import policy as policy_module
 

@@ -5,7 +5,6 @@ interval across seeds, the yardstick, and what each model's nodes trained on fro
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import resource
@@ -15,15 +14,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from swarmnode.experiment.analysis import by_family, forgetting, spread
 from swarmnode.experiment.settings import Settings
+from swarmnode.experiment.tables import read_rows
 
-CSV_FIELDS = ["config", "seed", "node", "round", "reward_mean", "n_external", "seconds", "n_local",
-              "n_dropped_zero_adv", "signal_rate", "loss", "bundles_rejected", "levels_up", "model", "n_solved"]
-EXTERNAL_FIELDS = ["config", "seed", "node", "model", "round", "sender", "sender_model", "family", "level",
-                   "reward_mean", "right", "responses"]
-YARDSTICK_FIELDS = ["config", "seed", "node", "model", "round", "score", "seconds", "by_family"]
-# Every table of a run, by file name.
-TABLES = {"rounds.csv": CSV_FIELDS, "external.csv": EXTERNAL_FIELDS, "yardstick.csv": YARDSTICK_FIELDS}
 # Two-sided 95 % Student t quantiles by degrees of freedom; past 30 the normal one is close enough.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -32,13 +26,6 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 def peak_rss_mb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 # ---- reports -----------------------------------------------------------------------------------
@@ -235,6 +222,7 @@ def write_reports(out: Path, s: Settings) -> Path:
                 fams = ", ".join(f"{k} {v}" for k, v in f["families"].items())
                 lines.append(f"| {lb} | {md or '-'} | {e['per_round']:.2f} | {sender or '-'} | {f['per_round']:.2f} | "
                              f"{f['reward']:.3f} | {f['with_right']:.2f} | {fams} |")
+    lines += why_lines(read_rows(out / "groups.csv"), read_rows(out / "external.csv"), rows, yardstick_rows)
     if runs:
         last = runs[-1]
         lines += ["", f"Last invocation: {last['rounds_run']} lockstep rounds in {last['wall_seconds']} s, "
@@ -244,6 +232,48 @@ def write_reports(out: Path, s: Settings) -> Path:
     path.write_text("\n".join(lines) + "\n")
     plot_rewards(rows, labels, out / "rewards.png")
     return path
+
+
+def _section(title: str, intro: str, columns: Sequence[str], body: Sequence[str]) -> list[str]:
+    """A summary section: its title, what it shows and a table (``body`` its rows)."""
+    return ["", f"## {title}", "", *([intro, ""] if intro else []), "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns), *body]
+
+
+def why_lines(groups: list[dict], external: list[dict], rows: list[dict], yardstick: list[dict]) -> list[str]:
+    """The summary's sections from :mod:`.analysis` (none for tables that lack what they need)."""
+    lines = []
+    families = by_family(groups, external, rows)
+    if families:
+        lines += _section(
+            "By family: own groups and peers'",
+            "A node's own groups a round, the share with signal and with a right completion; peers' groups it drew "
+            "a round and the share with a right one; the mean log-prob per token of the groups it trained on under "
+            "its own policy before the update, own against peers'.",
+            ["config", "model", "family", "own", "with signal", "right", "drawn", "drawn right", "log-prob own",
+             "log-prob peers'"],
+            [f"| {lb} | {md or '-'} | {fam} | {c['own']:.2f} | {_fmt(c['signal'], 2)} | {_fmt(c['right'], 2)} "
+             f"| {c['drawn']:.2f} | {_fmt(c['drawn_right'], 2)} | {_fmt(c['logp_own'], 2)} "
+             f"| {_fmt(c['logp_peer'], 2)} |" for (lb, md), fams in families.items() for fam, c in fams.items()])
+    spreads = spread(groups, external, rows)
+    if spreads:
+        lines += _section(
+            "Right answers spreading",
+            "Asks of a question after another node of the config answered it right in an earlier round, and the "
+            "share of right completions in them: in all, after the asker trained on a peer's right group of it, and "
+            "without that.",
+            ["config", "model", "asks", "right", "asks taught", "right", "asks untaught", "right"],
+            [f"| {lb} | {md or '-'} | {c['asks']} | {_fmt(c['right'])} | {c['taught']} | "
+             f"{_fmt(c['right_taught'])} | {c['untaught']} | {_fmt(c['right_untaught'])} |"
+             for (lb, md), c in spreads.items()])
+    forgot = forgetting(yardstick)
+    if forgot:
+        lines += _section(
+            "Yardstick by family: best and last", "",
+            ["config", "model", "family", "best (after round)", "last (after round)"],
+            [f"| {lb} | {md or '-'} | {fam} | {c['best']:.3f} ({c['best_round']}) | {c['last']:.3f} "
+             f"({c['last_round']}) |" for (lb, md), fams in forgot.items() for fam, c in fams.items()])
+    return lines
 
 
 def plot_rewards(rows: list[dict], labels: Sequence[str], path: Path) -> None:

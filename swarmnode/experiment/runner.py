@@ -21,28 +21,29 @@ checkpoint are redone and their CSV rows replaced. A checkpoint holds a node's a
 optimizer, levels and exchange (its pool, its peers' standing, its own recent rewards), so a
 resumed run computes what an uninterrupted one does. Seeds take turns of ``checkpoint_every``
 rounds, each turn resuming its seed from its checkpoint, so all seeds progress together.
-Outputs (:mod:`.report`): ``rounds.csv`` (a row per node and round), ``external.csv``
-(a row per external group a node trained on: whose, its rewards as the receiver scored them),
-``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
+Outputs (:mod:`.tables`, :mod:`.report`): ``rounds.csv`` (a row per node and round),
+``external.csv`` (a row per external group a node trained on: whose, its rewards as the
+receiver scored them), ``groups.csv`` (a row per group of a node's own rollout: its family,
+rewards and signal, whether it trained on it; both group tables with the node's log-prob of
+what it trained on), ``yardstick.csv`` (every node's greedy yardstick after every ``eval_every`` rounds, and each
 untrained model's once), ``summary.md`` and ``rewards.png``.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from swarmnode.config import NodeConfig
 from swarmnode.experiment.members import InProcessLink, Member, exchange_state, restore_exchange
-from swarmnode.experiment.report import TABLES, peak_rss_mb, read_rows, write_reports
+from swarmnode.experiment.report import peak_rss_mb, write_reports
 from swarmnode.experiment.settings import Arm, ExperimentError, Settings
+from swarmnode.experiment.tables import TABLES, append_rows, external_rows, own_rows, read_rows, truncate_rows
 from swarmnode.node.checkpoint import Checkpoint, list_checkpoints, restore, save_checkpoint
 from swarmnode.node.modelchoice import prepare
 from swarmnode.node.round import Node, derive_seed
@@ -220,27 +221,6 @@ class Experiment:
     def csv_path(self) -> Path:
         return self.out / "rounds.csv"
 
-    def _truncate_csv(self, seed: int, first_round: int) -> None:
-        """Drop every table's rows of ``seed`` from ``first_round`` on (they are about to be redone):
-        a yardstick row's round counts the rounds trained, so it goes from ``first_round + 1``."""
-        for name, fields in TABLES.items():
-            path = self.out / name
-            after = first_round + (name == "yardstick.csv")
-            keep = [r for r in read_rows(path)
-                    if r["config"] == "base" or not (int(r["seed"]) == seed and int(r["round"]) >= after)]
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fields)
-                writer.writeheader()
-                writer.writerows(keep)
-            os.replace(tmp, path)
-
-    def _append_rows(self, rows: list[dict], name: str = "rounds.csv") -> None:
-        with open(self.out / name, "a", newline="") as fh:
-            csv.DictWriter(fh, TABLES[name]).writerows(rows)
-            fh.flush()
-            os.fsync(fh.fileno())
-
     # ---- the yardstick ---------------------------------------------------------------------
     def _yardstick_rows(self, members: list[Member], config: str, seed: int | str, trained: int) -> list[dict]:
         """Every member's greedy yardstick score now, after ``trained`` rounds."""
@@ -260,7 +240,7 @@ class Experiment:
         fresh = {m.model: m for m in reversed(self.members)}
         todo = [m for model, m in fresh.items() if model not in done]
         if self.s.node.eval_every and todo:
-            self._append_rows(self._yardstick_rows(todo, "base", "", 0), "yardstick.csv")
+            append_rows(self.out, "yardstick.csv", self._yardstick_rows(todo, "base", "", 0))
 
     # ---- one round -------------------------------------------------------------------------
     def run_round(self, seed: int, r: int, on_config: Callable[[Arm], None] = lambda arm: None) -> list[dict]:
@@ -268,14 +248,17 @@ class Experiment:
         rows = []
         for arm in self.arms:
             members = [m for m in self.members if m.arm == arm]
+            senders = {m.identity.peer_id: (m.index, m.model) for m in members}
             rollouts = [m.node.rollout(r) for m in members]
             for m, rollout in zip(members, rollouts):
                 record = m.node.update(rollout)
                 m.node.commit_levels(r)
-                self._append_rows(self._external_rows(m, seed, r), "external.csv")
+                where = {"config": arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r}
+                trained = m.node.policy.last_logprobs
+                append_rows(self.out, "external.csv", external_rows(where, m.link.drawn, trained, senders))
+                append_rows(self.out, "groups.csv", own_rows(where, rollout.groups, trained))
                 rows.append({
-                    "config": arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
-                    "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
+                    **where, "reward_mean": round(record.reward_mean, 6), "n_external": record.n_external,
                     "seconds": record.seconds, "n_local": record.n_local,
                     "n_dropped_zero_adv": record.n_dropped_zero_adv,
                     "n_solved": sum(min(g.rewards) >= 1.0 for g in rollout.groups),
@@ -287,21 +270,6 @@ class Experiment:
             on_config(arm)
         return rows
 
-    def _external_rows(self, m: Member, seed: int, r: int) -> list[dict]:
-        """What ``m`` drew from its peers in round ``r``: one row per group, with its sender and the
-        rewards ``m`` gave it (the sender's own are never used)."""
-        senders = {x.identity.peer_id: x for x in self.members if x.arm == m.arm}
-        rows = []
-        for g in m.link.drawn:
-            sender = senders.get(g.source)
-            rows.append({"config": m.arm.label, "seed": seed, "node": m.index, "model": m.model, "round": r,
-                         "sender": "" if sender is None else sender.index,
-                         "sender_model": "" if sender is None else sender.model, "family": g.question.family,
-                         "level": "" if g.question.level is None else g.question.level,
-                         "reward_mean": round(sum(g.rewards) / len(g.rewards), 6),
-                         "right": sum(x >= 1.0 for x in g.rewards), "responses": len(g.rewards)})
-        return rows
-
     def _turn(self, seed: int, first: int, deadline: float | None, bar) -> tuple[int, bool]:
         """A turn of ``seed``: rounds from ``first`` to its next checkpoint (or the deadline), which
         it saves. Returns the last round run and whether the deadline passed."""
@@ -311,12 +279,12 @@ class Experiment:
             def step(arm: Arm, r: int = r) -> None:
                 bar.set_postfix_str(f"config {arm.label} seed {seed} round {r}")
                 bar.update(1)
-            self._append_rows(self.run_round(seed, r, step))
+            append_rows(self.out, "rounds.csv", self.run_round(seed, r, step))
             every = s.node.eval_every
             if every and (r + 1) % every == 0:
                 for arm in self.arms:
-                    self._append_rows(self._yardstick_rows([m for m in self.members if m.arm == arm],
-                                                           arm.label, seed, r + 1), "yardstick.csv")
+                    append_rows(self.out, "yardstick.csv", self._yardstick_rows(
+                        [m for m in self.members if m.arm == arm], arm.label, seed, r + 1))
             out_of_time = deadline is not None and time.time() >= deadline
             if (r + 1) % s.checkpoint_every == 0 or r == s.rounds - 1 or out_of_time:
                 self._save(seed, r)
@@ -343,7 +311,7 @@ class Experiment:
 
         self._check_out_dir()
         if not all((self.out / name).exists() for name in TABLES):
-            self._truncate_csv(-1, 0)
+            truncate_rows(self.out, -1, 0)
         s = self.s
         done_rows = {(int(r["seed"]), int(r["round"])) for r in read_rows(self.csv_path)}
         total = s.seeds * s.rounds * len(self.arms)
@@ -377,7 +345,7 @@ class Experiment:
                     started.add(seed)
                     redone = sum(1 for (sd, rd) in done_rows if sd == seed and first <= rd < s.rounds)
                     bar.update(-min(redone * len(self.arms), bar.n))
-                    self._truncate_csv(seed, first)
+                    truncate_rows(self.out, seed, first)
                 completed[seed], out_of_time = self._turn(seed, first, deadline, bar)
                 rounds_run += completed[seed] + 1 - first
                 if out_of_time:

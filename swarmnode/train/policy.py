@@ -91,6 +91,11 @@ class Policy:
         self._token_texts: TokenTexts | None = shared._token_texts if shared is not None else None
         # The bound on peers' completions' distance from this policy; its counts are the last update's.
         self.nearness = Nearness(cfg.peer_logprob_gap)
+        # The groups of the latest train_step, each with the mean log-prob per token of its
+        # completions that carried advantage, under the policy before that step (None when none
+        # did): how far a group, a peer's especially, is from this policy. Costs nothing: the
+        # update computes these log-probs anyway.
+        self.last_logprobs: list[tuple[Group, float | None]] = []
 
     def activate(self) -> None:
         """Make this policy's adapter the active (and only trainable) one."""
@@ -270,7 +275,10 @@ class Policy:
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
         sources: list[str] = []
-        for g in groups:
+        owner: list[int] = []  # the index in ``groups`` of each sequence's group
+        sums, counts = [0.0] * len(groups), [0] * len(groups)
+        self.last_logprobs = [(g, None) for g in groups]
+        for gi, g in enumerate(groups):
             adv = group_advantages(torch.tensor([g.rewards], dtype=torch.float32))[0].tolist()
             for j, response in enumerate(g.responses):
                 if g.token_ids is not None:
@@ -280,6 +288,7 @@ class Policy:
                 seqs.extend(self._encode_pairs([pair]))
                 advs.append(adv[j])
                 sources.append(g.source)
+                owner.append(gi)
         self.nearness.start()
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
         if not keep:
@@ -294,8 +303,13 @@ class Policy:
         with large_blocks_mmapped():  # see memtrim: without it the heaps fragment to 2.7x the peak
             for idx in batches:
                 logp, mask = self._shared_prompt_logp(seqs[idx[0]][0], [seqs[i][1] for i in idx])
+                row_sums, row_tokens = (logp.detach() * mask).sum(dim=1).tolist(), mask.sum(dim=1).tolist()
+                for i, lp, n in zip(idx, row_sums, row_tokens):
+                    sums[owner[i]] += lp
+                    counts[owner[i]] += int(n)
                 adv = torch.tensor([advs[i] for i in idx], device=logp.device)
-                adv = adv * self._near(idx, sources, logp, mask)
+                adv = adv * self._near(idx, sources, [lp / max(n, 1) for lp, n in zip(row_sums, row_tokens)],
+                                       logp.device)
                 loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
                 loss.backward()
                 total += float(loss.detach())
@@ -309,16 +323,17 @@ class Policy:
         self.model.eval()
         self.nearness.finish()
         release_free_memory()
+        self.last_logprobs = [(g, sums[i] / counts[i] if counts[i] else None) for i, g in enumerate(groups)]
         return total if math.isfinite(total) else None
 
-    def _near(self, idx: list[int], sources: list[str], logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """1 for each completion of a micro-batch that stays in the update, 0 for a peer's that
-        :attr:`nearness` leaves out; this node's own completions set the bar."""
-        means = ((logp.detach() * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).tolist()
+    def _near(self, idx: list[int], sources: list[str], means: list[float], device: torch.device) -> torch.Tensor:
+        """1 for each completion of a micro-batch (its mean log-prob per token in ``means``) that
+        stays in the update, 0 for a peer's that :attr:`nearness` leaves out; this node's own
+        completions set the bar."""
         self.nearness.own([m for m, i in zip(means, idx) if sources[i] == LOCAL])
         peers = [(m, sources[i]) for m, i in zip(means, idx) if sources[i] != LOCAL]
         kept = iter(self.nearness.keep([m for m, _ in peers], [p for _, p in peers]))
-        return torch.tensor([1.0 if sources[i] == LOCAL else float(next(kept)) for i in idx], device=logp.device)
+        return torch.tensor([1.0 if sources[i] == LOCAL else float(next(kept)) for i in idx], device=device)
 
     # ---- persistence -------------------------------------------------------------------
     def save_adapter(self, directory: Path) -> None:
