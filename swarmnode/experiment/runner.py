@@ -135,6 +135,9 @@ class InProcessLink:
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
 
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return self.exchange.take_received()
+
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()
 
@@ -230,7 +233,7 @@ class Experiment:
                 self._anchors.setdefault(cohort.model, policy)
                 identity = Identity.from_seed(hashlib.sha256(f"swarmnode-experiment:{k}".encode()).digest())
                 scorer = self.scorer_factory(self.families)
-                exchange = Exchange(identity, cfg, scorer, base.name)
+                exchange = Exchange(identity, cfg, scorer, base.name, families=self.families)
                 exchanges.append(exchange)
                 link = InProcessLink(exchange, exchanges, sharing=arm.external > 0)
                 node = Node(cfg, self._node_home(seed, arm, k), policy,

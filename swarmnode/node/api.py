@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from swarmnode.node.gainmetrics import gain_families, with_drawn
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
 
@@ -221,7 +222,7 @@ class ApiServer(LocalApi):
             "threads": snap["threads"], "round": snap["round"], "phase": snap["phase"], "paused": snap["paused"],
             "uptime_s": snap["uptime_s"], "peers": self.control.peer_count(), "last_reward": snap["last_reward"],
             "levels": snap["levels"], "dormant": snap["dormant"], "signal_rate": snap["signal_rate"],
-            "yardstick": snap["yardstick"],
+            "yardstick": snap["yardstick"], "gain": snap["gain"], "yardstick_trend": snap["yardstick_trend"],
         })
 
     async def _rounds(self, request: web.Request) -> web.Response:
@@ -236,11 +237,12 @@ class ApiServer(LocalApi):
         return web.json_response({"yardstick": self.state.yardstick_records()})
 
     async def _peers(self, request: web.Request) -> web.Response:
-        return web.json_response({"peers": self.control.peer_rows()})
+        return web.json_response({"peers": with_drawn(self.control.peer_rows(), self.state.snapshot()["gain"])})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        peers = with_drawn(self.control.peer_rows(), self.state.snapshot()["gain"])
         body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats(),
-                               self.control.refusals()).encode()
+                               self.control.refusals(), peers).encode()
         return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
@@ -333,10 +335,11 @@ class _Exposition:
 
 
 def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] | None = None,
-                    refusals: Mapping[str, int] | None = None) -> str:
+                    refusals: Mapping[str, int] | None = None, peer_rows: list[dict] | None = None) -> str:
     """The node's metrics in the Prometheus text format (version 0.0.4): ``transport`` and
     ``refusals`` as :meth:`NodeControl.transport_stats` and :meth:`NodeControl.refusals` give
-    them (their families only when there are some)."""
+    them (their families only when there are some); ``peer_rows`` as :func:`with_drawn` gives
+    them (see :func:`swarmnode.node.gainmetrics.gain_families`)."""
     snap = state.snapshot()
     finished = snap["rounds_finished"]
     out = _Exposition()
@@ -381,6 +384,7 @@ def prometheus_text(state: NodeState, peers: int, transport: Mapping[str, int] |
                [("swarmnode_round_seconds_sum", {}, float(snap["round_seconds_sum"])),
                 ("swarmnode_round_seconds_count", {}, finished)])
     _transport_families(out, transport, refusals)
+    gain_families(out, snap["gain"], snap["yardstick_trend"], peer_rows or [])
     return out.text()
 
 
@@ -441,3 +445,4 @@ def relay_prometheus_text(peers: int, transport: Mapping[str, int], refusals: Ma
                "Bundles private peers pushed to this relay to hold, by outcome (libp2p).",
                [("swarmnode_relay_holds_total", {"outcome": outcome}, n) for outcome, n in sorted(holds.items())])
     return out.text()
+

@@ -13,8 +13,8 @@ import logging
 import random
 import statistics
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +84,18 @@ def signal_rates(local: list[Group], external: list[Group]) -> dict[str, float |
         "signal_rate_local": with_signal / len(local) if local else None,
         "signal_rate_external": ext_signal / len(external) if external else None,
     }
+
+
+def gain_fields(train: list[Group], received: Mapping[str, tuple[int, float]]) -> dict[str, dict]:
+    """The round record's fields of what the swarm gave (:mod:`swarmnode.gain`): the training
+    set's groups per family, own and external (all carry signal: ``select_training_set`` and the
+    pool keep no other), its external groups per sender, and ``received``, the link's
+    ``family -> (groups, reward sum)`` of peers' groups pooled since the previous round."""
+    return {"trained_by_family": dict(Counter(g.question.family for g in train if g.is_local)),
+            "trained_external_by_family": dict(Counter(g.question.family for g in train if not g.is_local)),
+            "drawn_by_peer": dict(Counter(g.source for g in train if not g.is_local)),
+            "peer_groups_by_family": {f: n for f, (n, _) in sorted(received.items()) if n},
+            "peer_reward_by_family": {f: total / n for f, (n, total) in sorted(received.items()) if n}}
 
 
 def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
@@ -205,7 +217,8 @@ class Node:
             n_local=sum(g.is_local for g in train), n_external=sum(not g.is_local for g in train),
             n_dropped_zero_adv=dropped, tokens_generated=rollout.tokens, completions=rollout.completions,
             max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count(), threads=rollout.threads,
-            levels=rollout.levels, level_moves=moves, **signal_rates(rollout.groups, external))
+            levels=rollout.levels, level_moves=moves, **signal_rates(rollout.groups, external),
+            **gain_fields(train, self.swarm.take_received()))
 
     def finish_round(self, record: RoundRecord) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""

@@ -33,6 +33,10 @@ class SwarmLink(Protocol):
     def peer_count(self) -> int:
         """Peers currently connected."""
 
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        """``family -> (groups, sum of their mean rewards)`` of peers' groups re-scored and kept since
+        the last call (see :meth:`swarmnode.swarm.exchange.Exchange.take_received`)."""
+
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
 
@@ -50,6 +54,9 @@ class SoloLink:
 
     def peer_count(self) -> int:
         return 0
+
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return {}
 
     def peer_rows(self) -> list[dict]:
         return []
@@ -135,6 +142,9 @@ class NetworkLink:
 
     def peer_count(self) -> int:
         return len(self._known_peers)
+
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return self.exchange.take_received()
 
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()

@@ -25,7 +25,9 @@ so what it takes never pulls its bar down.
 
 :class:`PeerTable` is the node's view of its peers for display: bundles accepted, rejected by
 reason, last round, the sender-reported mean reward (never used for training) and the model
-its latest accepted bundle named (information only, made safe to print by :func:`display_text`).
+its latest accepted bundle named (information only, made safe to print by :func:`display_text`),
+and what its groups are worth here: how many this node kept, how many had signal, their mean
+reward under this node's verifier, and how many it dropped on arrival by reason.
 
 Both are thread-safe: transports deliver from their own threads.
 """
@@ -305,6 +307,18 @@ class _PeerRow:
     last_round: int | None = None
     reported_mean_reward: float | None = None
     model: str | None = None
+    # its groups this node re-scored and kept, those with signal, their rewards' sum (of each
+    # group's mean), and its groups dropped on arrival by reason (swarm.exchange.GROUP_DROP_REASONS)
+    groups: int = 0
+    groups_with_signal: int = 0
+    reward_sum: float = 0.0
+    groups_dropped: Counter[str] = field(default_factory=Counter)
+
+    def usefulness(self) -> dict:
+        """The row's figures of what its groups are worth here (``reward_here`` None before any)."""
+        return {"groups": self.groups, "groups_with_signal": self.groups_with_signal,
+                "reward_here": self.reward_sum / self.groups if self.groups else None,
+                "groups_dropped": dict(self.groups_dropped)}
 
 
 class PeerTable:
@@ -349,6 +363,16 @@ class PeerTable:
             if model is not None:
                 row.model = display_text(model)
 
+    def record_groups(self, peer_id: str, kept: list[Group], dropped: Mapping[str, int]) -> None:
+        """The groups of the peer's accepted bundle: ``kept`` (re-scored by this node) and
+        ``dropped`` (reason -> count)."""
+        with self._lock:
+            row = self._row(peer_id)
+            row.groups += len(kept)
+            row.groups_with_signal += sum(g.has_signal() for g in kept)
+            row.reward_sum += sum(_mean(g) for g in kept)
+            row.groups_dropped.update(dropped)
+
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
         with self._lock:
@@ -363,5 +387,5 @@ class PeerTable:
                      "first_seen": r.first_seen, "last_seen": r.last_seen, "accepted": r.accepted,
                      "rejected": r.rejected, "rejected_by_reason": dict(r.rejected_by_reason),
                      "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward,
-                     "model": r.model}
+                     "model": r.model, **r.usefulness()}
                     for r in reversed(self._rows.values())]

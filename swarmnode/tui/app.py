@@ -35,13 +35,17 @@ from swarmnode.events import (
     ThreadsChosen,
     YardstickScored,
 )
+from swarmnode.gain import yardstick_trend
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
 from swarmnode.paths import NodeHome
+from swarmnode.tui.gaintext import gain_rows, usefulness_cells
 from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
-PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
-                ("rejected", "Rejected"), ("reward", "Reward"))
+# A peer's usefulness first (see swarmnode.cli.status.USEFULNESS), then what it sent and said.
+PEER_COLUMNS = (("name", "Name"), ("groups", "Groups"), ("signal", "Signal"), ("reward_here", "Reward here"),
+                ("drawn", "Drawn"), ("dropped", "Dropped"), ("accepted", "Accepted"), ("rejected", "Rejected"),
+                ("reward", "Claimed"), ("model", "Model"), ("last_seen", "Last seen"))
 
 
 class NodeHeader(Static):
@@ -73,6 +77,18 @@ class NodeHeader(Static):
             text.append(status["priority"], style="bold")
         text.append("\nlevels ", style="dim")
         text.append(format_levels(view.levels, view.dormant))
+        self.update(text)
+
+
+class SwarmPanel(Static):
+    """What the swarm gives: peers' share of the signal, rewards own against peers', per family,
+    and the yardstick against the untrained score (:func:`swarmnode.tui.gaintext.gain_rows`)."""
+
+    def show(self, view: NodeView) -> None:
+        text = Text()
+        for i, (label, value) in enumerate(gain_rows(view.gain.to_json(), yardstick_trend(view.yardstick))):
+            text.append(("\n" if i else "") + f"{label:<9}", style="dim")
+            text.append(value)
         self.update(text)
 
 
@@ -138,6 +154,7 @@ class Dashboard(App):
         yield Static(f"no node running at {self.home.root}\n\nwaiting for one to start… (q quits)", id="offline")
         with Vertical(id="dashboard"):
             yield NodeHeader(id="header")
+            yield SwarmPanel(id="swarm")
             with Horizontal(id="charts"):
                 yield RewardChart(id="rewards")
                 yield YardstickChart(id="yardstick")
@@ -200,6 +217,7 @@ class Dashboard(App):
         self._set_status(status)
         self._show_rounds()
         self.query_one(YardstickChart).show(self.view.yardstick)
+        self.query_one(SwarmPanel).show(self.view)
         self._show_peers()
 
     def _set_status(self, status: dict) -> None:
@@ -221,8 +239,11 @@ class Dashboard(App):
             self._show_header()
         if isinstance(event, RoundFinished):
             self._show_rounds()
+            self._peers_stale = True  # its groups drawn per peer changed
         elif isinstance(event, YardstickScored) and self.view is not None:
             self.query_one(YardstickChart).show(self.view.yardstick)
+        if isinstance(event, (RoundFinished, YardstickScored)) and self.view is not None:
+            self.query_one(SwarmPanel).show(self.view)
         elif isinstance(event, (BundleAccepted, BundleRefused, PeerJoined, PeerLeft)):
             self._peers_stale = True
         if not isinstance(event, LevelsNow):  # every round sends them; the moves are in its round_finished line
@@ -279,7 +300,8 @@ class Dashboard(App):
             cells = {"name": p.get("name") or short_peer_id(key), "model": Text(p.get("model") or "-"),
                      "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
-                     "reward": format_reward(p.get("reported_mean_reward"))}
+                     "reward": format_reward(p.get("reported_mean_reward")),
+                     **dict(zip(("groups", "signal", "reward_here", "drawn", "dropped"), usefulness_cells(p)))}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)
