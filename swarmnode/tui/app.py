@@ -43,7 +43,7 @@ from swarmnode.tui.humanize import format_ago, format_duration, format_levels, f
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 # A peer's usefulness first (see swarmnode.cli.status.USEFULNESS), then what it sent and said.
-PEER_COLUMNS = (("name", "Name"), ("groups", "Groups"), ("signal", "Signal"), ("reward_here", "Reward here"),
+PEER_COLUMNS = (("name", "Name"), ("groups", "Groups"), ("signal", "Signal"), ("reward_here", "Here"),
                 ("drawn", "Drawn"), ("dropped", "Dropped"), ("accepted", "Accepted"), ("rejected", "Rejected"),
                 ("reward", "Claimed"), ("model", "Model"), ("last_seen", "Last seen"))
 
@@ -167,7 +167,7 @@ class Dashboard(App):
         table = self.query_one("#peers", DataTable)
         for key, label in PEER_COLUMNS:
             table.add_column(label, key=key)
-        self.query_one("#peers").border_title = "peers"
+        self.query_one("#peers").border_title = "peers: groups kept, with signal, their reward here, drawn, dropped"
         self.query_one("#events").border_title = "events"
         self.watch_online(self.online)
         self.set_interval(1.0, self._tick)
@@ -301,7 +301,9 @@ class Dashboard(App):
                      "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
                      "reward": format_reward(p.get("reported_mean_reward")),
-                     **dict(zip(("groups", "signal", "reward_here", "drawn", "dropped"), usefulness_cells(p)))}
+                     **dict(zip(("groups", "signal", "reward_here", "drawn"), usefulness_cells(p))),
+                     # the reasons are in `swarmnode peers`; the table is narrow
+                     "dropped": str(sum((p.get("groups_dropped") or {}).values()))}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)

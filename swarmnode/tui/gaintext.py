@@ -44,7 +44,8 @@ def reward_text(fig: Mapping[str, Any]) -> str:
 
 
 def families_text(recent: Mapping[str, Any], total: Mapping[str, Any]) -> str:
-    """Per family: peers' share of the signal (recent, then all rounds) and the mean rewards (recent)."""
+    """Per family: peers' groups of those with signal (recent, then all rounds) and the mean
+    rewards, own against peers' (recent)."""
     parts = []
     for family, fig in sorted(total["families"].items()):
         now = recent["families"].get(family)
@@ -52,8 +53,7 @@ def families_text(recent: Mapping[str, Any], total: Mapping[str, Any]) -> str:
             f"{now['external']}/{now['local'] + now['external']}"
         own = _reward(None if now is None else now["own_reward"])
         peers = _reward(None if now is None else now["peer_reward"])
-        parts.append(f"{family} {share} (all {fig['external']}/{fig['local'] + fig['external']}), "
-                     f"reward {own} vs {peers}")
+        parts.append(f"{family} {share} ({fig['external']}/{fig['local'] + fig['external']}) {own} vs {peers}")
     return "; ".join(parts) or f"{NO_DATA} (no round finished yet)"
 
 
@@ -65,7 +65,7 @@ def yardstick_trend_text(trend: Mapping[str, Any] | None) -> str:
         return f"{NO_DATA} ({trend['reason']})"
     steps = ", ".join(f"{r} {change:+.3f}" for r, change in trend["trend"] if change is not None)
     return (f"{trend['change']:+.3f} after {trend['round']} rounds ({format_reward(trend['latest'])} against "
-            f"{format_reward(trend['untrained'])} untrained); by rounds trained: {steps}")
+            f"{format_reward(trend['untrained'])}); after {steps}")
 
 
 def gain_rows(gain: Mapping[str, Any] | None, trend: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -75,11 +75,12 @@ def gain_rows(gain: Mapping[str, Any] | None, trend: Mapping[str, Any] | None) -
     if gain is not None:
         recent, total = gain["recent"], gain["total"]
         n = gain["window"]
-        rows += [("swarm", f"peers' share of the signal: {signal_text(recent)} in the last {n} rounds, "
-                           f"{signal_text(total)} in all {total['rounds']}"),
+        rows += [("swarm", f"signal from peers {signal_text(recent)} in the last {n} rounds, "
+                           f"{signal_text(total)} in all {total['rounds']} rounds"),
                  ("rewards", f"{reward_text(recent)} in the last {n} rounds; {reward_text(total)} in all"),
-                 ("families", families_text(recent, total))]
-    rows.append(("progress", f"yardstick against untrained: {yardstick_trend_text(trend)}"))
+                 ("families", f"from peers/all with signal, last {n} rounds (all), reward own vs peers': "
+                              + families_text(recent, total))]
+    rows.append(("progress", f"yardstick over untrained {yardstick_trend_text(trend)}"))
     return rows
 
 
