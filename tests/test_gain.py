@@ -9,6 +9,7 @@ import random
 
 import aiohttp
 import pytest
+import torch
 
 from apifakes import FakeControl, finished_row, make_state, peer_row, yardstick_row
 from swarmnode.cli.status import peer_table_lines, status_lines
@@ -17,13 +18,19 @@ from swarmnode.events import NodeView, RoundFinished, YardstickScored
 from swarmnode.gain import MAX_PEERS_KEPT, WINDOW_ROUNDS, SwarmGain, no_data_reason, yardstick_trend
 from swarmnode.node.api import ApiServer, prometheus_text
 from swarmnode.node.gainmetrics import MAX_EXPORTED_PEERS, with_drawn
-from swarmnode.node.round import gain_fields
+from swarmnode.node.round import Node, gain_fields
+from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
-from swarmnode.train.tasks import Scorer
+from swarmnode.swarm.link import SoloLink
+from swarmnode.swarm.pool import PeerTable
+from swarmnode.train.curriculum import Levels
+from swarmnode.train.model import load_base_model
+from swarmnode.train.policy import Policy
+from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 from swarmnode.tui.gaintext import gain_rows, usefulness_cells
 
 SWARM = "gain-test"
@@ -207,6 +214,27 @@ def test_groups_that_cannot_teach_are_counted_per_peer_and_never_drawn():
     assert cells == ("4", "75%", "0.375", "2", "1 other_family, 1 too_few_responses, 1 unverifiable")
 
 
+def test_the_peer_tables_usefulness_survives_its_json_and_a_damaged_one_changes_nothing():
+    clock = iter(range(100, 200))
+    table = PeerTable(clock=lambda: float(next(clock)))
+    for i, peer in enumerate(("p1", "p2", "p3")):
+        table.record_groups(peer, [Group(q("bf"), ["a", "b"], [float(i % 2), 0.0], source=peer)], {"unverifiable": i})
+    table.touch("p4")  # seen, never sent a group: nothing to keep
+    state = table.usefulness_json(limit=2)
+    assert [r["peer_id"] for r in state] == ["p2", "p3"]  # the most recently seen, oldest first
+    again = PeerTable(clock=lambda: 500.0)
+    again.touch("p9")  # seen in this run: stays the most recent
+    for damaged in ({"peer_id": "x"}, [{"peer_id": "x"}], [{**state[0], "groups": "many"}]):
+        with pytest.raises(ValueError):
+            again.restore_usefulness(damaged)
+        assert [r["peer_id"] for r in again.rows()] == ["p9"]
+    again.restore_usefulness(state)
+    rows = again.rows()
+    assert [r["peer_id"] for r in rows] == ["p9", "p3", "p2"] and rows[1]["last_seen"] == 102.0
+    assert (rows[2]["groups"], rows[2]["groups_with_signal"], rows[2]["reward_here"], rows[2]["groups_dropped"]) \
+        == (1, 1, 0.5, {"unverifiable": 1})
+
+
 def test_a_peer_without_groups_shows_no_usefulness_made_up():
     assert usefulness_cells(peer_row("p", "p", accepted=0, rejected=0, reward=0.0)) == ("0", "—", "—", "0", "0")
 
@@ -294,3 +322,72 @@ def test_metrics_without_a_peer_table():
     text = prometheus_text(make_state(), peers=0)
     assert "# TYPE swarmnode_peer_groups_total counter" in text
     assert not any(line.startswith("swarmnode_peer_") for line in text.splitlines())
+
+
+# -- through a real round, its checkpoint and a restart (tiny model) ------------------------------------
+
+
+class ExchangeLink(SoloLink):
+    """The link of a node that draws from ``exchange`` (peers' bundles handed to it directly)."""
+
+    def __init__(self, exchange: Exchange):
+        self.exchange = exchange
+
+    def draw_external(self, round_no, n, rng, levels=None):
+        return self.exchange.draw(round_no, n, rng, levels)
+
+    def take_received(self):
+        return self.exchange.take_received()
+
+    def peer_state(self):
+        return self.exchange.peer_state()
+
+    def restore_peer_state(self, state):
+        self.exchange.restore_peer_state(state)
+
+
+class LengthScorer(Scorer):
+    """A reward from the response's length, so a peer's two responses of different lengths carry signal."""
+
+    def score(self, question, response):
+        return min(len(response), 8) / 8
+
+
+def test_a_round_records_what_peers_gave_and_a_restart_keeps_it(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))
+    family = "calendar_arithmetic"
+    task_file = tmp_path / "tasks.toml"
+    task_file.write_text(f'[{family}]\nweight = 1.0\ntasks = ["is_leap_year"]\n')
+    families = load_task_file(task_file)
+    cfg = dataclasses.replace(NodeConfig(), solo=True, questions=2, completions=2, max_new_tokens=4, local=2,
+                              external=2, eval_every=0)
+    base = load_base_model(str(tiny_model_dir), torch.device("cpu"))
+    home = NodeHome(tmp_path / "home").create()
+
+    def make() -> tuple[Node, Exchange]:
+        ex = Exchange(NODE, NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0), LengthScorer(families), "m",
+                      families=families)
+        return Node(cfg, home, Policy(base, cfg), TaskSource(families, 1), LengthScorer(families), ExchangeLink(ex),
+                    NodeState(), 1, levels=Levels(families)), ex
+
+    node, ex = make()
+    node.resume()
+    peer_groups = [Group(Question(family, f"q{i}", "1"), ["a", "abcdefgh"], [0.0, 0.0])
+                   for i in range(3)]
+    other = [Group(Question("bf", "q", "1"), ["a", "bb"], [0.0, 1.0])]
+    assert ex.receive(encode_bundle(BOB, swarm=SWARM, round_no=0, model="m", groups=peer_groups + other)).accepted
+    record = node.run_round(0)
+    # one peer gets at most half the J = 2 external slots (max_peer_share)
+    assert record.drawn_by_peer == {BOB.peer_id: 1} and record.trained_external_by_family == {family: 1}
+    assert record.peer_groups_by_family == {family: 3}
+    node.finish_round(record)
+    gain = node.state.snapshot()["gain"]["total"]
+    assert (gain["external"], gain["drawn_by_peer"]) == (1, {BOB.peer_id: 1})
+    assert gain["families"][family]["peer_reward"] == pytest.approx(0.5625)
+    # the node stops and starts again: rounds from metrics.jsonl, the peer table from the checkpoint
+    again, ex_again = make()
+    assert again.resume() == 1
+    assert again.state.snapshot()["gain"]["total"] == gain
+    row = next(r for r in ex_again.peer_rows() if r["peer_id"] == BOB.peer_id)
+    assert (row["groups"], row["groups_with_signal"], row["groups_dropped"]) == (3, 3, {"other_family": 1})
+    assert row["reward_here"] == pytest.approx(0.5625)

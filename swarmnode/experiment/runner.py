@@ -138,6 +138,12 @@ class InProcessLink:
     def take_received(self) -> dict[str, tuple[int, float]]:
         return self.exchange.take_received()
 
+    def peer_state(self) -> list[dict]:
+        return self.exchange.peer_state()
+
+    def restore_peer_state(self, state: list) -> None:
+        self.exchange.restore_peer_state(state)
+
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()
 

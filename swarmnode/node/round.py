@@ -228,7 +228,8 @@ class Node:
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
         self.commit_levels(record.round)
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
-                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
+                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json(),
+                         "peers": self.swarm.peer_state()},
                         keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
         self.state.emit(RoundFinished(record))
@@ -255,6 +256,7 @@ class Node:
             restore(ckpt, self.policy)
             if "levels" in ckpt.state:  # checkpoints from before levels have none: start levels
                 self.levels.restore(ckpt.state["levels"])
+            self._restore_peers(ckpt.state.get("peers", []))
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
@@ -262,6 +264,14 @@ class Node:
             self.state.emit(YardstickScored(yardstick))
         self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
+
+    def _restore_peers(self, state: list) -> None:
+        """What peers' groups were worth here before the restart (display only: a damaged record
+        costs it, never the resume)."""
+        try:
+            self.swarm.restore_peer_state(state)
+        except ValueError as exc:
+            log.warning("the peer table's groups kept, with signal and dropped start again: %s", exc)
 
     # ---- the yardstick (see swarmnode.node.yardsticks for when, swarmnode.train.yardstick for how) ----
     def yardstick_due(self) -> bool:

@@ -140,6 +140,14 @@ class Exchange:
                 tally[0] += 1
                 tally[1] += statistics.fmean(g.rewards)
 
+    def peer_state(self) -> list[dict]:
+        """What peers' groups were worth here, for :meth:`restore_peer_state` (:meth:`PeerTable.usefulness_json`)."""
+        return self.peers.usefulness_json()
+
+    def restore_peer_state(self, state: list) -> None:
+        """Take :meth:`peer_state`'s rows back (a resumed node); ValueError when they are not of its form."""
+        self.peers.restore_usefulness(state)
+
     def take_received(self) -> dict[str, tuple[int, float]]:
         """``family -> (groups, sum of their mean rewards here)`` of the peers' groups pooled since
         the last call (the round's record of how peers' groups score under this node's verifier)."""

@@ -37,6 +37,12 @@ class SwarmLink(Protocol):
         """``family -> (groups, sum of their mean rewards)`` of peers' groups re-scored and kept since
         the last call (see :meth:`swarmnode.swarm.exchange.Exchange.take_received`)."""
 
+    def peer_state(self) -> list[dict]:
+        """What each peer's groups were worth here, JSON-ready, for the checkpoint."""
+
+    def restore_peer_state(self, state: list) -> None:
+        """Take :meth:`peer_state`'s rows back on resume; ValueError when they are not of its form."""
+
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
 
@@ -57,6 +63,12 @@ class SoloLink:
 
     def take_received(self) -> dict[str, tuple[int, float]]:
         return {}
+
+    def peer_state(self) -> list[dict]:
+        return []
+
+    def restore_peer_state(self, state: list) -> None:
+        pass
 
     def peer_rows(self) -> list[dict]:
         return []
@@ -145,6 +157,12 @@ class NetworkLink:
 
     def take_received(self) -> dict[str, tuple[int, float]]:
         return self.exchange.take_received()
+
+    def peer_state(self) -> list[dict]:
+        return self.exchange.peer_state()
+
+    def restore_peer_state(self, state: list) -> None:
+        self.exchange.restore_peer_state(state)
 
     def peer_rows(self) -> list[dict]:
         return self.exchange.peer_rows()

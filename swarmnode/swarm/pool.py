@@ -57,6 +57,8 @@ REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
 # Longest model name the peer table keeps: a stranger's string, shown in a narrow column.
 MAX_MODEL_CHARS = 40
+# Peers whose usefulness a node keeps across restarts (PeerTable.usefulness_json): the most recently seen.
+PEERS_PERSISTED = 256
 
 
 def display_text(text: str, limit: int = MAX_MODEL_CHARS) -> str:
@@ -372,6 +374,34 @@ class PeerTable:
             row.groups_with_signal += sum(g.has_signal() for g in kept)
             row.reward_sum += sum(_mean(g) for g in kept)
             row.groups_dropped.update(dropped)
+
+    def usefulness_json(self, limit: int = PEERS_PERSISTED) -> list[dict]:
+        """What the ``limit`` most recently seen peers that sent groups were worth here, with when
+        they were seen, for :meth:`restore_usefulness` (the checkpoint keeps it)."""
+        with self._lock:
+            rows = [r for r in reversed(self._rows.values()) if r.groups or r.groups_dropped][:limit]
+            return [{"peer_id": r.peer_id, "first_seen": r.first_seen, "last_seen": r.last_seen, "groups": r.groups,
+                     "groups_with_signal": r.groups_with_signal, "reward_sum": r.reward_sum,
+                     "groups_dropped": dict(r.groups_dropped)} for r in reversed(rows)]
+
+    def restore_usefulness(self, state: list) -> None:
+        """Take the rows of :meth:`usefulness_json` (a resumed node's); ValueError, and nothing
+        changed, when ``state`` is not of that form."""
+        try:
+            rows = [_PeerRow(str(s["peer_id"]), name_from_peer_id(str(s["peer_id"])), float(s["first_seen"]),
+                             float(s["last_seen"]), groups=int(s["groups"]),
+                             groups_with_signal=int(s["groups_with_signal"]), reward_sum=float(s["reward_sum"]),
+                             groups_dropped=Counter({str(k): int(n) for k, n in s["groups_dropped"].items()}))
+                    for s in state[-self.max_peers:]]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ValueError("peer usefulness is not [{'peer_id', 'first_seen', 'last_seen', 'groups', "
+                             "'groups_with_signal', 'reward_sum', 'groups_dropped'}, ...]") from None
+        with self._lock:
+            for row in reversed(rows):  # oldest ends first
+                self._rows[row.peer_id] = row
+                self._rows.move_to_end(row.peer_id, last=False)  # seen before any peer of this run
+            while len(self._rows) > self.max_peers:
+                self._rows.popitem(last=False)
 
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
