@@ -44,6 +44,7 @@ class _Totals:
 
     def __init__(self) -> None:
         self.rounds = 0
+        self.last_round: int | None = None  # the newest round folded in
         self.local = 0
         self.external = 0
         self.local_by_family: Counter[str] = Counter()
@@ -56,6 +57,7 @@ class _Totals:
 
     def add(self, record: RoundRecord) -> None:
         self.rounds += 1
+        self.last_round = record.round if self.last_round is None else max(self.last_round, record.round)
         self.local += record.n_local
         self.external += record.n_external
         self.local_by_family.update(record.trained_by_family)
@@ -72,16 +74,16 @@ class _Totals:
             self.drawn_by_peer.popitem(last=False)
 
     def to_json(self) -> dict[str, Any]:
-        """``rounds``, ``local``, ``external`` (groups with signal in the updates), ``external_share``
-        (None without any), ``peer_groups`` and ``peer_reward`` (peers' groups pooled, their mean
-        reward here), ``own_reward`` (mean of the rounds' own means), ``families`` (the same per
-        family) and ``drawn_by_peer``."""
+        """``rounds`` (and ``last_round``, the newest), ``local``, ``external`` (groups with signal
+        in the updates), ``external_share`` (None without any), ``peer_groups`` and ``peer_reward``
+        (peers' groups pooled, their mean reward here), ``own_reward`` (mean of the rounds' own
+        means), ``families`` (the same per family) and ``drawn_by_peer``."""
         families = sorted(set(self.local_by_family) | set(self.external_by_family) | set(self.own_rounds)
                           | set(self.peer_groups))
         own_sum, own_n = sum(self.own_reward_sum.values()), sum(self.own_rounds.values())
         peer_sum, peer_n = sum(self.peer_reward_sum.values()), sum(self.peer_groups.values())
         return {
-            "rounds": self.rounds, "local": self.local, "external": self.external,
+            "rounds": self.rounds, "last_round": self.last_round, "local": self.local, "external": self.external,
             "external_share": _share(self.external, self.local + self.external),
             "own_reward": own_sum / own_n if own_n else None,
             "peer_groups": peer_n, "peer_reward": peer_sum / peer_n if peer_n else None,
@@ -102,6 +104,7 @@ class _Totals:
         """The sums :meth:`to_json` described (KeyError, TypeError or ValueError when it did not)."""
         t = cls()
         t.rounds, t.local, t.external = int(data["rounds"]), int(data["local"]), int(data["external"])
+        t.last_round = None if data["last_round"] is None else int(data["last_round"])
         for family, f in data["families"].items():
             t.local_by_family[family], t.external_by_family[family] = int(f["local"]), int(f["external"])
             t.own_rounds[family], t.peer_groups[family] = int(f["own_rounds"]), int(f["peer_groups"])
@@ -133,13 +136,18 @@ class SwarmGain:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], rounds: Iterable[RoundRecord]) -> SwarmGain:
         """The gain a client rebuilds from ``/v1/status``'s ``gain`` (its totals) and the latest
-        ``rounds`` (the recent window); ValueError when ``data`` is not of :meth:`to_json`'s form."""
+        ``rounds`` (the recent window; those newer than the totals' last round, finished between
+        the two reads, are added to them); ValueError when ``data`` is not of :meth:`to_json`'s form."""
         try:
             total = _Totals.from_json(data["total"])
             window = int(data["window"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"gain is not a SwarmGain's JSON ({type(exc).__name__}: {exc})") from None
-        return cls(window, total, list(rounds)[-window:])
+        rounds = list(rounds)
+        for record in rounds:
+            if total.last_round is None or record.round > total.last_round:
+                total.add(record)
+        return cls(window, total, rounds[-window:])
 
 
 def no_data_reason(figures: Mapping[str, Any], what: str) -> str | None:

@@ -141,6 +141,12 @@ def test_the_dashboard_view_rebuilt_from_the_api_agrees_with_the_node():
     assert rounded(view.summary()["gain"]["total"]) == rounded(state.snapshot()["gain"]["total"])
     # the recent window of the rebuilt view holds only the rounds it read and followed
     assert view.summary()["gain"]["recent"]["rounds"] == 6
+    # a round that finished between the dashboard's read of the status and of the rounds counts once
+    late = gain_row(31, {"bf": 2}, {"bf": 2})
+    state.emit(RoundFinished(late))
+    view = NodeView.from_api(status, rows + [nxt.to_json(), late.to_json()], [])
+    view.apply(RoundFinished(late))  # its event, after the reads
+    assert rounded(view.summary()["gain"]["total"]) == rounded(state.snapshot()["gain"]["total"])
     # a node without gain in its status (an older one): the view sums the rounds it has
     older = {k: v for k, v in status.items() if k != "gain"}
     assert NodeView.from_api(older, rows, []).summary()["gain"]["total"]["rounds"] == 5
