@@ -26,9 +26,10 @@ from typing import Any
 
 from swarmnode.records import RoundRecord
 
-# Rounds of the "recent" figures. 20 rounds at the default 8 questions hold about 160 of the
-# node's own groups and as many external draws, so one round moves a share by at most about
-# 5 points, yet a swarm that stopped helping shows within minutes on a laptop (about 16 s a round).
+# Rounds of the "recent" figures. At the default I = J = 4, 20 rounds hold up to 160 groups of
+# the updates, so one round moves a share by at most 5 points (8 of 160) and the figure does not
+# jump with each round's draw; yet the window is short enough that a swarm that stopped helping
+# (its peers gone, their groups without signal here) shows within 20 rounds, minutes on a laptop.
 WINDOW_ROUNDS = 20
 # Peers whose drawn groups the cumulative figures keep (the most recently drawn): a bounded
 # table however many peers the swarm has.

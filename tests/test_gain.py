@@ -215,6 +215,12 @@ def test_groups_that_cannot_teach_are_counted_per_peer_and_never_drawn():
         assert len(drawn) == 3 and all(g.has_signal() for g in drawn)
     assert ex.take_received() == {"chain_sum": (4, pytest.approx(1.5))}
     assert ex.take_received() == {}  # taken once, by the round that records it
+    # an empty group makes the whole bundle malformed: refused, counted under its sender, nothing pooled
+    empty = Group(chain_sum(7), [], [])
+    assert ex.receive(encode_bundle(BOB, swarm=SWARM, round_no=2, model="m", groups=good + [empty])).reason == \
+        "bad_field"
+    row = next(r for r in ex.peer_rows() if r["peer_id"] == BOB.peer_id)
+    assert row["rejected_by_reason"] == {"bad_field": 1} and row["groups"] == 4 and len(ex.pool.groups()) == 4
     cells = usefulness_cells(with_drawn([row], {"total": {"drawn_by_peer": {BOB.peer_id: 2}},
                                                 "recent": {"drawn_by_peer": {}}})[0])
     assert cells == ("4", "75%", "0.375", "2", "1 other_family, 1 too_few_responses, 1 unverifiable")
