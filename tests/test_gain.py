@@ -25,7 +25,7 @@ from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.link import SoloLink
+from swarmnode.swarm.link import ExchangeBacked, SoloLink
 from swarmnode.swarm.pool import PeerTable
 from swarmnode.train.curriculum import Levels
 from swarmnode.train.model import load_base_model
@@ -339,7 +339,7 @@ def test_metrics_without_a_peer_table():
 # -- through a real round, its checkpoint and a restart (tiny model) ------------------------------------
 
 
-class ExchangeLink(SoloLink):
+class ExchangeLink(ExchangeBacked, SoloLink):
     """The link of a node that draws from ``exchange`` (peers' bundles handed to it directly)."""
 
     def __init__(self, exchange: Exchange):
@@ -347,15 +347,6 @@ class ExchangeLink(SoloLink):
 
     def draw_external(self, round_no, n, rng, levels=None):
         return self.exchange.draw(round_no, n, rng, levels)
-
-    def take_received(self):
-        return self.exchange.take_received()
-
-    def peer_state(self):
-        return self.exchange.peer_state()
-
-    def restore_peer_state(self, state):
-        self.exchange.restore_peer_state(state)
 
 
 class LengthScorer(Scorer):

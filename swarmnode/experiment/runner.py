@@ -52,6 +52,7 @@ from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.link import ExchangeBacked
 from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import BaseModel, ModelError, load_base_model, pick_device, pick_dtype
 from swarmnode.train.policy import Policy
@@ -106,7 +107,7 @@ def restore_exchange(exchange: Exchange, state: Mapping) -> None:
     exchange.own.restore(state["own"])
 
 
-class InProcessLink:
+class InProcessLink(ExchangeBacked):
     """The :class:`~swarmnode.swarm.link.SwarmLink` of one node to the other nodes of its config.
 
     ``share`` hands the signed bundle to every other node's exchange at once (a config with
@@ -134,18 +135,6 @@ class InProcessLink:
 
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
-
-    def take_received(self) -> dict[str, tuple[int, float]]:
-        return self.exchange.take_received()
-
-    def peer_state(self) -> list[dict]:
-        return self.exchange.peer_state()
-
-    def restore_peer_state(self, state: list) -> None:
-        self.exchange.restore_peer_state(state)
-
-    def peer_rows(self) -> list[dict]:
-        return self.exchange.peer_rows()
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from swarmnode.events import PeerJoined, PeerLeft
 from swarmnode.records import Group
+from swarmnode.swarm.exchange import Exchange
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,27 @@ class SoloLink:
         return {}
 
 
-class NetworkLink:
+class ExchangeBacked:
+    """The :class:`SwarmLink` methods a link answers from its
+    :class:`~swarmnode.swarm.exchange.Exchange` (``self.exchange``): the peer table, its state for
+    the checkpoint, and the peers' groups received since the last round."""
+
+    exchange: Exchange
+
+    def peer_rows(self) -> list[dict]:
+        return self.exchange.peer_rows()
+
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return self.exchange.take_received()
+
+    def peer_state(self) -> list[dict]:
+        return self.exchange.peer_state()
+
+    def restore_peer_state(self, state: list) -> None:
+        self.exchange.restore_peer_state(state)
+
+
+class NetworkLink(ExchangeBacked):
     """A :class:`SwarmLink` over a real transport, driven from the daemon's event loop.
 
     ``share`` is called from the round's worker thread: it signs the bundle there and hands
@@ -155,17 +176,6 @@ class NetworkLink:
     def peer_count(self) -> int:
         return len(self._known_peers)
 
-    def take_received(self) -> dict[str, tuple[int, float]]:
-        return self.exchange.take_received()
-
-    def peer_state(self) -> list[dict]:
-        return self.exchange.peer_state()
-
-    def restore_peer_state(self, state: list) -> None:
-        self.exchange.restore_peer_state(state)
-
-    def peer_rows(self) -> list[dict]:
-        return self.exchange.peer_rows()
 
     def transport_stats(self) -> dict[str, int]:
         return dataclasses.asdict(self.transport.stats)
