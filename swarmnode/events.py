@@ -10,7 +10,7 @@ dashboard keeps one rebuilt from ``/v1/status``, ``/v1/rounds`` and ``/v1/yardst
 (:meth:`NodeView.from_api`) and follows the stream with the same :meth:`NodeView.apply`.
 
 Lives beside ``records`` under every layer: the swarm exchange, the node and the dashboard
-all build or read these events. Imports nothing of the project but ``records``.
+all build or read these events. Imports nothing of the project but ``records`` and ``gain``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
+from swarmnode.gain import SwarmGain, yardstick_trend
 from swarmnode.records import JsonRecord, RoundRecord, YardstickRecord
 
 ROUNDS_KEPT = 5000  # rounds a NodeView keeps by default (the node's /v1/rounds window)
@@ -219,6 +220,8 @@ class NodeView:
     dormant: list = field(default_factory=list)
     # the yardstick's records as JSON, oldest first, one per round trained
     yardstick: list = field(default_factory=list)
+    # what the swarm gives: over the latest rounds and every round of the node's history
+    gain: SwarmGain = field(default_factory=SwarmGain)
 
     def __post_init__(self) -> None:
         self.rounds = collections.deque(self.rounds, maxlen=self.max_rounds)
@@ -236,6 +239,7 @@ class NodeView:
                     self.rounds[-1] = record
                     return
                 self.rounds.append(record)
+                self.gain.add(record)
                 self.rounds_finished += 1
                 self.tokens_generated += record.tokens_generated
                 self.round_seconds_sum += record.seconds
@@ -254,6 +258,13 @@ class NodeView:
                 kept = [r for r in self.yardstick if r["round"] != record.round]
                 self.yardstick = (kept + [record.to_json()])[-self.max_rounds:]
 
+    def restore_rounds(self, records: Iterable[RoundRecord]) -> None:
+        """The rounds a resumed node finished before it started (they count in ``gain``, not in
+        the totals since start)."""
+        for record in records:
+            self.rounds.append(record)
+            self.gain.add(record)
+
     @property
     def last_round(self) -> RoundRecord | None:
         return self.rounds[-1] if self.rounds else None
@@ -265,14 +276,23 @@ class NodeView:
                 "last_reward": None if last is None else last.reward_mean,
                 "signal_rate": None if last is None else last.signal_rate,
                 "threads": dict(self.threads), "levels": dict(self.levels), "dormant": list(self.dormant),
-                "yardstick": self.yardstick[-1] if self.yardstick else None}
+                "yardstick": self.yardstick[-1] if self.yardstick else None,
+                "gain": self.gain.to_json(), "yardstick_trend": yardstick_trend(self.yardstick)}
 
     @classmethod
     def from_api(cls, status: Mapping[str, Any], rounds: Iterable[Mapping[str, Any]],
                  yardstick: Iterable[Mapping[str, Any]], max_rounds: int = ROUNDS_KEPT) -> NodeView:
         """The view a client rebuilds from ``/v1/status``, ``/v1/rounds`` and ``/v1/yardstick``
-        (raises ValueError on a row that is not a record)."""
+        (raises ValueError on a row that is not a record). The cumulative ``gain`` is the status's
+        (``rounds`` may be only the latest); a node without one gets it from ``rounds``."""
+        records = list(map(RoundRecord.from_json, rounds))
+        gain = SwarmGain()
+        if "gain" in status:
+            gain = SwarmGain.from_json(status["gain"], records)
+        else:
+            for record in records:
+                gain.add(record)
         return cls(round=status["round"], phase=status["phase"], paused=status["paused"], max_rounds=max_rounds,
-                   rounds=collections.deque(map(RoundRecord.from_json, rounds)),
+                   rounds=collections.deque(records), gain=gain,
                    threads=dict(status["threads"]), levels=dict(status["levels"]), dormant=list(status["dormant"]),
                    yardstick=[YardstickRecord.from_json(r).to_json() for r in yardstick][-max_rounds:])

@@ -136,6 +136,15 @@ class RoundRecord(JsonRecord):
     # round's results moved, with their new level (:mod:`swarmnode.train.curriculum`).
     levels: Mapping[str, int] = field(default_factory=dict)
     level_moves: Mapping[str, int] = field(default_factory=dict)
+    # What the swarm gave the round (:mod:`swarmnode.gain`): the groups with signal that entered
+    # the update per family, this node's own and peers'; peers' groups pooled since the previous
+    # round per family and their mean reward under this node's verifier; the update's external
+    # groups per sender (PeerID).
+    trained_by_family: Mapping[str, int] = field(default_factory=dict)
+    trained_external_by_family: Mapping[str, int] = field(default_factory=dict)
+    peer_groups_by_family: Mapping[str, int] = field(default_factory=dict)
+    peer_reward_by_family: Mapping[str, float] = field(default_factory=dict)
+    drawn_by_peer: Mapping[str, int] = field(default_factory=dict)
 
 @dataclass(frozen=True)
 class YardstickRecord(JsonRecord):

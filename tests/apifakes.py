@@ -58,11 +58,14 @@ class FakeControl:
 
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0,
-             model: str | None = "SmolLM2-135M-Instruct", via: str | None = None) -> dict:
+             model: str | None = "SmolLM2-135M-Instruct", groups: int = 0, with_signal: int = 0,
+             reward_here: float | None = None, dropped: dict[str, int] | None = None, via: str | None = None) -> dict:
+    """A row of the exchange's peer table (the API adds ``drawn``)."""
     return {"peer_id": peer_id, "name": name, "first_seen": time.time() - 600, "last_seen": time.time() - seen_ago,
             "accepted": accepted, "rejected": rejected,
             "rejected_by_reason": {"bad_signature": rejected} if rejected else {}, "last_round": 7,
-            "reported_mean_reward": reward, "model": model, "via": via}
+            "reported_mean_reward": reward, "model": model, "groups": groups, "groups_with_signal": with_signal,
+            "reward_here": reward_here, "groups_dropped": dropped or {}, "via": via}
 
 
 def make_state() -> NodeState:

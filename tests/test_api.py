@@ -16,6 +16,7 @@ import pytest
 
 from apifakes import FakeControl, RealDaemon, finished_row, make_state, yardstick_row
 from nodeproc import free_port
+from swarmnode.cli.status import status_lines
 from swarmnode.events import (
     BundleAccepted,
     BundleRefused,
@@ -514,6 +515,10 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeyp
             assert status["levels"] and all(isinstance(v, int) for v in status["levels"].values())
             assert 0.0 <= status["signal_rate"] <= 1.0
             assert (status["yardstick"]["round"], status["yardstick"]["score"]) == (0, 0.125)  # from the cache
+            gain = status["gain"]["total"]  # solo: no peer gave anything, and it says so
+            assert gain["rounds"] >= 2 and gain["external"] == 0 and gain["peer_reward"] is None
+            assert "no external groups yet" in "\n".join(status_lines(status))
+            assert status["yardstick_trend"]["untrained"] == 0.125
             assert [r["round"] for r in await api.yardstick()][:1] == [0]
             assert await api.peers() == [] and await api.credits() is None  # solo: no ledger
             async with session.get("/metrics") as resp:
@@ -523,6 +528,8 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeyp
             assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.MULTILINE)
             assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.MULTILINE)
             assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_external_signal_share\{window="total",family=""\} (0.0|NaN)$', metrics,
+                             re.MULTILINE)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400
             async with session.get("/nope") as resp:

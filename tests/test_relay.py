@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.node.api import relay_prometheus_text
+from swarmnode.node.prometheus import relay_prometheus_text
 from swarmnode.node.relay import Relay, bootstrap_lines
 from swarmnode.swarm.reachability import is_private, is_public_ip
 from transport_node import descendants

@@ -71,8 +71,14 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
         codes = _stop(procs)
     assert codes == [0, 0, 0]
     for h in homes:
-        rounds = [r["round"] for r in metric_rows(h)]
-        assert rounds == list(range(len(rounds)))
+        rows = metric_rows(h)
+        assert [r["round"] for r in rows] == list(range(len(rows)))
+        # what the swarm gave each round, as the node's status, dashboard and /metrics read it
+        swarmed = [r for r in rows if r["n_external"]]
+        assert all(sum(r["drawn_by_peer"].values()) == r["n_external"] == sum(r["trained_external_by_family"].values())
+                   for r in swarmed)
+        assert {p for r in swarmed for p in r["drawn_by_peer"]} <= {_peer_id(o) for o in homes if o != h}
+        assert any(r["peer_groups_by_family"] for r in rows)
 
 
 def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):

@@ -4,6 +4,7 @@ and once against a real daemon."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import shutil
@@ -28,7 +29,8 @@ from swarmnode.node.api import ApiServer
 from swarmnode.node.client import NodeApi
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
-from swarmnode.tui.app import Dashboard, NodeHeader, YardstickChart
+from swarmnode.records import RoundRecord
+from swarmnode.tui.app import Dashboard, NodeHeader, SwarmPanel, YardstickChart
 from waiting import wait_until_async
 
 SIZE = (130, 40)
@@ -122,14 +124,15 @@ async def test_peers_table_lists_a_peer(served):
         await until(pilot, lambda: app.query_one("#peers", DataTable).row_count == 1)
         table = app.query_one("#peers", DataTable)
         assert [str(cell) for cell in table.get_row("12D3KooWPeerBob")] == \
-            ["bob", "SmolLM2-135M-Instruct", "3s ago", "5", "1", "0.250", "-", "0"]
+            ["bob", "0", "—", "—", "0", "0", "5", "1", "0.250", "SmolLM2-135M-Instruct", "3s ago", "-", "0"]
         # a new peer shows up after its event; its model name is text, never markup
         control.peers.append(peer_row("12D3KooWPeerCarol", "carol", accepted=0, rejected=0, reward=0.5,
                                       model="[/oops] [bold]x"))
         state.emit(PeerJoined("12D3KooWPeerCarol"))
         await until(pilot, lambda: table.row_count == 2, timeout=5)
         await until(pilot, lambda: any("peer 12D3KooW…rCarol joined" in line for line in event_lines(app)))
-        assert str(table.get_row("12D3KooWPeerCarol")[1]) == "[/oops] [bold]x"
+        assert str(table.get_row("12D3KooWPeerCarol")[9]) == "[/oops] [bold]x"
+        table.scroll_to(x=table.max_scroll_x, animate=False)  # the model column is past the usefulness ones
         await pilot.pause()
         assert "[/oops]&#160;[bold]x" in app.export_screenshot()  # drawn as it reads
         # a change without an event shows up on 'r'
@@ -153,6 +156,42 @@ async def test_what_the_nodes_rollouts_gave_shows_in_the_header_and_the_peers_ta
         assert "gave   last hour 4 groups (3 with signal) to 1 peers   today 9 groups (8 with signal)" \
             in header_text(app)
         assert str(app.query_one("#peers", DataTable).get_row("12D3KooWPeerBob")[-1]) == "9"
+
+
+def swarm_text(app: Dashboard) -> str:
+    return str(app.query_one(SwarmPanel).content)
+
+
+def gain_round(r: int, external: int, drawn_from: str, peer_reward: float) -> RoundRecord:
+    """A round whose update took 3 of the node's own groups with signal and ``external`` of peers'."""
+    return dataclasses.replace(
+        finished_row(r, 0.5, {"basic_arithmetic": 0.5}), n_local=3, n_external=external,
+        trained_by_family={"basic_arithmetic": 3}, trained_external_by_family={"basic_arithmetic": external},
+        peer_groups_by_family={"basic_arithmetic": 4}, peer_reward_by_family={"basic_arithmetic": peer_reward},
+        drawn_by_peer={drawn_from: external} if external else {})
+
+
+async def test_swarm_panel_says_what_the_swarm_gives_and_follows_rounds(served):
+    home, state, control = served
+    control.peers[0].update(groups=12, groups_with_signal=9, reward_here=0.625, groups_dropped={"unverifiable": 1})
+    state.emit(YardstickScored(yardstick_row(0, 0.125, {})))
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        text = swarm_text(app)
+        assert "— (no round finished yet)" in text and "only the untrained score so far" in text
+        state.emit(RoundFinished(gain_round(0, 0, "12D3KooWPeerBob", 0.5)))
+        await until(pilot, lambda: "— (no external groups yet; 3 of this node's own)" in swarm_text(app))
+        state.emit(RoundFinished(gain_round(1, 1, "12D3KooWPeerBob", 0.75)))
+        state.emit(YardstickScored(yardstick_row(2, 0.375, {})))
+        await until(pilot, lambda: "14% (1 of 7 groups) in the last 20 rounds" in swarm_text(app))
+        text = swarm_text(app)
+        assert "peers' 0.625 (8 groups)" in text and "basic_arithmetic 1/7" in text
+        assert "+0.250 after 2 rounds (0.375 against 0.125)" in text
+        table = app.query_one("#peers", DataTable)
+        await until(pilot, lambda: str(table.get_row("12D3KooWPeerBob")[4]) == "1")  # drawn, after the round
+        assert [str(c) for c in table.get_row("12D3KooWPeerBob")[:6]] == \
+            ["bob", "12", "75%", "0.625", "1", "1"]
 
 
 async def test_p_pauses_and_resumes_the_node(served):
@@ -215,8 +254,16 @@ async def test_screenshot_with_realistic_data(tmp_path):
     for r in range(40):
         by_task = {f: min(1.0, max(0.0, 0.15 + 0.012 * r * (i + 1) / 2 + 0.08 * math.sin(r / (2 + i))))
                    for i, f in enumerate(families)}
-        state.emit(RoundFinished(finished_row(r, sum(by_task.values()) / 3, by_task,
-                                                                  signal_rate=0.625)))
+        external = {f: (r + i) % 3 // 2 for i, f in enumerate(families)} if r >= 4 else {}
+        drawn = {("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc",
+                  "12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp")[r % 2]: sum(external.values())}
+        state.emit(RoundFinished(dataclasses.replace(
+            finished_row(r, sum(by_task.values()) / 3, by_task, signal_rate=0.625),
+            n_local=5, n_external=sum(external.values()), trained_by_family={f: 2 for f in families[:2]} | {
+                families[2]: 1}, trained_external_by_family=external,
+            peer_groups_by_family={f: 6 for f in families} if r >= 4 else {},
+            peer_reward_by_family={f: min(1.0, v + 0.05) for f, v in by_task.items()} if r >= 4 else {},
+            drawn_by_peer={p: n for p, n in drawn.items() if n} if r >= 4 else {})))
         if r % 10 == 0:
             score = {f: min(1.0, 0.05 + 0.01 * r * (i + 1) / 2) for i, f in enumerate(families)}
             state.emit(YardstickScored(yardstick_row(r, sum(score.values()) / 3, score, questions=54)))
@@ -224,9 +271,10 @@ async def test_screenshot_with_realistic_data(tmp_path):
     state.emit(RoundStarted(40))
     control = FakeControl([
         peer_row("12D3KooWHn2fQvZsVqkUX1jY8gT4cR7pDmLa9bE6wNkPoS5tAyZc", "brisk-cedar-otter", accepted=112,
-                 rejected=3, reward=0.41, seen_ago=4),
+                 rejected=3, reward=0.41, seen_ago=4, groups=214, with_signal=131, reward_here=0.448,
+                 dropped={"unverifiable": 2}),
         peer_row("12D3KooWRt8uVbN3xHqZpF6kLm2JcYsE9wDaG4oTiQ7vKe1nBxWp", "silent-maple-heron", accepted=87,
-                 rejected=0, reward=0.37, seen_ago=17),
+                 rejected=0, reward=0.37, seen_ago=17, groups=171, with_signal=88, reward_here=0.392),
     ])
     server = ApiServer(state, control, home=home)
     await server.start()

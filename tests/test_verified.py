@@ -22,7 +22,7 @@ from apifakes import make_state
 from stranger_keys import Key, signed_bundle
 from swarmnode.cli.status import peer_table_lines
 from swarmnode.config import NodeConfig
-from swarmnode.node.api import prometheus_text
+from swarmnode.node.prometheus import prometheus_text
 from swarmnode.node.round import select_training_set
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange

@@ -12,6 +12,7 @@ from swarmnode.cli.flags import add_home_flag
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
 from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
+from swarmnode.tui.gaintext import USEFULNESS, gain_rows, usefulness_cells
 from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 
@@ -51,6 +52,7 @@ def status_lines(status: dict) -> list[str]:
         ("signal", f"{format_reward(status.get('signal_rate'))} (share of last round's groups with signal)"),
         ("levels", format_levels(status.get("levels") or {}, status.get("dormant") or ())),
         ("yardst.", format_yardstick(status.get("yardstick"))),
+        *gain_rows(status.get("gain"), status.get("yardstick_trend")),
     ]
     threads = status.get("threads") or {}
     if threads:
@@ -72,13 +74,14 @@ def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:
     """The human form of ``/v1/peers``: one aligned row per peer."""
     if not peers:
         return ["no peers seen yet"]
-    header = ("NAME", "PEER ID", "VIA", "MODEL", "LAST SEEN", "ACCEPTED", "REJECTED", "ROUND", "REWARD", "LEFT OUT")
+    header = ("NAME", "PEER ID", "VIA", "MODEL", "LAST SEEN", "ACCEPTED", "REJECTED", "ROUND", "CLAIMED", *USEFULNESS,
+              "LEFT OUT")
     rows = [header] + [(
         p.get("name") or "-", short_peer_id(p["peer_id"]), p.get("via") or "-", p.get("model") or "-",
         format_ago(p.get("last_seen"), now),
         str(p.get("accepted", 0)), str(p.get("rejected", 0)),
         "-" if p.get("last_round") is None else str(p["last_round"]),
-        format_reward(p.get("reported_mean_reward")), format_left_out(p),
+        format_reward(p.get("reported_mean_reward")), *usefulness_cells(p), format_left_out(p),
     ) for p in peers]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]

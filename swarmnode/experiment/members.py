@@ -14,6 +14,7 @@ from swarmnode.node.round import Node
 from swarmnode.records import Group
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
+from swarmnode.swarm.link import ExchangeBacked
 
 
 def exchange_state(exchange: Exchange) -> dict:
@@ -31,7 +32,7 @@ def restore_exchange(exchange: Exchange, state: Mapping) -> None:
     exchange.own.restore(state["own"])
 
 
-class InProcessLink:
+class InProcessLink(ExchangeBacked):
     """The :class:`~swarmnode.swarm.link.SwarmLink` of one node to the other nodes of its config.
 
     ``share`` hands the signed bundle to every other node's exchange at once (a config with
@@ -57,17 +58,8 @@ class InProcessLink:
         self.drawn = self.exchange.draw(round_no, n, rng, levels)
         return self.drawn
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        self.exchange.judge_training(measured, far)
-
-    def trained_on(self, round_no: int, groups: list[Group]) -> None:
-        self.exchange.trained_on(round_no, groups)
-
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
-
-    def peer_rows(self) -> list[dict]:
-        return self.exchange.peer_rows()
 
     def refusals(self) -> dict[str, int]:
         """Empty: bundles go straight to the other exchanges, with no transport below to refuse any."""

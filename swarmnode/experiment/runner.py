@@ -161,7 +161,7 @@ class Experiment:
                 scorer = self.scorer_factory(self.families)
                 # The harness receives on the thread that samples: the check reads the model's own tokenizer.
                 scorer.budget = TokenBudget(base.tokenizer, cfg.max_new_tokens, cfg.prefill_answer_tag)
-                exchange = Exchange(identity, cfg, scorer, base.name)
+                exchange = Exchange(identity, cfg, scorer, base.name, families=self.families)
                 exchanges.append(exchange)
                 link = InProcessLink(exchange, exchanges, sharing=arm.external > 0)
                 node = Node(cfg, self._node_home(seed, arm, k), policy,

@@ -144,7 +144,7 @@ class Daemon:
         # that check reads a copy of the tokenizer of its own.
         scorer = Scorer(families, budget=TokenBudget(copy.deepcopy(policy.tokenizer), self.cfg.max_new_tokens,
                                                      self.cfg.prefill_answer_tag))
-        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name)
+        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name, families)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
                     threads=self.threads, levels=levels)
         try:
@@ -153,11 +153,12 @@ class Daemon:
             raise StartupError(str(exc)) from None
         return node
 
-    async def _join(self, identity: Identity, scorer: Scorer, model_name: str) -> NetworkLink:
-        """Open the transport; the node trains alone (and keeps retrying) while no peer answers."""
+    async def _join(self, identity: Identity, scorer: Scorer, model_name: str, families: dict) -> NetworkLink:
+        """Open the transport; the node trains alone (and keeps retrying) while no peer answers.
+        Peers' groups of other ``families`` than this node's are dropped on arrival."""
         transport = transport_for(self.cfg, identity)
         exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block,
-                            credits_dir=self.home.credits)
+                            credits_dir=self.home.credits, families=families)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         try:
             await self.link.start()

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from swarmnode.config import NodeConfig
-from swarmnode.node.api import MetricsApi, relay_prometheus_text
+from swarmnode.node.api import MetricsApi
+from swarmnode.node.prometheus import relay_prometheus_text
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.guard import PeerGuard, claimed_sender
 from swarmnode.swarm.identity import Identity, IdentityError

@@ -13,9 +13,10 @@ import logging
 import random
 import statistics
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -84,6 +85,18 @@ def signal_rates(local: list[Group], external: list[Group]) -> dict[str, float |
         "signal_rate_local": with_signal / len(local) if local else None,
         "signal_rate_external": ext_signal / len(external) if external else None,
     }
+
+
+def gain_fields(train: list[Group], received: Mapping[str, tuple[int, float]]) -> dict[str, Any]:
+    """The round record's fields of what the swarm gave (:mod:`swarmnode.gain`): the training
+    set's groups per family, own and external (all carry signal: ``select_training_set`` and the
+    pool keep no other), its external groups per sender, and ``received``, the link's
+    ``family -> (groups, reward sum)`` of peers' groups pooled since the previous round."""
+    return {"trained_by_family": dict(Counter(g.question.family for g in train if g.is_local)),
+            "trained_external_by_family": dict(Counter(g.question.family for g in train if not g.is_local)),
+            "drawn_by_peer": dict(Counter(g.source for g in train if not g.is_local)),
+            "peer_groups_by_family": {f: n for f, (n, _) in sorted(received.items()) if n},
+            "peer_reward_by_family": {f: total / n for f, (n, total) in sorted(received.items()) if n}}
 
 
 def score_local(questions: list[Question], gen: Generation, scorer: Scorer,
@@ -207,7 +220,8 @@ class Node:
             n_local=sum(g.is_local for g in train), n_external=sum(not g.is_local for g in train),
             n_dropped_zero_adv=dropped, tokens_generated=rollout.tokens, completions=rollout.completions,
             max_new_tokens=rollout.max_new_tokens, loss=loss, peers=self.swarm.peer_count(), threads=rollout.threads,
-            levels=rollout.levels, level_moves=moves, **signal_rates(rollout.groups, external))
+            levels=rollout.levels, level_moves=moves, **signal_rates(rollout.groups, external),
+            **gain_fields(train, self.swarm.take_received()))
 
     def finish_round(self, record: RoundRecord) -> None:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""
@@ -217,7 +231,8 @@ class Node:
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
         self.commit_levels(record.round)
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
-                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json()},
+                        {"seed": self.seed, "model": self.policy.model_name, "levels": self.levels.to_json(),
+                         "peers": self.swarm.peer_state()},
                         keep=self.cfg.keep_checkpoints)
         self.next_round = record.round + 1
         self.state.emit(RoundFinished(record))
@@ -244,6 +259,7 @@ class Node:
             restore(ckpt, self.policy)
             if "levels" in ckpt.state:  # checkpoints from before levels have none: start levels
                 self.levels.restore(ckpt.state["levels"])
+            self._restore_peers(ckpt.state.get("peers", []))
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
@@ -251,6 +267,14 @@ class Node:
             self.state.emit(YardstickScored(yardstick))
         self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
+
+    def _restore_peers(self, state: list) -> None:
+        """What peers' groups were worth here before the restart (display only: a damaged record
+        costs it, never the resume)."""
+        try:
+            self.swarm.restore_peer_state(state)
+        except ValueError as exc:
+            log.warning("the peer table's groups kept, with signal and dropped start again: %s", exc)
 
     # ---- the yardstick (see swarmnode.node.yardsticks for when, swarmnode.train.yardstick for how) ----
     def yardstick_due(self) -> bool:

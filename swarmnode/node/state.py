@@ -88,7 +88,7 @@ class NodeState(NodeView):
     def restore_rounds(self, records: Iterable[RoundRecord]) -> None:
         """The rounds a resumed node finished before (from metrics.jsonl), for ``/v1/rounds``."""
         with self._lock:
-            self.rounds.extend(records)
+            super().restore_rounds(records)
 
     def yardstick_records(self) -> list[dict]:
         with self._lock:

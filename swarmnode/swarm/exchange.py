@@ -6,12 +6,14 @@ node trains on and re-scored in it with this node's own verifier (``Scorer.resco
 in :mod:`swarmnode.train.answers`; a response that does not fit is left out and counted per
 peer by reason; the sender's rewards are never used for training), and the groups go into the
 bounded :class:`~swarmnode.swarm.pool.ExternalPool`, from which the round draws its J external
-groups. A bundle whose re-scored groups carry signal counts towards its sender's record
-(:class:`~swarmnode.swarm.standing.Standing`): until a peer has one, it shares the newcomers'
-minority of the pool and of the draws. A bundle with a response left out for a reason an honest
-model does not give, or a peer's completion the update leaves out as too far from this node's
-policy (:meth:`Exchange.judge_training`), sets the peer's probation back instead. The daemon and
-the experiment harness both use this class, so what the experiment measures is what a real node does.
+groups. A group that cannot teach this node is dropped and counted under its sender by reason
+(:data:`GROUP_DROP_REASONS`), its bundle still accepted. A bundle whose re-scored groups carry
+signal counts towards its sender's record (:class:`~swarmnode.swarm.standing.Standing`): until a
+peer has one, it shares the newcomers' minority of the pool and of the draws. A bundle with a
+response left out for a reason an honest model does not give, or a peer's completion the update
+leaves out as too far from this node's policy (:meth:`Exchange.judge_training`), sets the peer's
+probation back instead. The daemon and the experiment harness both use this class, so what the
+experiment measures is what a real node does.
 
 Receipts (:mod:`swarmnode.swarm.receipt`): after an update, :meth:`Exchange.trained_on` signs one
 receipt per author whose groups entered it, and the next outgoing bundle carries them. An
@@ -24,8 +26,10 @@ from __future__ import annotations
 import logging
 import random
 import statistics
+import threading
 import time
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
@@ -47,6 +51,10 @@ from swarmnode.swarm.ledger import Ledger
 from swarmnode.swarm.pool import ExternalPool, OwnRewards, PeerTable
 from swarmnode.swarm.standing import Standing
 
+# Why a peer's group is dropped on arrival: of a family this node does not run, with fewer than
+# two responses (it can never have signal), or a response this node's verifier cannot score.
+GROUP_DROP_REASONS = ("other_family", "too_few_responses", "unverifiable")
+
 log = logging.getLogger("swarmnode.swarm.exchange")
 
 class Rescorer(Protocol):
@@ -58,6 +66,7 @@ class Rescorer(Protocol):
 
     def rescore(self, question: Question, response: str) -> tuple[str, float] | str:
         """``(the form of the response this node trains on, its reward)``, or why it is left out."""
+        ...
 
 
 class EventSink(Protocol):
@@ -70,12 +79,14 @@ class Exchange:
     def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Rescorer, model_name: str, *,
                  state: EventSink | None = None, limits: BundleLimits = BundleLimits(),
                  on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None,
-                 credits_dir: Path | None = None):
+                 credits_dir: Path | None = None, families: Collection[str] | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
         the transport's ``block``, so a banned flooder is dropped before any check). Without
         ``pool``, the exchange keeps a default-sized one that holds newcomers to
         ``cfg.newcomer_share``. ``credits_dir`` holds the node's receipt ledger (without it,
-        receipts addressed to this node are ignored; the node still sends its own)."""
+        receipts addressed to this node are ignored; the node still sends its own).
+        ``families``: the task families this node runs (a peer's group of another is dropped);
+        None takes any its verifier scores."""
         self.identity = identity
         self.cfg = cfg
         self.scorer = scorer
@@ -94,6 +105,10 @@ class Exchange:
         self.ledger = None if credits_dir is None else Ledger(credits_dir, self.standing.is_established)
         self.receipt_limits = receipt.ReceiptLimits()
         self._receipts: list[dict] = []  # the signed receipts of this node's latest update
+        self.families = None if families is None else frozenset(families)
+        # family -> [groups, reward sum] of peers' groups pooled since take_received (receive's thread adds)
+        self._received: dict[str, list] = {}
+        self._received_lock = threading.Lock()
 
     def outgoing(self, round_no: int, groups: list[Group]) -> bytes:
         """This node's signed bundle of ``round_no`` (its rewards also go into :attr:`own`),
@@ -137,12 +152,15 @@ class Exchange:
         data, section = receipt.split(data)
         verdict = self.verifier.check(data, now)
         if not verdict.accepted:
-            self.reject(verdict.sender, verdict.reason)
+            self.reject(verdict.sender, verdict.reason or "malformed")
             return verdict
         self.guard.judge(verdict.sender, None)
         bundle = verdict.bundle
-        rescored, left_out = self._rescore(bundle)
+        assert bundle is not None, "an accepted verdict carries its bundle"
+        rescored, left_out, dropped = self._rescore(bundle)
         self.peers.record_left_out(bundle.sender, left_out)
+        self.peers.record_groups(bundle.sender, rescored, dropped)
+        self._note_received(rescored)
         if left_out.keys() - self.scorer.honest_reasons:
             self.standing.set_back(bundle.sender)
         else:
@@ -156,22 +174,32 @@ class Exchange:
             self._take_receipts(bundle, section, time.time() if now is None else now)
         return verdict
 
-    def _rescore(self, bundle: Bundle) -> tuple[list[Group], Counter[str]]:
-        """Each group with only its responses in the form this node trains on, and this node's
-        rewards of them (a group with none left is dropped); how many were left out, by reason."""
-        rescored, left_out = [], Counter[str]()
+    def _rescore(self, bundle: Bundle) -> tuple[list[Group], Counter[str], Counter[str]]:
+        """The groups this node can learn from, each with only its responses in the form this node
+        trains on and its own rewards of them; the responses left out, by reason; the groups
+        dropped, by reason (:data:`GROUP_DROP_REASONS`)."""
+        rescored: list[Group] = []
+        left_out: Counter[str] = Counter()
+        dropped: Counter[str] = Counter()
         for g in bundle.groups:
+            if self.families is not None and g.question.family not in self.families:
+                dropped["other_family"] += 1
+                continue
             kept: list[tuple[str, float]] = []
+            unverifiable = False
             for response in g.responses:
                 got = self.scorer.rescore(g.question, response)
                 if isinstance(got, str):
                     left_out[got] += 1
+                    unverifiable |= got == "unverifiable"
                 else:
                     kept.append(got)
-            if kept:
-                rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=bundle.sender,
-                                      origin=(bundle.round, bundle.digest)))
-        return rescored, left_out
+            if len(kept) < 2:  # a group of fewer can never have signal
+                dropped["unverifiable" if unverifiable else "too_few_responses"] += 1
+                continue
+            rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=bundle.sender,
+                                  origin=(bundle.round, bundle.digest)))
+        return rescored, left_out, dropped
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
         """The update measured ``measured[peer]`` of a peer's completions against the bound on
@@ -203,6 +231,28 @@ class Exchange:
                                                  limits=self.receipt_limits), now)
             except receipt.ReceiptRejected as exc:
                 self.ledger.refuse(exc.reason)
+
+    def _note_received(self, groups: list[Group]) -> None:
+        with self._received_lock:
+            for g in groups:
+                tally = self._received.setdefault(g.question.family, [0, 0.0])
+                tally[0] += 1
+                tally[1] += statistics.fmean(g.rewards)
+
+    def peer_state(self) -> list[dict]:
+        """What peers' groups were worth here, for :meth:`restore_peer_state` (:meth:`PeerTable.usefulness_json`)."""
+        return self.peers.usefulness_json()
+
+    def restore_peer_state(self, state: list) -> None:
+        """Take :meth:`peer_state`'s rows back (a resumed node); ValueError when they are not of its form."""
+        self.peers.restore_usefulness(state)
+
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        """``family -> (groups, sum of their mean rewards here)`` of the peers' groups pooled since
+        the last call (the round's record of how peers' groups score under this node's verifier)."""
+        with self._received_lock:
+            received, self._received = self._received, {}
+        return {f: (n, total) for f, (n, total) in received.items()}
 
     def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
         """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).

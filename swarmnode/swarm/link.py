@@ -17,6 +17,7 @@ from typing import Protocol
 
 from swarmnode.events import PeerJoined, PeerLeft
 from swarmnode.records import Group
+from swarmnode.swarm.exchange import Exchange
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,18 @@ class SwarmLink(Protocol):
         """Peers currently connected."""
         ...
 
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        """``family -> (groups, sum of their mean rewards)`` of peers' groups re-scored and kept since
+        the last call (see :meth:`swarmnode.swarm.exchange.Exchange.take_received`)."""
+        ...
+
+    def peer_state(self) -> list[dict]:
+        """What each peer's groups were worth here, JSON-ready, for the checkpoint."""
+        ...
+
+    def restore_peer_state(self, state: list) -> None:
+        """Take :meth:`peer_state`'s rows back on resume; ValueError when they are not of its form."""
+
     def peer_rows(self) -> list[dict]:
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
         ...
@@ -71,6 +84,15 @@ class SoloLink:
     def peer_count(self) -> int:
         return 0
 
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return {}
+
+    def peer_state(self) -> list[dict]:
+        return []
+
+    def restore_peer_state(self, state: list) -> None:
+        pass
+
     def peer_rows(self) -> list[dict]:
         return []
 
@@ -78,7 +100,34 @@ class SoloLink:
         return {}
 
 
-class NetworkLink:
+class ExchangeBacked:
+    """The :class:`SwarmLink` methods a link answers from its
+    :class:`~swarmnode.swarm.exchange.Exchange` (``self.exchange``): the peer table, its state for
+    the checkpoint, the peers' groups received since the last round, and what the update did
+    with peers' groups (judged, receipts)."""
+
+    exchange: Exchange
+
+    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+        self.exchange.judge_training(measured, far)
+
+    def trained_on(self, round_no: int, groups: list[Group]) -> None:
+        self.exchange.trained_on(round_no, groups)
+
+    def peer_rows(self) -> list[dict]:
+        return self.exchange.peer_rows()
+
+    def take_received(self) -> dict[str, tuple[int, float]]:
+        return self.exchange.take_received()
+
+    def peer_state(self) -> list[dict]:
+        return self.exchange.peer_state()
+
+    def restore_peer_state(self, state: list) -> None:
+        self.exchange.restore_peer_state(state)
+
+
+class NetworkLink(ExchangeBacked):
     """A :class:`SwarmLink` over a real transport, driven from the daemon's event loop.
 
     ``share`` is called from the round's worker thread: it signs the bundle there and hands
@@ -153,17 +202,9 @@ class NetworkLink:
                       levels: Mapping[str, int] | None = None) -> list[Group]:
         return self.exchange.draw(round_no, n, rng, levels)
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        self.exchange.judge_training(measured, far)
-
-    def trained_on(self, round_no: int, groups: list[Group]) -> None:
-        self.exchange.trained_on(round_no, groups)
-
     def peer_count(self) -> int:
         return len(self._known_peers)
 
-    def peer_rows(self) -> list[dict]:
-        return self.exchange.peer_rows()
 
     def transport_stats(self) -> dict[str, int]:
         return {**dataclasses.asdict(self.transport.stats), **self.transport.lan_counts()}

@@ -27,7 +27,9 @@ so what it takes never pulls its bar down.
 reason, last round, the sender-reported mean reward (never used for training), the model
 its latest accepted bundle named (information only, made safe to print by :func:`display_text`),
 its responses left out of training by reason and its completions measured against the
-log-prob bound (:mod:`swarmnode.train.answers`).
+log-prob bound (:mod:`swarmnode.train.answers`), and what its groups are worth here: how many
+this node kept, how many had signal, their mean reward under this node's verifier, and how
+many it dropped on arrival by reason.
 
 Both are thread-safe: transports deliver from their own threads.
 """
@@ -57,6 +59,8 @@ REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
 # Longest model name the peer table keeps: a stranger's string, shown in a narrow column.
 MAX_MODEL_CHARS = 40
+# Peers whose usefulness a node keeps across restarts (PeerTable.usefulness_json): the most recently seen.
+PEERS_PERSISTED = 256
 
 
 def display_text(text: str, limit: int = MAX_MODEL_CHARS) -> str:
@@ -311,6 +315,18 @@ class _PeerRow:
     # completions the update measured against the bound on their distance from this node's policy.
     left_out_by_reason: Counter[str] = field(default_factory=Counter)
     logprob_measured: int = 0
+    # its groups this node re-scored and kept, those with signal, their rewards' sum (of each
+    # group's mean), and its groups dropped on arrival by reason (swarm.exchange.GROUP_DROP_REASONS)
+    groups: int = 0
+    groups_with_signal: int = 0
+    reward_sum: float = 0.0
+    groups_dropped: Counter[str] = field(default_factory=Counter)
+
+    def usefulness(self) -> dict:
+        """The row's figures of what its groups are worth here (``reward_here`` None before any)."""
+        return {"groups": self.groups, "groups_with_signal": self.groups_with_signal,
+                "reward_here": self.reward_sum / self.groups if self.groups else None,
+                "groups_dropped": dict(self.groups_dropped)}
 
 
 class PeerTable:
@@ -367,6 +383,44 @@ class PeerTable:
         with self._lock:
             self._row(peer_id).logprob_measured += n
 
+    def record_groups(self, peer_id: str, kept: list[Group], dropped: Mapping[str, int]) -> None:
+        """The groups of the peer's accepted bundle: ``kept`` (re-scored by this node) and
+        ``dropped`` (reason -> count)."""
+        with self._lock:
+            row = self._row(peer_id)
+            row.groups += len(kept)
+            row.groups_with_signal += sum(g.has_signal() for g in kept)
+            row.reward_sum += sum(_mean(g) for g in kept)
+            row.groups_dropped.update(dropped)
+
+    def usefulness_json(self, limit: int = PEERS_PERSISTED) -> list[dict]:
+        """What the ``limit`` most recently seen peers that sent groups were worth here, with when
+        they were seen, for :meth:`restore_usefulness` (the checkpoint keeps it)."""
+        with self._lock:
+            rows = [r for r in reversed(self._rows.values()) if r.groups or r.groups_dropped][:limit]
+            return [{"peer_id": r.peer_id, "first_seen": r.first_seen, "last_seen": r.last_seen, "groups": r.groups,
+                     "groups_with_signal": r.groups_with_signal, "reward_sum": r.reward_sum,
+                     "groups_dropped": dict(r.groups_dropped)} for r in reversed(rows)]
+
+    def restore_usefulness(self, state: list) -> None:
+        """Take the rows of :meth:`usefulness_json` (a resumed node's); ValueError, and nothing
+        changed, when ``state`` is not of that form."""
+        try:
+            rows = [_PeerRow(str(s["peer_id"]), name_from_peer_id(str(s["peer_id"])), float(s["first_seen"]),
+                             float(s["last_seen"]), groups=int(s["groups"]),
+                             groups_with_signal=int(s["groups_with_signal"]), reward_sum=float(s["reward_sum"]),
+                             groups_dropped=Counter({str(k): int(n) for k, n in s["groups_dropped"].items()}))
+                    for s in state[-self.max_peers:]]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ValueError("peer usefulness is not [{'peer_id', 'first_seen', 'last_seen', 'groups', "
+                             "'groups_with_signal', 'reward_sum', 'groups_dropped'}, ...]") from None
+        with self._lock:
+            for row in reversed(rows):  # oldest ends first
+                self._rows[row.peer_id] = row
+                self._rows.move_to_end(row.peer_id, last=False)  # seen before any peer of this run
+            while len(self._rows) > self.max_peers:
+                self._rows.popitem(last=False)
+
     def record_rejection(self, peer_id: str | None, reason: str) -> None:
         """A bundle was rejected; ``peer_id`` None (sender not authenticated) counts as ``unknown``."""
         with self._lock:
@@ -382,5 +436,5 @@ class PeerTable:
                      "rejected": r.rejected, "rejected_by_reason": dict(r.rejected_by_reason),
                      "last_round": r.last_round, "reported_mean_reward": r.reported_mean_reward,
                      "model": r.model, "left_out_by_reason": dict(r.left_out_by_reason),
-                     "logprob_measured": r.logprob_measured}
+                     "logprob_measured": r.logprob_measured, **r.usefulness()}
                     for r in reversed(self._rows.values())]

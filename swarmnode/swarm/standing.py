@@ -123,7 +123,8 @@ class EstablishedPeers(set[str], Established):
     """A standing's established peers, asked of one peer (``peers(p)``, the set's own
     membership test, read safely without the standing's lock) or counted among many."""
 
-    __call__ = set.__contains__
+    # The set's own membership test as the call, no Python frame: the simulator asks it millions of times.
+    __call__ = set.__contains__  # pyright: ignore[reportAssignmentType]
 
     def count_among(self, peers: Collection[str], most: int) -> int:
         """How many of ``peers`` are established, ``most`` at the most; counted from this set's

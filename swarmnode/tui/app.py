@@ -35,15 +35,19 @@ from swarmnode.events import (
     ThreadsChosen,
     YardstickScored,
 )
+from swarmnode.gain import yardstick_trend
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
 from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
+from swarmnode.tui.gaintext import gain_rows, usefulness_cells
 from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
-PEER_COLUMNS = (("name", "Name"), ("model", "Model"), ("last_seen", "Last seen"), ("accepted", "Accepted"),
-                ("rejected", "Rejected"), ("reward", "Reward"), ("left_out", "Left out"),
-                ("credited", "Trained on ours"))
+# A peer's usefulness first (see swarmnode.cli.status.USEFULNESS), then what it sent and said.
+PEER_COLUMNS = (("name", "Name"), ("groups", "Groups"), ("signal", "Signal"), ("reward_here", "Here"),
+                ("drawn", "Drawn"), ("dropped", "Dropped"), ("accepted", "Accepted"), ("rejected", "Rejected"),
+                ("reward", "Claimed"), ("model", "Model"), ("last_seen", "Last seen"),
+                ("left_out", "Left out"), ("credited", "Trained on ours"))
 CREDITS_EVERY_S = 10  # how often the dashboard re-reads /v1/credits
 
 
@@ -83,6 +87,18 @@ class NodeHeader(Static):
                 text.append(f"{label} ", style="dim")
                 text.append(f"{window['groups']} groups", style="bold")
                 text.append(f" ({window['with_signal']} with signal) to {window['peers']} peers   ", style="dim")
+        self.update(text)
+
+
+class SwarmPanel(Static):
+    """What the swarm gives: peers' share of the signal, rewards own against peers', per family,
+    and the yardstick against the untrained score (:func:`swarmnode.tui.gaintext.gain_rows`)."""
+
+    def show(self, view: NodeView) -> None:
+        text = Text()
+        for i, (label, value) in enumerate(gain_rows(view.gain.to_json(), yardstick_trend(view.yardstick))):
+            text.append(("\n" if i else "") + f"{label:<9}", style="dim")
+            text.append(value)
         self.update(text)
 
 
@@ -150,6 +166,7 @@ class Dashboard(App):
         yield Static(f"no node running at {self.home.root}\n\nwaiting for one to start… (q quits)", id="offline")
         with Vertical(id="dashboard"):
             yield NodeHeader(id="header")
+            yield SwarmPanel(id="swarm")
             with Horizontal(id="charts"):
                 yield RewardChart(id="rewards")
                 yield YardstickChart(id="yardstick")
@@ -162,7 +179,7 @@ class Dashboard(App):
         table = self.query_one("#peers", DataTable)
         for key, label in PEER_COLUMNS:
             table.add_column(label, key=key)
-        self.query_one("#peers").border_title = "peers"
+        self.query_one("#peers").border_title = "peers: groups kept, with signal, their reward here, drawn, dropped"
         self.query_one("#events").border_title = "events"
         self.watch_online(self.online)
         self.set_interval(1.0, self._tick)
@@ -213,6 +230,7 @@ class Dashboard(App):
         self._set_status(status)
         self._show_rounds()
         self.query_one(YardstickChart).show(self.view.yardstick)
+        self.query_one(SwarmPanel).show(self.view)
         self._show_peers()
 
     async def _read_credits(self) -> None:
@@ -244,8 +262,11 @@ class Dashboard(App):
             self._show_header()
         if isinstance(event, RoundFinished):
             self._show_rounds()
+            self._peers_stale = True  # its groups drawn per peer changed
         elif isinstance(event, YardstickScored) and self.view is not None:
             self.query_one(YardstickChart).show(self.view.yardstick)
+        if isinstance(event, (RoundFinished, YardstickScored)) and self.view is not None:
+            self.query_one(SwarmPanel).show(self.view)
         elif isinstance(event, (BundleAccepted, BundleRefused, PeerJoined, PeerLeft)):
             self._peers_stale = True
         if not isinstance(event, LevelsNow):  # every round sends them; the moves are in its round_finished line
@@ -303,8 +324,11 @@ class Dashboard(App):
             cells = {"name": p.get("name") or short_peer_id(key), "model": Text(p.get("model") or "-"),
                      "last_seen": format_ago(p.get("last_seen"), now),
                      "accepted": str(p.get("accepted", 0)), "rejected": str(p.get("rejected", 0)),
-                     "reward": format_reward(p.get("reported_mean_reward")), "left_out": format_left_out(p),
-                     "credited": str(credited.get(key, 0))}
+                     "reward": format_reward(p.get("reported_mean_reward")),
+                     **dict(zip(("groups", "signal", "reward_here", "drawn"), usefulness_cells(p))),
+                     # the reasons are in `swarmnode peers`; the table is narrow
+                     "dropped": str(sum((p.get("groups_dropped") or {}).values())),
+                     "left_out": format_left_out(p), "credited": str(credited.get(key, 0))}
             if key in table.rows:
                 for column, value in cells.items():
                     table.update_cell(key, column, value)
