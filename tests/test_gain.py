@@ -28,6 +28,7 @@ from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.link import ExchangeBacked, SoloLink
 from swarmnode.swarm.pool import PeerTable
+from swarmnode.train.answers import extract_answer
 from swarmnode.train.curriculum import Levels
 from swarmnode.train.model import load_base_model
 from swarmnode.train.policy import Policy
@@ -334,7 +335,9 @@ async def test_metrics_show_the_gain_with_a_bounded_peer_set(served):
 def test_metrics_without_a_peer_table():
     text = prometheus_text(make_state(), peers=0)
     assert "# TYPE swarmnode_peer_groups_total counter" in text
-    assert not any(line.startswith("swarmnode_peer_") for line in text.splitlines())
+    # the usefulness families have no sample without a peer (the left-out ones count zero: test_verified)
+    usefulness = ("swarmnode_peer_groups", "swarmnode_peer_reward_here")
+    assert not any(line.startswith(usefulness) for line in text.splitlines())
 
 
 # -- through a real round, its checkpoint and a restart (tiny model) ------------------------------------
@@ -351,10 +354,10 @@ class ExchangeLink(ExchangeBacked, SoloLink):
 
 
 class LengthScorer(Scorer):
-    """A reward from the response's length, so a peer's two responses of different lengths carry signal."""
+    """A reward from the answer's length, so a peer's two answers of different lengths carry signal."""
 
     def score(self, question, response):
-        return min(len(response), 8) / 8
+        return min(len(extract_answer(response) or ""), 8) / 8
 
 
 def test_a_round_records_what_peers_gave_and_a_restart_keeps_it(tiny_model_dir, tmp_path, monkeypatch):
@@ -376,9 +379,10 @@ def test_a_round_records_what_peers_gave_and_a_restart_keeps_it(tiny_model_dir, 
 
     node, ex = make()
     node.resume()
-    peer_groups = [Group(Question(family, f"q{i}", "1"), ["a", "abcdefgh"], [0.0, 0.0])
+    answers = ["<answer>a</answer>", "<answer>abcdefgh</answer>"]
+    peer_groups = [Group(Question(family, f"q{i}", "1"), answers, [0.0, 0.0])
                    for i in range(3)]
-    other = [Group(Question("bf", "q", "1"), ["a", "bb"], [0.0, 1.0])]
+    other = [Group(Question("bf", "q", "1"), ["<answer>a</answer>", "<answer>bb</answer>"], [0.0, 1.0])]
     assert ex.receive(encode_bundle(BOB, swarm=SWARM, round_no=0, model="m", groups=peer_groups + other)).accepted
     record = node.run_round(0)
     # one peer gets at most half the J = 2 external slots (max_peer_share)

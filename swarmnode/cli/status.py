@@ -74,14 +74,14 @@ def peer_table_lines(peers: list[dict], now: float | None = None) -> list[str]:
     """The human form of ``/v1/peers``: one aligned row per peer."""
     if not peers:
         return ["no peers seen yet"]
-    header = ("NAME", "PEER ID", "VIA", "MODEL", "LAST SEEN", "ACCEPTED", "REJECTED", "ROUND", "CLAIMED", *USEFULNESS,
-              "LEFT OUT")
+    header = ("NAME", "PEER ID", "VIA", "MODEL", "LAST SEEN", "ACCEPTED", "REJECTED", "ROUND", "CLAIMED", "LEFT OUT",
+              *USEFULNESS)
     rows = [header] + [(
         p.get("name") or "-", short_peer_id(p["peer_id"]), p.get("via") or "-", p.get("model") or "-",
         format_ago(p.get("last_seen"), now),
         str(p.get("accepted", 0)), str(p.get("rejected", 0)),
         "-" if p.get("last_round") is None else str(p["last_round"]),
-        format_reward(p.get("reported_mean_reward")), *usefulness_cells(p), format_left_out(p),
+        format_reward(p.get("reported_mean_reward")), format_left_out(p), *usefulness_cells(p),
     ) for p in peers]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
