@@ -185,6 +185,9 @@ class Exchange:
             if self.families is not None and g.question.family not in self.families:
                 dropped["other_family"] += 1
                 continue
+            if len(g.responses) < 2:  # it can never have signal
+                dropped["too_few_responses"] += 1
+                continue
             kept: list[tuple[str, float]] = []
             unverifiable = False
             for response in g.responses:
@@ -194,8 +197,8 @@ class Exchange:
                     unverifiable |= got == "unverifiable"
                 else:
                     kept.append(got)
-            if len(kept) < 2:  # a group of fewer can never have signal
-                dropped["unverifiable" if unverifiable else "too_few_responses"] += 1
+            if not kept:  # every response left out (counted by reason above)
+                dropped["unverifiable"] += unverifiable
                 continue
             rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=bundle.sender,
                                   origin=(bundle.round, bundle.digest)))
