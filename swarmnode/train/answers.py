@@ -21,8 +21,9 @@ response R (the prefilled tag included, as bundles carry it):
 3. It is left out, by reason (:data:`LEFT_OUT_REASONS`): ``no_answer`` (no ``<answer>``, or an
    empty one left open), ``nested_tag`` (another ``<answer>`` inside A), ``special_token``
    (A holds the text of one of the tokenizer's special tokens, which this node's sampler ends
-   at or never decodes), ``over_budget`` (the trained completion is more tokens than this
-   node's ``max_new_tokens``), ``score_changed`` (this node's verifier scores the trained form
+   at or never decodes), ``over_budget`` (the trained completion is more than twice this
+   node's ``max_new_tokens`` in tokens, 4 more for short budgets: decoded text encodes again
+   into more tokens than were sampled), ``score_changed`` (this node's verifier scores the trained form
    otherwise than R as sent: R's last pair is not its first), ``unverifiable`` (this node cannot
    score the question).
 4. The reward is this node's verifier's score of the trained form.
@@ -105,8 +106,12 @@ class TokenBudget:
         # Every token holds at least one byte of the text, but for a leading word-start marker
         # (SentencePiece's): a completion of fewer bytes fits without being encoded, which is
         # the common short answer (encoding took 40x the verifier's time on chain_sum).
-        if len(completion.encode()) + 1 <= self.max_new_tokens:
+        # Decoded text encodes again into at least as many tokens as were sampled, often more
+        # (another segmentation of the same bytes): an honest peer's completion of the same
+        # budget must fit, so the bound is twice the budget (and 4 more for short budgets).
+        limit = self.max_new_tokens + max(4, self.max_new_tokens)
+        if len(completion.encode()) + 1 <= limit:
             return None
-        if len(self.tokenizer.encode(completion, add_special_tokens=False)) > self.max_new_tokens:
+        if len(self.tokenizer.encode(completion, add_special_tokens=False)) > limit:
             return "over_budget"
         return None
