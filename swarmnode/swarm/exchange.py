@@ -198,7 +198,8 @@ class Exchange:
                 else:
                     kept.append(got)
             if not kept:  # every response left out (counted by reason above)
-                dropped["unverifiable"] += unverifiable
+                if unverifiable:
+                    dropped["unverifiable"] += 1
                 continue
             rescored.append(Group(g.question, [r for r, _ in kept], [x for _, x in kept], source=bundle.sender,
                                   origin=(bundle.round, bundle.digest)))
