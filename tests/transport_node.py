@@ -144,7 +144,6 @@ class ReceiptSide:
         for obj, names in ((self.exchange, self.TIMED_EXCHANGE), (ledger, self.TIMED_LEDGER)):
             for name in names:
                 setattr(obj, name, self._timed(name.lstrip("_"), getattr(obj, name)))
-        receipt.attach = self._timed("attach", receipt.attach)  # what Exchange.outgoing calls
 
     def _timed(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -178,7 +177,13 @@ class ReceiptSide:
         receipts signed), then this round's bundle, carrying them."""
         drawn = self.exchange.draw(round_no, self.cfg.external, self.rng)
         self.exchange.trained_on(round_no, drawn)
-        data = self.exchange.outgoing(round_no, bundle_groups(round_no, size, self.rng, answered=True))
+        groups = bundle_groups(round_no, size, self.rng, answered=True)
+        attach = self.receipt.attach
+        self.receipt.attach = self._timed("attach", attach)  # what Exchange.outgoing calls, for this call only
+        try:
+            data = self.exchange.outgoing(round_no, groups)
+        finally:
+            self.receipt.attach = attach
         frame, entries = self._frame(data)
         with self._lock:
             self.totals.update(bytes_sent=frame, receipts_sent=entries, drawn=len(drawn))
