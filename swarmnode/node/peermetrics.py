@@ -34,12 +34,3 @@ def left_out_families(out: Families, rows: list[dict]) -> None:
                "policy (far_from_policy counts those left out).",
                [("swarmnode_peer_completions_weighed_total", {}, sum(r.get("logprob_measured") or 0 for r in rows))])
 
-
-def format_left_out(peer: dict) -> str:
-    """A peer's responses left out of training, and of its completions the update weighed, how
-    many were too far from this node's policy: ``12 (far 3/40)``; '-' when neither."""
-    reasons = peer.get("left_out_by_reason") or {}
-    left, weighed = sum(reasons.values()), peer.get("logprob_measured") or 0
-    if not left and not weighed:
-        return "-"
-    return f"{left} (far {reasons.get('far_from_policy', 0)}/{weighed})" if weighed else str(left)

@@ -37,10 +37,16 @@ from swarmnode.events import (
 )
 from swarmnode.gain import yardstick_trend
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
-from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
 from swarmnode.tui.gaintext import gain_rows, usefulness_cells
-from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
+from swarmnode.tui.humanize import (
+    format_ago,
+    format_duration,
+    format_left_out,
+    format_levels,
+    format_reward,
+    short_peer_id,
+)
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 # A peer's usefulness first (see swarmnode.cli.status.USEFULNESS), then what it sent and said.
