@@ -200,12 +200,13 @@ COUNTS_TIMEOUT_S = 60.0
 def announce_counts(nodes: list[ProcNode], rounds: int,
                     timeout: float = COUNTS_TIMEOUT_S) -> list[dict[str, int]] | None:
     """Each node's :data:`ANNOUNCE_COUNTS` (hivemind: how its announcements were stored, from
-    the counters its transport reports, :meth:`ProcNode.refusals`); None for a transport
+    the counters its transport reports, :meth:`ProcNode.counters`); None for a transport
     without them. The transport reads its DHT process's counters every tenth poll: this waits,
     up to ``timeout`` s, for every node's to account for the ``rounds`` it published, then
     takes what they say."""
     def read() -> list[dict[str, int]]:
-        return [{k: v for k, v in node.refusals().items() if k in ANNOUNCE_COUNTS} for node in nodes]
+        stores = [node.counters().get("announce_stores") or {} for node in nodes]
+        return [{f"announce_{how}": n for how, n in s.items()} for s in stores]
 
     def complete() -> list[dict[str, int]] | None:
         counts = read()

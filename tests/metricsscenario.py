@@ -1,9 +1,9 @@
 """Node and relay states with every ``/metrics`` family filled, shared by the test that
 compares the exposition with the series recorded in ``tests/data/metrics_*.prom``.
 
-The recorded files were written by ``python tests/metricsscenario.py`` with the hand-written
-Prometheus text the node served before it used prometheus_client; the series (names, labels,
-types, values) must stay the same.
+The recorded files are the Prometheus text of these states as the node wrote it by hand
+before it used prometheus_client (the transports' counters then a flat dict of the same
+numbers); the series (names, labels, types, values) must stay the same.
 """
 
 from __future__ import annotations
@@ -13,26 +13,21 @@ from pathlib import Path
 
 from apifakes import finished_row, make_state, peer_row, yardstick_row
 from swarmnode.events import BundleAccepted, BundleRefused, LevelsNow, RoundFinished, ThreadsChosen, YardstickScored
-from swarmnode.node.gainmetrics import with_drawn
 from swarmnode.node.state import NodeState
+from swarmnode.swarm.transport.counters import AnnounceStores, RoomGauges, TransportCounters
 
 DATA = Path(__file__).parent / "data"
 BOB, EVE = "12D3KooWPeerBob", "12D3KooWPeerEve"
 TRANSPORT_STATS = {"published": 3, "publish_errors": 1, "delivered": 5, "duplicates": 2, "join_attempts": 4}
-# What a hivemind node's DHT process counted (the counters' flat form the transports gave).
-HIVEMIND_FLAT = {"refused_far_expiry": 3, "refused_not_a_bundle": 1, "evicted": 2, "stored_bytes": 4096,
-                 "cached_bytes": 512, "newcomer_bytes": 3000, "established_bytes": 1096, "newcomers": 2,
-                 "established": 1, "announce_newcomer_bytes": 2324, "announce_established_bytes": 0,
-                 "announce_newcomers": 1, "announce_established": 0, "announce_direct": 6,
-                 "announce_traversal": 2, "announce_direct_failed": 1}
+# What a hivemind node's DHT process counted.
+HIVEMIND = TransportCounters(refused={"far_expiry": 3, "not_a_bundle": 1}, evicted=2,
+                             stored_bytes={"stored": 4096, "cached": 512}, room=RoomGauges(3000, 1096, 2, 1),
+                             announce_room=RoomGauges(2324, 0, 1, 0), announce_stores=AnnounceStores(6, 2, 1))
 # What a libp2p relay's host counted.
-LIBP2P_FLAT = {"refused_push_too_soon": 7, "refused_hold_signer_full": 2, "refused_inbound_idle": 1, "evicted": 3,
-               "held_bytes": 65536, "newcomer_bytes": 60000, "established_bytes": 5536, "newcomers": 4,
-               "established": 1}
+LIBP2P = TransportCounters(refused={"push_too_soon": 7, "hold_signer_full": 2, "inbound_idle": 1}, evicted=3,
+                           stored_bytes={"held": 65536}, room=RoomGauges(60000, 5536, 4, 1))
 # A hivemind relay that refused nothing yet (one sample of reason "" stands for the family).
-QUIET_FLAT = {"evicted": 0, "stored_bytes": 0, "cached_bytes": 0, "newcomer_bytes": 0, "established_bytes": 0,
-              "newcomers": 0, "established": 0, "announce_newcomer_bytes": 0, "announce_established_bytes": 0,
-              "announce_newcomers": 0, "announce_established": 0}
+QUIET = TransportCounters(stored_bytes={"stored": 0, "cached": 0}, room=RoomGauges(), announce_room=RoomGauges())
 HOLDS = {"held": 4, "dropped": 1}
 CREDITS = {"total": {"groups": 6, "with_signal": 5, "peers": 3, "receipts": 3}, "last_hour": {"peers": 2},
            "refused": {"bad_signature": 1, "not_established": 2}, "pending": 1}
@@ -59,23 +54,12 @@ def filled_state() -> NodeState:
     return state
 
 
-def filled_peers(state: NodeState) -> list[dict]:
-    """Two peers with groups kept, dropped and left out, as the API passes them (``drawn`` added)."""
+def filled_peers() -> list[dict]:
+    """Two peers with groups kept, dropped and left out, as the node's control gives them (the
+    API adds ``drawn``)."""
     bob = {**peer_row(BOB, "bob", accepted=3, rejected=0, reward=0.9, groups=8, with_signal=6, reward_here=0.375,
                       dropped={"unverifiable": 2}),
            "left_out_by_reason": {"no_answer": 2, "far_from_policy": 1}, "logprob_measured": 8}
     eve = {**peer_row(EVE, "eve", accepted=1, rejected=4, reward=1.0, dropped={"too_few_responses": 1}),
            "left_out_by_reason": {"nested_tag": 4}, "logprob_measured": 0}
-    return with_drawn([bob, eve], state.snapshot()["gain"])
-
-
-if __name__ == "__main__":  # records the hand-written exposition's text (run before it was replaced)
-    from swarmnode.node.prometheus import prometheus_text, relay_prometheus_text
-
-    DATA.mkdir(exist_ok=True)
-    filled = filled_state()
-    (DATA / "metrics_node.prom").write_text(prometheus_text(filled, 2, TRANSPORT_STATS, HIVEMIND_FLAT,
-                                                            filled_peers(filled), CREDITS))
-    (DATA / "metrics_node_solo.prom").write_text(prometheus_text(make_state(), 0))
-    (DATA / "metrics_relay_libp2p.prom").write_text(relay_prometheus_text(3, TRANSPORT_STATS, LIBP2P_FLAT, HOLDS))
-    (DATA / "metrics_relay_quiet.prom").write_text(relay_prometheus_text(0, {"published": 0}, QUIET_FLAT, {}))
+    return [bob, eve]
