@@ -24,10 +24,10 @@ import pytest
 import programs
 from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
+from swarmnode.backoff import Backoff
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
-from swarmnode.swarm.transport.joining import Backoff
 from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name
 from waiting import wait_until
 

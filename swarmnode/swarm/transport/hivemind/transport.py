@@ -37,6 +37,7 @@ from typing import Any
 import hivemind
 from hivemind.dht.node import DHTNode
 
+from swarmnode.backoff import Backoff
 from swarmnode.compat.hivemind import start_dht
 from swarmnode.swarm.bundle import open_envelope
 from swarmnode.swarm.transport.base import (
@@ -50,7 +51,6 @@ from swarmnode.swarm.transport.hivemind import dht_process as calls
 from swarmnode.swarm.transport.hivemind.layout import LAYOUT_VERSION
 from swarmnode.swarm.transport.hivemind.reads import HivemindPull
 from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator
-from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
 log = logging.getLogger("swarmnode.swarm.transport")

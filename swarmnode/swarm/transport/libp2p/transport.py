@@ -46,11 +46,11 @@ import multiaddr
 import trio
 from libp2p.peer.id import ID
 
+from swarmnode.backoff import Backoff
 from swarmnode.compat.libp2p import batch_window_updates
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
 from swarmnode.swarm.transport.counters import TransportCounters
-from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.libp2p.announce import MAX_SAMPLE_BYTES, Announcement, parse_sample, source_addresses
 from swarmnode.swarm.transport.libp2p.holding import (
     HELD_BYTES,
@@ -73,7 +73,7 @@ log = logging.getLogger("swarmnode.swarm.transport")
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PULL_INTERVAL = 1.0
-# A host that ends on an error is started again after a pause (joining.Backoff) that doubles
+# A host that ends on an error is started again after a pause (swarmnode.backoff.Backoff) that doubles
 # from 1 s up to this; a host that ran this long since its last start counts as healthy (the
 # pause starts over).
 REVIVE_MAX_PAUSE = 60.0
