@@ -11,7 +11,7 @@ missing number (``None``) is written ``NaN``, never a made-up zero.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -24,7 +24,7 @@ def _value(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _labelnames(name: str, samples: list[Sample]) -> list[str]:
+def _labelnames(name: str, samples: Sequence[Sample]) -> list[str]:
     """The label names every sample of family ``name`` has (the first one's, in its order)."""
     names = list(samples[0][0]) if samples else []
     for labels, _ in samples:
@@ -39,7 +39,7 @@ class Families:
     def __init__(self) -> None:
         self.metrics: list[Metric] = []
 
-    def counter(self, name: str, help_text: str, samples: list[Sample]) -> None:
+    def counter(self, name: str, help_text: str, samples: Sequence[Sample]) -> None:
         """A counter family; ``name`` ends in ``_total``."""
         if not name.endswith("_total"):
             raise ValueError(f"a counter's name ends in _total: {name}")
@@ -49,7 +49,7 @@ class Families:
             family.add_metric([labels[n] for n in names], _value(value))
         self.metrics.append(family)
 
-    def gauge(self, name: str, help_text: str, samples: list[Sample]) -> None:
+    def gauge(self, name: str, help_text: str, samples: Sequence[Sample]) -> None:
         names = _labelnames(name, samples)
         family = GaugeMetricFamily(name, help_text, labels=names)
         for labels, value in samples:
