@@ -51,7 +51,7 @@ over the whole run (warm-up rounds included) per node per round; and ``received_
 the bundles counted in ``bundles in``, per node, by the round they were published in (the
 warm-up rounds are 1 to ``--warmup-rounds``). For hivemind, ``announce_per_node_round``, over
 the whole run too (the first round always traverses), from the counters the transport
-reports (``Transport.refusals``): ``announce_direct`` (stores straight at the shard's
+reports (``Transport.counters``, its ``announce_stores``): ``announce_direct`` (stores straight at the shard's
 remembered replicas), ``announce_traversal`` (stores by a DHT traversal),
 ``announce_direct_failed`` (direct stores that reached too few replicas and traversed in the
 same round, so counted in both), their mean over the nodes and each node's (``per_node``),
