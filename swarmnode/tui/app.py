@@ -20,6 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, RichLog, Static
 from textual_plotext import PlotextPlot
 
+from swarmnode.backoff import Backoff
 from swarmnode.events import (
     BundleAccepted,
     BundleRefused,
@@ -199,8 +200,10 @@ class Dashboard(App):
 
     @work(exclusive=True, group="follow")
     async def follow(self) -> None:
-        """Follow the node's events for as long as the app runs, reconnecting with back-off."""
-        delay = self.retry_s
+        """Follow the node's events for as long as the app runs, reconnecting after ``retry_s``,
+        doubling to ``max_retry_s`` (no jitter: one client of a local API), from ``retry_s``
+        again once connected."""
+        backoff = Backoff(self.retry_s, self.max_retry_s, jitter=0.0)
         while True:
             try:
                 async with NodeApi(self.home) as api:
@@ -209,15 +212,14 @@ class Dashboard(App):
                             self.api = api
                             await self.reload()
                             self.online = True
-                            delay = self.retry_s
+                            backoff.reset()
                         else:
                             self.on_node_event(event)
             except (NoNodeRunning, ApiError):
                 pass
             self.api = None
             self.online = False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.max_retry_s)
+            await asyncio.sleep(backoff.next_delay())
 
     async def reload(self) -> None:
         """Read status, recent rounds, the yardstick and peers again."""
