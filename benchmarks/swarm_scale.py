@@ -15,7 +15,7 @@ repository root, as root (namespaces need it; without them, see below)::
 
     PYTHONPATH=. python benchmarks/swarm_scale.py [--nodes 8 16 32 64] [--transports hivemind libp2p]
         [--rounds 4] [--warmup-rounds 1] [--round-s 15] [--stagger] [--size 8000] [--fetch-per-round 8]
-        [--json PATH] [--logs DIR]
+        [--receipts] [--json PATH] [--logs DIR]
 
 Columns, each per node per measured round unless said otherwise (mean over the N nodes):
 
@@ -57,6 +57,19 @@ remembered replicas), ``announce_traversal`` (stores by a DHT traversal),
 same round, so counted in both), their mean over the nodes and each node's (``per_node``),
 and ``direct_share``: the share of the rounds announced whose direct store stood. One line
 under the table gives them, in the units ``benchmarks/swarm_sim.py`` prints its own in.
+
+``--receipts``: every node also does what a real node does with what it receives and trains on
+(``tests/transport_node.py``'s ``ReceiptSide``, through the node's own ``Exchange`` and
+ledger): it verifies and re-scores every bundle on a worker thread, and each round draws the J
+external groups of an update from its pool, signs their receipts and sends them in its next
+bundle (8 groups of 8 answered responses then, so that peers become established); a receiver
+checks the receipts addressed to it and its ledger counts them. Off by default: it adds
+the whole receive path to the node's CPU column, not only the receipts. One line under the
+table gives, per node per measured round (JSON ``receipts_per_node_round``): receipts sent and
+received and their frames' bytes, receipts counted, and the CPU seconds of the calling thread
+(``time.thread_time``) spent making (``trained_on``, ``attach``), checking (``_take_receipts``
+less ``Ledger.offer``) and writing them (``offer``, ``note_shared``, ``promote``; its wall time too,
+fsync included).
 
 Where namespaces cannot be built (not root, no ``ip``, the kernel refuses), the nodes use
 127.0.0.1, the byte columns read ``n/a`` and one line says why. A transport whose node is not
@@ -261,7 +274,8 @@ def start_swarm(nodes: list[ProcNode], transport: str, n: int, lab: SwitchLab | 
         node = ProcNode(transport, i, bootstrap=bootstrap,
                         listen=f"/ip4/{lab.address(i)}/tcp/0" if lab else None,
                         stderr_path=logs / f"{transport}-{n}-node{i}.err",
-                        prefix=lab.exec_prefix(i) if lab else ())
+                        prefix=lab.exec_prefix(i) if lab else (),
+                        receipts=logs / f"{transport}-{n}-node{i}-credits" if args.receipts else None)
         nodes.append(node)
         return node
 
@@ -296,14 +310,62 @@ def wait_joined(nodes: list[ProcNode], timeout: float) -> None:
                         f"{short[:10]}{'...' if len(short) > 10 else ''}") from None
 
 
-def snapshot(nodes: list[ProcNode], with_net: bool, memory: bool = False) -> list[dict[str, Any]]:
-    """Per node: its tree's usage and (``with_net``) its namespace's counters, with the time."""
+def snapshot(nodes: list[ProcNode], with_net: bool, memory: bool = False,
+             receipts: bool = False) -> list[dict[str, Any]]:
+    """Per node: its tree's usage and (``with_net``) its namespace's counters, with the time,
+    and (``receipts``) its receipt totals (:meth:`ProcNode.receipts`)."""
     out = []
     for node in nodes:
         usage = tree_usage(node.proc.pid, memory)
         rx, tx = net_bytes(node.proc.pid) if with_net else (None, None)
-        out.append({"t": time.monotonic(), "usage": usage, "rx": rx, "tx": tx})
+        out.append({"t": time.monotonic(), "usage": usage, "rx": rx, "tx": tx,
+                    "receipts": node.receipts() if receipts else None})
     return out
+
+
+RECEIPT_COUNTS = ("bytes_sent", "bytes_received", "receipts_sent", "receipts_received", "drawn")
+# The calls that handle receipts (tests/transport_node.py's ReceiptSide); Ledger.offer runs
+# inside _take_receipts, so "check" is the latter less the former.
+RECEIPT_CALLS = {"make": ("trained_on", "attach"), "check": ("take_receipts",), "ledger": ("note_shared", "promote")}
+
+
+def receipt_costs(before: list[dict[str, Any]], after: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+    """Per node per measured round, mean over the nodes (and the largest node's where said):
+    the :data:`RECEIPT_COUNTS`, and CPU and wall seconds by :data:`RECEIPT_CALLS` (the ledger's
+    writes taken out of ``check``), with the receipts counted and waiting at the end."""
+    def delta(a: dict, b: dict, key: str, call: str) -> float:
+        return (a[key].get(call, 0.0) - b[key].get(call, 0.0)) / rounds
+
+    def calls(a: dict, b: dict, key: str) -> dict[str, float]:
+        out = {name: sum(delta(a, b, key, c) for c in members) for name, members in RECEIPT_CALLS.items()}
+        offer = delta(a, b, key, "offer")
+        out["check"] -= offer
+        out["ledger"] += offer
+        out["total"] = sum(out.values())
+        return out
+
+    pairs = [(a["receipts"], b["receipts"]) for a, b in zip(after, before)]
+    cpu = [calls(a, b, "cpu_s") for a, b in pairs]
+    wall = [calls(a, b, "wall_s") for a, b in pairs]
+    return {**{k: _mean([(a.get(k, 0) - b.get(k, 0)) / rounds for a, b in pairs]) for k in RECEIPT_COUNTS},
+            "cpu_s": {k: _mean([c[k] for c in cpu]) for k in cpu[0]},
+            "cpu_s_max_node": max(c["total"] for c in cpu),
+            "wall_s": {k: _mean([w[k] for w in wall]) for k in wall[0]},
+            "counted": _mean([(a["counted"] - b["counted"]) / rounds for a, b in pairs]),
+            "pending_at_end": _mean([a["pending"] for a, _ in pairs]),
+            "refused": dict(sum((Counter(a["refused"]) for a, _ in pairs), Counter()))}
+
+
+def receipt_line(r: dict[str, Any]) -> str:
+    """One line of a run's ``receipts_per_node_round``."""
+    c = r["receipts_per_node_round"]
+    ms = {k: v * 1e3 for k, v in c["cpu_s"].items()}
+    return (f"{r['transport']} N={r['nodes']}: receipts a node a round: {c['receipts_sent']:.1f} sent in "
+            f"{c['bytes_sent']:.0f} B, {c['receipts_received']:.1f} received in {c['bytes_received']:.0f} B, "
+            f"{c['counted']:.1f} counted; CPU {ms['total']:.2f} ms (make {ms['make']:.2f}, check {ms['check']:.2f}, "
+            f"ledger {ms['ledger']:.2f}; largest node {c['cpu_s_max_node'] * 1e3:.2f}), ledger wall "
+            f"{c['wall_s']['ledger'] * 1e3:.1f} ms; {c['pending_at_end']:.1f} waiting at the end; "
+            f"refused {c['refused'] or 'none'}")
 
 
 def stop_all(nodes: list[ProcNode], timeout: float = 60) -> None:
@@ -344,13 +406,13 @@ def run_rounds(nodes: list[ProcNode], with_net: bool, args: argparse.Namespace) 
         publish_round(r)
     start = t0 + args.warmup_rounds * args.round_s
     time.sleep(max(0.0, start - time.monotonic()))
-    before, window_from = snapshot(nodes, with_net), time.time()
+    before, window_from = snapshot(nodes, with_net, receipts=args.receipts), time.time()
     end = start + args.rounds * args.round_s
     for r in range(args.warmup_rounds, args.warmup_rounds + args.rounds):
         publish_round(r)
     late_s = max(0.0, time.monotonic() - end - offsets[-1])
     time.sleep(max(0.0, end - time.monotonic()))
-    after, window_to = snapshot(nodes, with_net, memory=True), time.time()
+    after, window_to = snapshot(nodes, with_net, memory=True, receipts=args.receipts), time.time()
     peers = [len(node.peers()) for node in nodes]
     return {"before": before, "after": after, "window": (window_from, window_to), "published": published,
             "late_s": late_s, "peers": peers}
@@ -408,6 +470,7 @@ def measure(transport: str, n: int, lab: SwitchLab | None, logs: Path, args: arg
             "rejected_per_node_round": {reason: count / n / (args.rounds + args.warmup_rounds)
                                         for reason, count in sorted(rejected.items())},
             "announce_per_node_round": announced and announce_per_round(announced, args.rounds + args.warmup_rounds),
+            "receipts_per_node_round": receipt_costs(before, after, args.rounds) if args.receipts else None,
             **result, "per_node": {**per_round, "peers": run["peers"], "received": received}}
 
 
@@ -449,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--join-timeout", type=float, default=180.0, help="seconds for the nodes to find peers")
     parser.add_argument("--min-free-mb", type=float, default=1500.0,
                         help="start no node while less memory than this is available")
+    parser.add_argument("--receipts", action="store_true",
+                        help="every node verifies what it receives, signs receipts and keeps a ledger (see above)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     parser.add_argument("--logs", metavar="DIR", help="keep every node's stderr here (default: a temporary folder)")
     args = parser.parse_args(argv)
@@ -486,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(table_row(r), flush=True)
                 if r["announce_per_node_round"]:
                     notes.append(announce_line(r))
+                if r["receipts_per_node_round"]:
+                    notes.append(receipt_line(r))
                 if r["publish_late_s"] > 0:
                     notes.append(f"{transport} N={n}: the last round's publishes ended {r['publish_late_s']:.1f} s "
                                  f"after the window: the rounds took longer than --round-s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+from memory_transport import MemoryHub, MemoryTransport  # noqa: E402
 from natlab import LabUnavailable, SwitchLab  # noqa: E402
 from programs import argv  # noqa: E402
 from swarm_scale import (  # noqa: E402
@@ -21,9 +23,12 @@ from swarm_scale import (  # noqa: E402
     cpu_s,
     deliveries,
     parse_net_dev,
+    receipt_costs,
+    receipt_line,
     table_row,
     tree_usage,
 )
+from transport_node import SWARM, NodeDriver, ReceiptSide, identity_for  # noqa: E402
 
 NET_DEV = ("Inter-|   Receive                                                |  Transmit\n"
            " face |bytes    packets errs drop fifo frame compressed multicast"
@@ -95,6 +100,62 @@ def test_a_row_without_namespaces_says_na_for_bytes():
            "received_mean": 7.0, "received_min": 6.5, "delivery_ratio": 1.0, "latency_s_p50": 0.02,
            "latency_s_p95": None, "cores": 0.1, "peers_mean": 6.5, "peers_max": 7}
     assert table_row(row) == "| libp2p | 8 | n/a | n/a | 0.25 | 93 | 7.0 | 6.5 | 1.00 | 0.02 | n/a | 0.10 | 6.5, 7 |"
+
+
+def _receipts(sent: int, cpu: dict[str, float], counted: int, pending: int = 0) -> dict:
+    """A snapshot's ``receipts`` as ReceiptSide reports them."""
+    return {"receipts": {"bytes_sent": 600 * sent, "receipts_sent": sent, "bytes_received": 1800 * sent,
+                         "receipts_received": 3 * sent, "drawn": 4 * sent, "cpu_s": cpu, "wall_s": cpu,
+                         "counted": counted, "pending": pending, "refused": {"nothing_new": 1} if pending else {}}}
+
+
+def test_receipt_costs_are_per_node_and_round_with_the_ledgers_writes_taken_out_of_the_check():
+    before = [_receipts(2, {"trained_on": 0.010, "take_receipts": 0.020, "offer": 0.005}, counted=1),
+              _receipts(0, {}, counted=0)]
+    after = [_receipts(6, {"trained_on": 0.014, "attach": 0.002, "take_receipts": 0.030, "offer": 0.009,
+                           "note_shared": 0.004}, counted=5, pending=2),
+             _receipts(4, {"trained_on": 0.004, "take_receipts": 0.008, "offer": 0.002, "promote": 0.002}, counted=2)]
+    c = receipt_costs(before, after, rounds=2)
+    assert c["receipts_sent"] == 2 and c["bytes_sent"] == 1200 and c["receipts_received"] == 6
+    # node 0 a round: make (4 + 2) / 2 = 3 ms, check (10 - 4) / 2 = 3 ms, ledger (4 + 4) / 2 = 4 ms; node 1: 2, 3, 2
+    assert c["cpu_s"]["make"] == pytest.approx(0.0025) and c["cpu_s"]["check"] == pytest.approx(0.003)
+    assert c["cpu_s"]["ledger"] == pytest.approx(0.003) and c["cpu_s"]["total"] == pytest.approx(0.0085)
+    assert c["cpu_s_max_node"] == pytest.approx(0.010)
+    assert c["counted"] == 1.5 and c["pending_at_end"] == 1 and c["refused"] == {"nothing_new": 1}
+    line = receipt_line({"transport": "libp2p", "nodes": 2, "receipts_per_node_round": c})
+    assert line.startswith("libp2p N=2: receipts a node a round: 2.0 sent in 1200 B, 6.0 received in 3600 B")
+    assert "CPU 8.50 ms (make 2.50, check 3.00, ledger 3.00; largest node 10.00)" in line
+
+
+def test_receipt_side_nodes_sign_send_check_and_count_receipts_through_the_exchange(tmp_path):
+    async def run() -> list[dict]:
+        hub = MemoryHub()
+        drivers = []
+        for seed in range(3):
+            transport = MemoryTransport(identity_for(seed), SWARM, hub=hub)
+            drivers.append(NodeDriver(transport, lambda event: None, ReceiptSide(transport, tmp_path / str(seed))))
+        for d in drivers:
+            await d.start()
+        for r in range(1, 7):
+            for d in drivers:
+                await d.publish(r, 8000)
+            await asyncio.sleep(0.1)  # deliveries run on the loop
+            for d in drivers:  # then every bundle verified on the receiving thread
+                d.receipts._executor.submit(lambda: None).result(30)
+        reports = [d.receipts.report() for d in drivers]
+        for d in drivers:
+            await d.stop()
+        return reports
+
+    reports = asyncio.run(run())
+    for rep in reports:
+        assert rep["events"] == {"bundle_accepted": 12}  # 2 peers x 6 rounds, all verified
+        # at most J a round, from the second on (the first's pool is empty); newcomers' groups a quarter of J
+        assert 5 <= rep["drawn"] <= 4 * 5
+        assert rep["receipts_sent"] >= 5 and rep["bytes_sent"] > 300 * rep["receipts_sent"]
+        assert rep["receipts_received"] >= 5
+        assert rep["counted"] >= 1 and rep["refused"] == {}  # established after 3 rounds, then counted
+        assert {"trained_on", "attach", "take_receipts", "offer", "note_shared", "promote"} <= rep["cpu_s"].keys()
 
 
 class CountingNode:

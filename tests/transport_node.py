@@ -19,8 +19,19 @@ transport drops itself, and answers these commands (one JSON object a line on st
 * ``{"cmd": "counters"}``: answers ``{"event": "counters", "counters": {...}}`` (Transport.counters, as a dict).
 * ``{"cmd": "lan"}``: answers ``{"event": "lan", "counts": {...}, "joined": [...]}`` (Transport.lan_counts,
   Transport.lan_peers; with ``--lan``, which turns discovery on the local network on).
+* ``{"cmd": "receipts"}`` (with ``--receipts``): answers ``{"event": "receipts", ...}``, the
+  running totals of :class:`ReceiptSide`.
 * ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
   ``stopped`` with the threads and child processes still alive, and exits.
+
+With ``--receipts`` the node also does what a real node does with receipts, through the real
+:class:`~swarmnode.swarm.exchange.Exchange` (with its ledger and this node's ``Scorer``): every
+message is admitted and received on one worker thread (verified, re-scored, pooled, its
+receipts checked and offered to the ledger), and each ``publish`` first draws the J external
+groups of an update from the pool and signs their receipts (``Exchange.draw``,
+``Exchange.trained_on``), then sends the bundle ``Exchange.outgoing`` makes, receipts attached.
+Its bundles are then 8 groups of 8 responses, half answering right, so that peers' groups carry
+signal and their senders become established, whose receipts alone the ledger counts.
 
 SIGINT or SIGTERM acts as ``stop`` after ``--signal-grace`` seconds, as a daemon stops its
 transport once its round in flight is done; commands are still answered meanwhile.
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -45,6 +57,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -69,19 +82,134 @@ def identity_for(seed: int) -> Identity:
     return Identity.from_seed(hashlib.sha256(b"transport-node-%d" % seed).digest())
 
 
-def make_bundle(identity: Identity, swarm: str, round_no: int, size: int, rng: random.Random) -> bytes:
-    """A valid signed bundle of roughly ``size`` wire bytes (incompressible random text)."""
+def bundle_groups(round_no: int, size: int, rng: random.Random, answered: bool = False) -> list[Group]:
+    """Groups of about ``size`` wire bytes together (incompressible random text). ``answered``:
+    8 groups of 8 responses, each ending in an answer, right (``4``) in half of each group's
+    responses, so that a peer re-scoring them finds signal."""
     n_chars = max(int(size * 1.3), 64)  # base64 of random bytes compresses to about 3/4
+    if answered:
+        chunk = max(n_chars // 64, 1)
+        texts = [base64.b64encode(rng.getrandbits(8 * chunk).to_bytes(chunk, "little")).decode("ascii")[:chunk]
+                 for _ in range(64)]
+        return [Group(Question("chain_sum", f"q{round_no}-{i}", "4", {"n": i}),
+                      [f"{texts[8 * i + j]} <answer>{4 + j % 2}</answer>" for j in range(8)], [1.0, 0.0] * 4)
+                for i in range(8)]
     responses = []
     while n_chars > 0:
         chunk = min(n_chars, _RESPONSE_CHARS)
         raw = rng.getrandbits(8 * chunk).to_bytes(chunk, "little")
         responses.append(base64.b64encode(raw).decode("ascii")[:chunk])
         n_chars -= chunk
-    groups = [Group(Question("chain_sum", f"q{round_no}-{i}", "4", {"n": i}), responses[i:i + 16],
-                    [0.0] * len(responses[i:i + 16]))
-              for i in range(0, len(responses), 16)]
-    return encode_bundle(identity, swarm=swarm, round_no=round_no, model="contract", groups=groups)
+    return [Group(Question("chain_sum", f"q{round_no}-{i}", "4", {"n": i}), responses[i:i + 16],
+                  [0.0] * len(responses[i:i + 16]))
+            for i in range(0, len(responses), 16)]
+
+
+def make_bundle(identity: Identity, swarm: str, round_no: int, size: int, rng: random.Random) -> bytes:
+    """A valid signed bundle of roughly ``size`` wire bytes (incompressible random text)."""
+    return encode_bundle(identity, swarm=swarm, round_no=round_no, model="contract",
+                         groups=bundle_groups(round_no, size, rng))
+
+
+class ReceiptSide:
+    """A node's receipts through the real :class:`~swarmnode.swarm.exchange.Exchange` (its ledger
+    in ``home``), with running totals: the receipt frames' bytes sent and received, and, by call,
+    the CPU seconds (``time.thread_time``: the calling thread's alone, so the transport's threads
+    do not count) and wall seconds spent making (``trained_on``), attaching (``receipt.attach``),
+    checking and counting (``Exchange._take_receipts``, which includes ``Ledger.offer``) and
+    writing (``Ledger.note_shared``, ``Ledger.promote``) them."""
+
+    TIMED_EXCHANGE = ("trained_on", "_take_receipts")
+    TIMED_LEDGER = ("note_shared", "offer", "promote")
+
+    def __init__(self, transport: Transport, home: Path):
+        from swarmnode.config import NodeConfig
+        from swarmnode.swarm import receipt
+        from swarmnode.swarm.exchange import Exchange
+        from swarmnode.train.tasks import Scorer
+
+        self.receipt = receipt
+        self.cfg = NodeConfig(swarm=transport.swarm)  # type: ignore[arg-type]
+        self.events: Counter[str] = Counter()
+        self.exchange = Exchange(transport.identity, self.cfg, Scorer(), "contract", credits_dir=home,
+                                 state=self)
+        transport.set_established(self.exchange.standing.is_established)
+        self.rng = random.Random(transport.identity.peer_id)
+        self.totals: Counter[str] = Counter()
+        self.cpu_s: Counter[str] = Counter()
+        self.wall_s: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="receive")
+        ledger = self.exchange.ledger
+        assert ledger is not None
+        for obj, names in ((self.exchange, self.TIMED_EXCHANGE), (ledger, self.TIMED_LEDGER)):
+            for name in names:
+                setattr(obj, name, self._timed(name.lstrip("_"), getattr(obj, name)))
+
+    def _timed(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.cpu_s[name] += time.thread_time() - cpu
+                    self.wall_s[name] += time.perf_counter() - wall
+        return timed
+
+    def emit(self, event: Any) -> None:
+        """The exchange's events (:class:`~swarmnode.swarm.exchange.EventSink`): counted by type."""
+        with self._lock:
+            self.events[event.TYPE] += 1
+
+    def _frame(self, data: bytes) -> tuple[int, int]:
+        """(bytes of ``data``'s receipt frame, its header included; receipts in it)."""
+        _, section = self.receipt.split(data)
+        if section is None:
+            return 0, 0
+        try:
+            entries = len(self.receipt.open_section(section))
+        except self.receipt.ReceiptRejected:
+            entries = 0
+        return len(section) + 8, entries
+
+    def outgoing(self, round_no: int, size: int) -> bytes:
+        """The update of the round just ended (J external groups drawn from the pool, their
+        receipts signed), then this round's bundle, carrying them."""
+        drawn = self.exchange.draw(round_no, self.cfg.external, self.rng)
+        self.exchange.trained_on(round_no, drawn)
+        groups = bundle_groups(round_no, size, self.rng, answered=True)
+        attach = self.receipt.attach
+        self.receipt.attach = self._timed("attach", attach)  # what Exchange.outgoing calls, for this call only
+        try:
+            data = self.exchange.outgoing(round_no, groups)
+        finally:
+            self.receipt.attach = attach
+        frame, entries = self._frame(data)
+        with self._lock:
+            self.totals.update(bytes_sent=frame, receipts_sent=entries, drawn=len(drawn))
+        return data
+
+    def receive(self, data: bytes) -> None:
+        """As a real node: the guard's word, then verification on one worker thread."""
+        frame, entries = self._frame(data)
+        with self._lock:
+            self.totals.update(bytes_received=frame, receipts_received=entries)
+        if self.exchange.admit(data) is None:
+            self._executor.submit(self.exchange.receive, data)
+
+    def report(self) -> dict[str, Any]:
+        ledger = self.exchange.ledger
+        assert ledger is not None
+        summary = ledger.summary()
+        with self._lock:
+            return {"event": "receipts", **self.totals, "cpu_s": dict(self.cpu_s), "wall_s": dict(self.wall_s),
+                    "events": dict(self.events), "counted": summary["total"]["receipts"],
+                    "credited_groups": summary["total"]["groups"], "pending": summary["pending"],
+                    "refused": summary["refused"]}
+
+    def stop(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def descendants(pid: int) -> set[int]:
@@ -116,9 +244,11 @@ def process_name(pid: int) -> str:
 class NodeDriver:
     """A transport plus a record of what it received, reporting through ``emit``."""
 
-    def __init__(self, transport: Transport, emit: Callable[[dict[str, Any]], None]):
+    def __init__(self, transport: Transport, emit: Callable[[dict[str, Any]], None],
+                 receipts: ReceiptSide | None = None):
         self.transport = transport
         self.emit = emit
+        self.receipts = receipts
         self.rng = random.Random(transport.identity.peer_id)
         transport.set_handler(self._on_message)
         transport.set_reject_handler(lambda author, reason: emit({"event": "rejected", "author": author,
@@ -129,6 +259,8 @@ class NodeDriver:
         sender, payload = open_envelope(data)
         self.emit({"event": "message", "digest": hashlib.sha256(data).hexdigest(), "sender": sender,
                    "round": payload["round"], "bytes": len(data), "t_recv": now})
+        if self.receipts is not None:
+            self.receipts.receive(data)
 
     async def start(self) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -138,7 +270,8 @@ class NodeDriver:
 
     async def publish(self, round_no: int, size: int) -> dict[str, Any]:
         identity = self.transport.identity
-        data = make_bundle(identity, self.transport.swarm, round_no, size, self.rng)  # type: ignore[arg-type]
+        data = (self.receipts.outgoing(round_no, size) if self.receipts is not None
+                else make_bundle(identity, self.transport.swarm, round_no, size, self.rng))  # type: ignore[arg-type]
         t_pub = time.time()
         await self.transport.publish(round_no, data)
         return {"event": "published", "round": round_no, "digest": hashlib.sha256(data).hexdigest(),
@@ -147,6 +280,8 @@ class NodeDriver:
     async def stop(self) -> None:
         await self.transport.stop()
         await self.transport.stop()
+        if self.receipts is not None:
+            self.receipts.stop()
 
 
 # -- the driving side: tests and the benchmark use these --------------------------------------
@@ -162,11 +297,11 @@ class ProcNode:
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
                  signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None,
-                 lan: bool = False):
+                 lan: bool = False, receipts: Path | None = None):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
         of this one (another release's copy of it, which speaks these commands too), with ``env``;
-        ``lan``: ``--lan`` (this release's copy only)."""
+        ``lan``: ``--lan``, ``receipts``: ``--receipts DIR`` (this release's copy only)."""
         program = program or (sys.executable, str(self.SCRIPT))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
@@ -174,6 +309,8 @@ class ProcNode:
             args += ["--reachability", "private"]
         if lan:
             args.append("--lan")
+        if receipts is not None:
+            args += ["--receipts", str(receipts)]
         for b in bootstrap:
             args += ["--bootstrap", b]
         if listen:
@@ -232,6 +369,11 @@ class ProcNode:
     def refusals(self) -> dict[str, int]:
         """``Transport.refusals()``: what the transport refused, by reason."""
         return self.counters().get("refused", {})
+
+    def receipts(self) -> dict:
+        """The node's :meth:`ReceiptSide.report` (a node started with ``receipts``)."""
+        self.send(cmd="receipts")
+        return self.wait_event("receipts", 60)
 
     def lan(self) -> dict:
         """``{"counts": Transport.lan_counts(), "joined": Transport.lan_peers()}``."""
@@ -324,7 +466,7 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
                                  private=args.reachability == "private")
     if args.lan:
         transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id))
-    driver = NodeDriver(transport, emit)
+    driver = NodeDriver(transport, emit, ReceiptSide(transport, Path(args.receipts)) if args.receipts else None)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     ready = await driver.start()
@@ -345,6 +487,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
         elif command["cmd"] == "counters":
             counters = transport.counters()
             emit({"event": "counters", "counters": dataclasses.asdict(counters) if counters is not None else {}})
+        elif command["cmd"] == "receipts" and driver.receipts is not None:
+            emit(driver.receipts.report())
         elif command["cmd"] == "lan":
             emit({"event": "lan", "counts": transport.lan_counts(), "joined": sorted(transport.lan_peers())})
         elif command["cmd"] == "stop":
@@ -363,6 +507,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", action="append", default=[])
     parser.add_argument("--reachability", choices=("public", "private"), default="public")
     parser.add_argument("--lan", action="store_true", help="advertise and find peers on the local network")
+    parser.add_argument("--receipts", metavar="DIR",
+                        help="make, send and count receipts as a real node does, its ledger in DIR")
     parser.add_argument("--signal-grace", type=float, default=0.0,
                         help="on SIGINT or SIGTERM, run this many seconds more, then stop as on 'stop'")
     args = parser.parse_args()
