@@ -20,6 +20,7 @@ class FakeControl:
     def __init__(self, peers: list[dict] | None = None, state: NodeState | None = None) -> None:
         self.calls: list[str] = []
         self.credit_summary: dict | None = None
+        self.key: str | None = None
         self.state = state
         bob = peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25, via="lan")
         self.peers = [bob] if peers is None else peers
@@ -45,6 +46,9 @@ class FakeControl:
 
     def join_addresses(self) -> list[str]:
         return ["/ip4/192.168.1.20/tcp/4101/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"]
+
+    def swarm_key(self) -> str | None:
+        return self.key
 
     def transport_stats(self) -> dict[str, int]:
         return {"published": 3, "delivered": 5}
