@@ -6,7 +6,7 @@ process boundaries anyway, so each node of a real transport runs this script in 
 process::
 
     python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
-        [--reachability private] [--lan]
+        [--reachability private] [--lan] [--swarm-key KEY]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
@@ -55,6 +55,7 @@ from swarmnode.records import (
 )
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.sealing import sealer_for  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 from swarmnode.swarm.transport.lan import LanDiscovery  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -161,11 +162,11 @@ class ProcNode:
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
                  signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None,
-                 lan: bool = False):
+                 lan: bool = False, swarm_key: str | None = None):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
         of this one (another release's copy of it, which speaks these commands too), with ``env``;
-        ``lan``: ``--lan`` (this release's copy only)."""
+        ``lan``: ``--lan``, ``swarm_key``: ``--swarm-key`` (a private swarm's; this release's copy only)."""
         program = program or (sys.executable, str(self.SCRIPT))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
@@ -173,6 +174,8 @@ class ProcNode:
             args += ["--reachability", "private"]
         if lan:
             args.append("--lan")
+        if swarm_key:
+            args += ["--swarm-key", swarm_key]
         for b in bootstrap:
             args += ["--bootstrap", b]
         if listen:
@@ -315,7 +318,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
 
     transport = create_transport(args.transport, identity_for(args.seed), args.swarm,
                                  bootstrap=args.bootstrap, listen=args.listen,
-                                 private=args.reachability == "private")
+                                 private=args.reachability == "private",
+                                 sealer=sealer_for(args.swarm, args.swarm_key))
     if args.lan:
         transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id))
     driver = NodeDriver(transport, emit)
@@ -356,6 +360,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", action="append", default=[])
     parser.add_argument("--reachability", choices=("public", "private"), default="public")
     parser.add_argument("--lan", action="store_true", help="advertise and find peers on the local network")
+    parser.add_argument("--swarm-key", help="a private swarm's key (swarmnode swarm-key)")
     parser.add_argument("--signal-grace", type=float, default=0.0,
                         help="on SIGINT or SIGTERM, run this many seconds more, then stop as on 'stop'")
     args = parser.parse_args()

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from swarmnode.config import ConfigError, LoadedConfig
+from swarmnode.config import ConfigError, LoadedConfig, NodeConfig
 
 KEY_VERSION = 1
 KEY_PREFIX = f"snk{KEY_VERSION}."
@@ -104,12 +104,16 @@ def parse_swarm_key(text: str) -> bytes:
 
 def check_swarm_key(loaded: LoadedConfig) -> None:
     """ConfigError (exit 2) naming ``swarm_key`` when the config's key is malformed."""
-    key = loaded.config.swarm_key
-    if key:
-        try:
-            parse_swarm_key(key)
-        except SwarmKeyError as exc:
-            raise ConfigError("swarm_key", str(exc), loaded.sources.get("swarm_key")) from None
+    config_sealer(loaded.config, loaded.sources.get("swarm_key"))
+
+
+def config_sealer(cfg: NodeConfig, source: str | None = None) -> Sealer | None:
+    """The sealer of the config's swarm and ``swarm_key`` (None: a public swarm); ConfigError
+    naming ``swarm_key`` (from ``source``) when the key is malformed."""
+    try:
+        return sealer_for(cfg.swarm, cfg.swarm_key)
+    except SwarmKeyError as exc:
+        raise ConfigError("swarm_key", str(exc), source) from None
 
 
 def _info(purpose: str, swarm: str) -> bytes:

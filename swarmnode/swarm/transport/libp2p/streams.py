@@ -8,6 +8,11 @@ I/O-free modules :mod:`~swarmnode.swarm.transport.libp2p.spread`,
 :mod:`~swarmnode.swarm.transport.libp2p.holding` and
 :mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`. Nothing here raises into the host: a peer
 that does anything wrong (too much, too slow, a reset) ends its stream only.
+
+In a private swarm every request and answer of the bundle, hold and announcement protocols
+is sealed (:class:`StreamSeal`, the one place they are): a stream whose request or answer
+does not open is dropped and counted (``refused_wrong_key``, ``refused_too_large``). The peer
+exchange stays plain: it carries addresses, which a connection shows anyway.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import multiaddr
@@ -22,6 +29,7 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
+from swarmnode.swarm.sealing import ANNOUNCE, BUNDLE, OVERHEAD, Sealer, SealRefused
 from swarmnode.swarm.transport.libp2p.announce import Announcement
 from swarmnode.swarm.transport.libp2p.holding import (
     BUNDLE_PROTOCOL,
@@ -31,6 +39,7 @@ from swarmnode.swarm.transport.libp2p.holding import (
     bundle_request,
     pulled_rejection,
 )
+from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL
 from swarmnode.swarm.transport.libp2p.peer_exchange import (
     EXCHANGE_MAX_BYTES,
     PEERS_PROTOCOL,
@@ -38,12 +47,55 @@ from swarmnode.swarm.transport.libp2p.peer_exchange import (
     encode_answer,
     parse_peer_answer,
 )
-from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
+from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, SAMPLE_PROTOCOL, PullDials, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
 STREAM_TIMEOUT = 10.0       # one request/response, from opening the stream to the last byte
 ANNOUNCED_ADDRESS_TTL = 600  # seconds the peerstore keeps a source's address learned from an announcement
+# What each sealed protocol carries: the key it is sealed under.
+SEALED_PROTOCOLS = {BUNDLE_PROTOCOL: BUNDLE, HOLD_PROTOCOL: BUNDLE, ANNOUNCE_PROTOCOL: ANNOUNCE,
+                    SAMPLE_PROTOCOL: ANNOUNCE, NAMED_PROTOCOL: ANNOUNCE}
+REQUEST, ANSWER = b"request", b"answer"
+
+
+@dataclass
+class StreamSeal:
+    """A private swarm's seal on the streams of :data:`SEALED_PROTOCOLS` (none: ``sealer`` is
+    None, a public swarm, whose bytes stay as they are). Every request is sealed, even an empty
+    one (an outsider's ask is refused, not answered); an empty answer ("nothing") stays empty.
+    The associated data binds the protocol and the direction. What does not open is counted in
+    ``counts`` (the host's, host thread only) as ``refused_<reason>``."""
+
+    sealer: Sealer | None
+    counts: Counter[str]
+
+    def _purpose(self, protocol: str) -> str | None:
+        return SEALED_PROTOCOLS.get(protocol) if self.sealer is not None else None
+
+    def limit(self, protocol: str, limit: int) -> int:
+        """The bytes to read for a message of at most ``limit`` bytes once opened."""
+        return limit + OVERHEAD if self._purpose(protocol) else limit
+
+    def close(self, protocol: str, direction: bytes, data: bytes) -> bytes:
+        purpose = self._purpose(protocol)
+        if purpose is None or self.sealer is None or (direction == ANSWER and not data):
+            return data
+        return self.sealer.seal(purpose, data, protocol.encode() + b"\0" + direction)
+
+    def open(self, protocol: str, direction: bytes, data: bytes, limit: int) -> bytes | None:
+        """``data`` opened (at most ``limit`` bytes), or None when it does not open (counted)."""
+        purpose = self._purpose(protocol)
+        if purpose is None or self.sealer is None or (direction == ANSWER and not data):
+            return data
+        try:
+            return self.sealer.open(purpose, data, limit, protocol.encode() + b"\0" + direction)
+        except SealRefused as exc:
+            self.counts["refused_" + exc.reason] += 1
+            return None
+
+
+PLAIN = StreamSeal(None, Counter())  # a public swarm's streams
 
 
 async def read_bounded(stream: Any, limit: int) -> bytes:
@@ -62,37 +114,42 @@ async def read_bounded(stream: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def exchange(host: Any, peer: ID, protocol: str, request: bytes, limit: int) -> bytes | None:
+async def exchange(host: Any, peer: ID, protocol: str, request: bytes, limit: int,
+                   seal: StreamSeal = PLAIN) -> bytes | None:
     """Open a ``protocol`` stream to ``peer``, send ``request``, and read the answer (see
-    :func:`read_bounded`: longer than ``limit`` means too long); None on any failure or
-    time-out. Never raises."""
+    :func:`read_bounded`: longer than ``limit`` means too long), sealed and opened by
+    ``seal``; None on any failure or time-out, or an answer that does not open. Never raises."""
     try:
         with trio.fail_after(STREAM_TIMEOUT):
             stream = await host.new_stream(peer, [TProtocol(protocol)])
             try:
+                request = seal.close(protocol, REQUEST, request)
                 if request:
                     await stream.write(request)
                 await stream.close_write()
-                answer = await read_bounded(stream, limit)
+                answer = await read_bounded(stream, seal.limit(protocol, limit))
             finally:
                 with contextlib.suppress(Exception):
                     await stream.close()
     except Exception as exc:
         log.debug("libp2p transport: %s with %s failed: %r", protocol, peer, exc)
         return None
-    return answer
+    return seal.open(protocol, ANSWER, answer, limit)
 
 
-async def serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, stream: Any) -> None:
-    """Stream handler: read a request of at most ``limit`` bytes, write ``answer(asker, request)``,
-    close. Anything a peer does wrong (too much, too slow, a reset) ends the stream, never the host."""
+async def serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, protocol: str, seal: StreamSeal,
+                stream: Any) -> None:
+    """Stream handler of ``protocol``: read a request of at most ``limit`` bytes (once opened
+    by ``seal``), write ``answer(asker, request)`` (sealed), close. Anything a peer does wrong
+    (too much, too slow, a reset, a request that does not open) ends the stream, never the host."""
     try:
         with trio.fail_after(STREAM_TIMEOUT):
-            request = await read_bounded(stream, limit)
-            if len(request) > limit:
+            raw = await read_bounded(stream, seal.limit(protocol, limit))
+            request = seal.open(protocol, REQUEST, raw, limit) if len(raw) <= seal.limit(protocol, limit) else None
+            if request is None:
                 await stream.reset()
                 return
-            reply = await answer(str(stream.muxed_conn.peer_id), request)
+            reply = seal.close(protocol, ANSWER, await answer(str(stream.muxed_conn.peer_id), request))
             if reply:
                 await stream.write(reply)
             await stream.close()
@@ -135,20 +192,20 @@ async def answer_peers(host: Any, rng: random.Random, stream: Any) -> None:
             await stream.reset()
 
 
-async def push_announcement(host: Any, wire: bytes, peers: list[ID]) -> None:
+async def push_announcement(host: Any, wire: bytes, peers: list[ID], seal: StreamSeal) -> None:
     """Push a signed announcement to each of ``peers``, at once; a push that fails is not retried."""
     async with trio.open_nursery() as nursery:
         for peer in peers:
             # trio_typing's stale trio stubs (a libp2p dependency) allow 4 arguments; trio takes any
-            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0)  # pyright: ignore[reportArgumentType]
+            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0, seal)  # pyright: ignore[reportArgumentType]
 
 
-async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[str]:
+async def leave_with_holders(host: Any, data: bytes, holders: list[ID], seal: StreamSeal) -> list[str]:
     """Push bundle ``data`` to each of ``holders``, at once; the PeerIDs of the ones that took it."""
     took: list[str] = []
 
     async def push(peer: ID) -> None:
-        if await exchange(host, peer, HOLD_PROTOCOL, data, len(HELD_ACK)) == HELD_ACK:
+        if await exchange(host, peer, HOLD_PROTOCOL, data, len(HELD_ACK), seal) == HELD_ACK:
             took.append(str(peer))
 
     async with trio.open_nursery() as nursery:
@@ -158,7 +215,7 @@ async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[
 
 
 async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement,
-                      dials: PullDials) -> Pulled:
+                      dials: PullDials, seal: StreamSeal) -> Pulled:
     """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p.spread.sources_to_ask`:
     connected or dialable, or dialed by the addresses the announcement gives), until one
     serves ``author``'s announced bundle; a source not connected when asked is told to ``dials``."""
@@ -176,7 +233,7 @@ async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: An
             learn_addresses(host, peer, addrs)
         if peer not in host.get_connected_peers():
             dials.dialing(source)
-        data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size)
+        data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size, seal)
         if not data:
             continue
         reason = pulled_rejection(author, announcement, data)
@@ -196,14 +253,14 @@ def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
 
 
 async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]],
-                       dials: PullDials) -> list[Pulled]:
+                       dials: PullDials, seal: StreamSeal) -> list[Pulled]:
     """One :class:`Pulled` per (author, announcement), pulled concurrently; then the
     connections they opened only to pull are closed (:class:`~swarmnode.swarm.transport.libp2p.spread.PullDials`),
     which gives their inbound slots back at the sources."""
     results = [Pulled(None)] * len(wanted)
 
     async def pull(i: int, author: str, announcement: Announcement) -> None:
-        results[i] = await pull_bundle(host, own_peer_id, author, announcement, dials)
+        results[i] = await pull_bundle(host, own_peer_id, author, announcement, dials, seal)
 
     async with trio.open_nursery() as nursery:
         for i, (author, announcement) in enumerate(wanted):

@@ -1,0 +1,92 @@
+"""Sealing a private swarm's messages: keys, derivation, seal and open, and what is refused."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from swarmnode.swarm.sealing import (
+    ANNOUNCE,
+    BUNDLE,
+    NAMES,
+    OVERHEAD,
+    Sealer,
+    SealRefused,
+    SwarmKeyError,
+    format_swarm_key,
+    new_swarm_key,
+    parse_swarm_key,
+    sealer_for,
+)
+
+SECRET = bytes(range(32))
+SEALER = Sealer.for_swarm("home-lab", SECRET)
+
+
+def refused(sealer: Sealer, purpose: str, sealed: bytes, limit: int = 1024, context: bytes = b"") -> str:
+    with pytest.raises(SealRefused) as caught:
+        sealer.open(purpose, sealed, limit, context)
+    return caught.value.reason
+
+
+def test_key_text_round_trip_and_typos():
+    key = new_swarm_key()
+    assert key.startswith("snk1.") and parse_swarm_key(f" {key}\n") == parse_swarm_key(key)
+    assert parse_swarm_key(format_swarm_key(SECRET)) == SECRET
+    assert new_swarm_key() != key
+    for i in range(5, len(key)):
+        swapped = "B" if key[i] != "B" else "C"
+        with pytest.raises(SwarmKeyError):
+            parse_swarm_key(key[:i] + swapped + key[i + 1:])
+    with pytest.raises(SwarmKeyError, match="bytes"):
+        parse_swarm_key(key[:-2])
+
+
+def test_seal_opens_under_the_same_swarm_key_purpose_and_context():
+    plain = os.urandom(3000)
+    sealed = SEALER.seal(BUNDLE, plain, b"ctx")
+    assert len(sealed) == len(plain) + OVERHEAD and plain not in sealed
+    assert sealed != SEALER.seal(BUNDLE, plain, b"ctx")  # a random nonce each time
+    assert Sealer.for_swarm("home-lab", SECRET).open(BUNDLE, sealed, len(plain), b"ctx") == plain
+    assert SEALER.open(ANNOUNCE, SEALER.seal(ANNOUNCE, b""), 0) == b""
+
+
+def test_what_does_not_open_is_refused_as_wrong_key():
+    sealed = SEALER.seal(BUNDLE, b"a signed bundle", b"ctx")
+    assert refused(SEALER, ANNOUNCE, sealed, context=b"ctx") == "wrong_key"  # another purpose
+    assert refused(SEALER, BUNDLE, sealed) == "wrong_key"  # another context
+    assert refused(Sealer.for_swarm("home-lab", bytes(32)), BUNDLE, sealed, context=b"ctx") == "wrong_key"
+    assert refused(Sealer.for_swarm("other-lab", SECRET), BUNDLE, sealed, context=b"ctx") == "wrong_key"
+    for i in range(len(sealed)):  # any byte changed: version, nonce, ciphertext or tag
+        tampered = sealed[:i] + bytes([sealed[i] ^ 1]) + sealed[i + 1:]
+        assert refused(SEALER, BUNDLE, tampered, context=b"ctx") == "wrong_key"
+    for n in (0, 1, OVERHEAD - 1, OVERHEAD, len(sealed) - 1):  # cut short
+        assert refused(SEALER, BUNDLE, sealed[:n], context=b"ctx") == "wrong_key"
+    assert refused(SEALER, BUNDLE, b"a signed bundle, not sealed at all: a public node's") == "wrong_key"
+
+
+def test_size_is_checked_before_decryption():
+    sealed = SEALER.seal(BUNDLE, bytes(100))
+    assert SEALER.open(BUNDLE, sealed, 100) == bytes(100)
+    assert refused(SEALER, BUNDLE, sealed, limit=99) == "too_large"
+    # Garbage over the cap is refused as too large whatever it is (nothing decrypted).
+    assert refused(SEALER, BUNDLE, os.urandom(10 ** 6), limit=1000) == "too_large"
+
+
+def test_keys_differ_per_purpose_and_swarm_and_names_are_keyed():
+    assert len(set(SEALER.keys.values())) == len(SEALER.keys)
+    assert Sealer.for_swarm("other-lab", SECRET).keys[BUNDLE] != SEALER.keys[BUNDLE]
+    name = SEALER.name("home-lab/v2/announce/3")
+    assert name == Sealer.for_swarm("home-lab", SECRET).name("home-lab/v2/announce/3")
+    assert name != Sealer.for_swarm("home-lab", bytes(32)).name("home-lab/v2/announce/3")
+    assert "home-lab" not in name and len(name) == 33
+    assert SEALER.name("home-lab", NAMES) != SEALER.name("home-lab", "lan")
+
+
+def test_sealer_travels_to_another_process_and_hides_its_keys():
+    assert pickle.loads(pickle.dumps(SEALER)) == SEALER
+    assert SECRET.hex() not in repr(SEALER) and all(k.hex() not in repr(SEALER) for k in SEALER.keys.values())
+    assert sealer_for("home-lab", None) is None
+    assert sealer_for("home-lab", format_swarm_key(SECRET)) == SEALER
