@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
 import pytest
 
+import programs
 from swarmnode.swarm.sealing import (
     ANNOUNCE,
     BUNDLE,
@@ -90,3 +92,18 @@ def test_sealer_travels_to_another_process_and_hides_its_keys():
     assert SECRET.hex() not in repr(SEALER) and all(k.hex() not in repr(SEALER) for k in SEALER.keys.values())
     assert sealer_for("home-lab", None) is None
     assert sealer_for("home-lab", format_swarm_key(SECRET)) == SEALER
+
+
+@pytest.mark.slow
+def test_the_hivemind_validator_of_a_private_swarm():
+    out = json.loads(programs.output("hivemind_sealed_records").splitlines()[-1])
+    assert out["space"].startswith("p") and "sw" not in out["space"] and out["public ids differ"]
+    assert out["sealed bundle"] and out["bundle not in the clear"] and out["strip opens it"]
+    assert out["sealed head"] and out["strip opens the head"]
+    for refused in ("plain bundle", "another key's", "tampered", "cut short", "moved to another key", "oversized",
+                    "public head at the keyed key", "head with a later expiration"):
+        assert out[refused] is False, refused
+    # wrong_key before any other check; the size before decryption; the signed expiry inside the seal
+    assert out["counted"] == {"refused_bad_signature": 1, "refused_too_large": 1, "refused_wrong_key": 6}
+    assert out["public values unsealed"]
+    assert out["stored: opened before the header"] == [True, False, None, "wrong_key"]
