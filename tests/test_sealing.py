@@ -9,15 +9,18 @@ import pickle
 import pytest
 
 import programs
+from swarmnode.config import NodeConfig
 from swarmnode.swarm.sealing import (
     ANNOUNCE,
     BUNDLE,
+    LAN,
     NAMES,
     OVERHEAD,
     Sealer,
     SealRefused,
     SwarmKeyError,
     format_swarm_key,
+    lan_name,
     new_swarm_key,
     parse_swarm_key,
     sealer_for,
@@ -92,6 +95,12 @@ def test_sealer_travels_to_another_process_and_hides_its_keys():
     assert SECRET.hex() not in repr(SEALER) and all(k.hex() not in repr(SEALER) for k in SEALER.keys.values())
     assert sealer_for("home-lab", None) is None
     assert sealer_for("home-lab", format_swarm_key(SECRET)) == SEALER
+
+
+def test_the_lan_shows_a_private_swarms_keyed_name_only():
+    private = lan_name(NodeConfig(swarm="home-lab", swarm_key=format_swarm_key(SECRET)))
+    assert private == SEALER.name("home-lab", LAN) and "home-lab" not in private
+    assert lan_name(NodeConfig(swarm="home-lab")) == "home-lab"
 
 
 @pytest.mark.slow

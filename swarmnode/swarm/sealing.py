@@ -163,6 +163,13 @@ class Sealer:
         return "p" + hmac.new(self.keys[purpose], public.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
 
 
+def lan_name(cfg: NodeConfig) -> str:
+    """The swarm's name in the LAN advertisement: its keyed name (:data:`LAN`) when private, so
+    only members recognise one of theirs. ConfigError for a malformed key."""
+    sealer = config_sealer(cfg)
+    return sealer.name(cfg.swarm, LAN) if sealer is not None else cfg.swarm
+
+
 def sealer_for(swarm: str, swarm_key: str | None) -> Sealer | None:
     """The sealer of ``swarm`` under the text ``swarm_key``, None for a public swarm (no key);
     :class:`SwarmKeyError` for a malformed key."""

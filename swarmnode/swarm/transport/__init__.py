@@ -68,7 +68,7 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
     Raises ConfigError for a bad bootstrap entry or swarm key, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
     from swarmnode.swarm.reachability import is_private
-    from swarmnode.swarm.sealing import LAN, config_sealer
+    from swarmnode.swarm.sealing import config_sealer, lan_name
 
     bootstrap = resolve_bootstrap(cfg)
     private = is_private(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen)
@@ -82,7 +82,5 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
     if cfg.lan:
         from swarmnode.swarm.transport.lan import LanDiscovery
 
-        # A private swarm's name is not shown on the LAN: its keyed name matches its members only.
-        name = sealer.name(cfg.swarm, LAN) if sealer is not None else cfg.swarm
-        transport.use_lan(LanDiscovery(name, cfg.transport, identity.peer_id))
+        transport.use_lan(LanDiscovery(lan_name(cfg), cfg.transport, identity.peer_id))
     return transport
