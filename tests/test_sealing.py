@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from collections import Counter
 
 import pytest
 
@@ -25,6 +26,10 @@ from swarmnode.swarm.sealing import (
     parse_swarm_key,
     sealer_for,
 )
+from swarmnode.swarm.transport.libp2p.holding import BUNDLE_PROTOCOL
+from swarmnode.swarm.transport.libp2p.peer_exchange import PEERS_PROTOCOL
+from swarmnode.swarm.transport.libp2p.sealed import ANSWER, PLAIN, REQUEST, StreamSeal
+from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, SAMPLE_PROTOCOL
 
 SECRET = bytes(range(32))
 SEALER = Sealer.for_swarm("home-lab", SECRET)
@@ -101,6 +106,29 @@ def test_the_lan_shows_a_private_swarms_keyed_name_only():
     private = lan_name(NodeConfig(swarm="home-lab", swarm_key=format_swarm_key(SECRET)))
     assert private == SEALER.name("home-lab", LAN) and "home-lab" not in private
     assert lan_name(NodeConfig(swarm="home-lab")) == "home-lab"
+
+
+def test_libp2p_streams_sealed_by_protocol_and_direction():
+    counts: Counter[str] = Counter()
+    seal, other = StreamSeal(SEALER, counts), StreamSeal(Sealer.for_swarm("home-lab", bytes(32)), Counter())
+    request = seal.close(BUNDLE_PROTOCOL, REQUEST, b'{"author": "x", "round": 1}')
+    assert seal.open(BUNDLE_PROTOCOL, REQUEST, request, 512) == b'{"author": "x", "round": 1}'
+    assert seal.limit(BUNDLE_PROTOCOL, 512) == 512 + OVERHEAD and PLAIN.limit(BUNDLE_PROTOCOL, 512) == 512
+    # Not as an answer, not on another protocol, not under another key, not in the clear.
+    assert seal.open(BUNDLE_PROTOCOL, ANSWER, request, 512) is None
+    assert seal.open(ANNOUNCE_PROTOCOL, REQUEST, request, 512) is None
+    assert other.open(BUNDLE_PROTOCOL, REQUEST, seal.close(BUNDLE_PROTOCOL, REQUEST, b"x"), 512) is None
+    assert seal.open(BUNDLE_PROTOCOL, REQUEST, b'{"author": "x", "round": 1}', 512) is None
+    assert seal.open(BUNDLE_PROTOCOL, ANSWER, seal.close(BUNDLE_PROTOCOL, ANSWER, bytes(600)), 512) is None
+    assert counts == {"refused_wrong_key": 3, "refused_too_large": 1}  # the other key's refusal counts there
+    # An empty request is sealed (an outsider's sample ask is refused); an empty answer is "nothing".
+    empty_ask = seal.close(SAMPLE_PROTOCOL, REQUEST, b"")
+    assert len(empty_ask) == OVERHEAD and seal.open(SAMPLE_PROTOCOL, REQUEST, empty_ask, 0) == b""
+    assert seal.open(SAMPLE_PROTOCOL, REQUEST, b"", 0) is None
+    assert seal.close(SAMPLE_PROTOCOL, ANSWER, b"") == b"" and seal.open(SAMPLE_PROTOCOL, ANSWER, b"", 10) == b""
+    # The peer exchange, and every stream of a public swarm, go as they are.
+    assert seal.close(PEERS_PROTOCOL, ANSWER, b"[]") == b"[]" and PLAIN.close(BUNDLE_PROTOCOL, REQUEST, b"r") == b"r"
+    assert PLAIN.open(BUNDLE_PROTOCOL, ANSWER, b"bundle", 10) == b"bundle"
 
 
 @pytest.mark.slow

@@ -50,6 +50,7 @@ from swarmnode.swarm.transport.libp2p.named import (
     parse_named_request,
 )
 from swarmnode.swarm.transport.libp2p.peer_exchange import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
+from swarmnode.swarm.transport.libp2p.sealed import StreamSeal
 from swarmnode.swarm.transport.libp2p.slots import PER_ADDRESS, Activity, to_close
 from swarmnode.swarm.transport.libp2p.spread import (
     ANNOUNCE_PROTOCOL,
@@ -62,7 +63,6 @@ from swarmnode.swarm.transport.libp2p.spread import (
     push_targets,
 )
 from swarmnode.swarm.transport.libp2p.streams import (
-    StreamSeal,
     answer_peers,
     ask_peers,
     dialable,

@@ -10,9 +10,10 @@ I/O-free modules :mod:`~swarmnode.swarm.transport.libp2p.spread`,
 that does anything wrong (too much, too slow, a reset) ends its stream only.
 
 In a private swarm every request and answer of the bundle, hold and announcement protocols
-is sealed (:class:`StreamSeal`, the one place they are): a stream whose request or answer
-does not open is dropped and counted (``refused_wrong_key``, ``refused_too_large``). The peer
-exchange stays plain: it carries addresses, which a connection shows anyway.
+is sealed here, the one place they are, by
+:class:`~swarmnode.swarm.transport.libp2p.sealed.StreamSeal`: a stream whose request or
+answer does not open is dropped and counted (``refused_wrong_key``, ``refused_too_large``).
+The peer exchange stays plain: it carries addresses, which a connection shows anyway.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import multiaddr
@@ -29,7 +28,6 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from swarmnode.swarm.sealing import ANNOUNCE, BUNDLE, OVERHEAD, Sealer, SealRefused
 from swarmnode.swarm.transport.libp2p.announce import Announcement
 from swarmnode.swarm.transport.libp2p.holding import (
     BUNDLE_PROTOCOL,
@@ -39,7 +37,6 @@ from swarmnode.swarm.transport.libp2p.holding import (
     bundle_request,
     pulled_rejection,
 )
-from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL
 from swarmnode.swarm.transport.libp2p.peer_exchange import (
     EXCHANGE_MAX_BYTES,
     PEERS_PROTOCOL,
@@ -47,55 +44,13 @@ from swarmnode.swarm.transport.libp2p.peer_exchange import (
     encode_answer,
     parse_peer_answer,
 )
-from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, SAMPLE_PROTOCOL, PullDials, sources_to_ask
+from swarmnode.swarm.transport.libp2p.sealed import ANSWER, PLAIN, REQUEST, StreamSeal
+from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
 
 STREAM_TIMEOUT = 10.0       # one request/response, from opening the stream to the last byte
 ANNOUNCED_ADDRESS_TTL = 600  # seconds the peerstore keeps a source's address learned from an announcement
-# What each sealed protocol carries: the key it is sealed under.
-SEALED_PROTOCOLS = {BUNDLE_PROTOCOL: BUNDLE, HOLD_PROTOCOL: BUNDLE, ANNOUNCE_PROTOCOL: ANNOUNCE,
-                    SAMPLE_PROTOCOL: ANNOUNCE, NAMED_PROTOCOL: ANNOUNCE}
-REQUEST, ANSWER = b"request", b"answer"
-
-
-@dataclass
-class StreamSeal:
-    """A private swarm's seal on the streams of :data:`SEALED_PROTOCOLS` (none: ``sealer`` is
-    None, a public swarm, whose bytes stay as they are). Every request is sealed, even an empty
-    one (an outsider's ask is refused, not answered); an empty answer ("nothing") stays empty.
-    The associated data binds the protocol and the direction. What does not open is counted in
-    ``counts`` (the host's, host thread only) as ``refused_<reason>``."""
-
-    sealer: Sealer | None
-    counts: Counter[str]
-
-    def _purpose(self, protocol: str) -> str | None:
-        return SEALED_PROTOCOLS.get(protocol) if self.sealer is not None else None
-
-    def limit(self, protocol: str, limit: int) -> int:
-        """The bytes to read for a message of at most ``limit`` bytes once opened."""
-        return limit + OVERHEAD if self._purpose(protocol) else limit
-
-    def close(self, protocol: str, direction: bytes, data: bytes) -> bytes:
-        purpose = self._purpose(protocol)
-        if purpose is None or self.sealer is None or (direction == ANSWER and not data):
-            return data
-        return self.sealer.seal(purpose, data, protocol.encode() + b"\0" + direction)
-
-    def open(self, protocol: str, direction: bytes, data: bytes, limit: int) -> bytes | None:
-        """``data`` opened (at most ``limit`` bytes), or None when it does not open (counted)."""
-        purpose = self._purpose(protocol)
-        if purpose is None or self.sealer is None or (direction == ANSWER and not data):
-            return data
-        try:
-            return self.sealer.open(purpose, data, limit, protocol.encode() + b"\0" + direction)
-        except SealRefused as exc:
-            self.counts["refused_" + exc.reason] += 1
-            return None
-
-
-PLAIN = StreamSeal(None, Counter())  # a public swarm's streams
 
 
 async def read_bounded(stream: Any, limit: int) -> bytes:

@@ -62,9 +62,10 @@ from swarmnode.swarm.transport.libp2p.holding import (
 )
 from swarmnode.swarm.transport.libp2p.host import Libp2pHost
 from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL, named_request
+from swarmnode.swarm.transport.libp2p.sealed import StreamSeal
 from swarmnode.swarm.transport.libp2p.slots import Activity
 from swarmnode.swarm.transport.libp2p.spread import SAMPLE_PROTOCOL, FirstHand, Libp2pPull, PullDials, PushPacer
-from swarmnode.swarm.transport.libp2p.streams import StreamSeal, exchange, pull_bundles
+from swarmnode.swarm.transport.libp2p.streams import exchange, pull_bundles
 from swarmnode.swarm.transport.libp2p.trio_bridge import TrioThread
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
@@ -90,7 +91,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         public peers it dialed, and holds none for others. ``fetch_per_round``: K, the most
         peers' bundles pulled per round of this node (0: none, for a node that only serves).
         ``sealer``: a private swarm's; its streams are sealed
-        (:class:`~swarmnode.swarm.transport.libp2p.streams.StreamSeal`)."""
+        (:class:`~swarmnode.swarm.transport.libp2p.sealed.StreamSeal`)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.private = private
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES, newcomer_share=1.0)
