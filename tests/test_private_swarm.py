@@ -3,7 +3,9 @@
 that knows the swarm's name but has no key, and one with a wrong key, join the same network
 (the same DHT, the same libp2p peers) yet receive no member's bundle and plant none of
 theirs: the members' handlers never see them, and the members count what they refused as
-``wrong_key``."""
+``wrong_key``. The second member is private (``--reachability private``: a DHT client whose
+records live at the others; on libp2p it leaves its bundles with the first to hold), so the
+sealed stores, reads and holds through another member are crossed too."""
 
 from __future__ import annotations
 
@@ -35,19 +37,21 @@ def wrong_key_refusals(node: ProcNode) -> int:
 
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_members_exchange_and_outsiders_neither_read_nor_plant(nodes, tmp_path, transport):
-    def spawn(seed: int, key: str | None, bootstrap: list[str]) -> ProcNode:
-        node = ProcNode(transport, seed, bootstrap=bootstrap, swarm_key=key, stderr_path=tmp_path / f"n{seed}.err")
+    def spawn(seed: int, key: str | None, bootstrap: list[str], private: bool = False) -> ProcNode:
+        node = ProcNode(transport, seed, bootstrap=bootstrap, swarm_key=key, private=private,
+                        stderr_path=tmp_path / f"n{seed}.err")
         nodes.append(node)
         return node
 
     first = spawn(0, KEY, []).ready()
     boot = first.addresses[:1]
-    member, outsider, wrong = (spawn(1, KEY, boot), spawn(2, None, boot), spawn(3, WRONG_KEY, boot))
+    member, outsider, wrong = (spawn(1, KEY, boot, private=True), spawn(2, None, boot), spawn(3, WRONG_KEY, boot))
     for node in (member, outsider, wrong):
         node.ready()
     members, others = (first, member), (outsider, wrong)
-    wait_until(lambda: set(first.peers()) >= {n.peer_id for n in (member, outsider, wrong)}, 45,
-               "every node to join the first")
+    # A private hivemind node is a DHT client, in no routing table: it counts the first as a peer.
+    wait_until(lambda: set(first.peers()) >= {outsider.peer_id, wrong.peer_id} and first.peer_id in member.peers(),
+               45, "every node to join the first")
 
     sent = {node.peer_id: node.publish(1, 20_000)["digest"] for node in (*members, *others)}
     for node, peer in ((first, member), (member, first)):
@@ -65,4 +69,6 @@ def test_members_exchange_and_outsiders_neither_read_nor_plant(nodes, tmp_path, 
         assert not set(sent.values()) - {sent[p] for p in member_ids} & {m["digest"] for m in node.messages()}
     for node in others:
         assert not {m["sender"] for m in node.messages()} & member_ids, "an outsider read a member's bundle"
+    if transport == "libp2p":  # the private member's bundle went through a sealed hold at the first
+        assert first.refusals()["held_bytes"] > 0
     assert all("Traceback" not in (tmp_path / f"n{seed}.err").read_text() for seed in range(4))
