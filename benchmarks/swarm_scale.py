@@ -51,7 +51,7 @@ over the whole run (warm-up rounds included) per node per round; and ``received_
 the bundles counted in ``bundles in``, per node, by the round they were published in (the
 warm-up rounds are 1 to ``--warmup-rounds``). For hivemind, ``announce_per_node_round``, over
 the whole run too (the first round always traverses), from the counters the transport
-reports (``Transport.refusals``): ``announce_direct`` (stores straight at the shard's
+reports (``Transport.counters``, its ``announce_stores``): ``announce_direct`` (stores straight at the shard's
 remembered replicas), ``announce_traversal`` (stores by a DHT traversal),
 ``announce_direct_failed`` (direct stores that reached too few replicas and traversed in the
 same round, so counted in both), their mean over the nodes and each node's (``per_node``),
@@ -200,12 +200,13 @@ COUNTS_TIMEOUT_S = 60.0
 def announce_counts(nodes: list[ProcNode], rounds: int,
                     timeout: float = COUNTS_TIMEOUT_S) -> list[dict[str, int]] | None:
     """Each node's :data:`ANNOUNCE_COUNTS` (hivemind: how its announcements were stored, from
-    the counters its transport reports, :meth:`ProcNode.refusals`); None for a transport
+    the counters its transport reports, :meth:`ProcNode.counters`); None for a transport
     without them. The transport reads its DHT process's counters every tenth poll: this waits,
     up to ``timeout`` s, for every node's to account for the ``rounds`` it published, then
     takes what they say."""
     def read() -> list[dict[str, int]]:
-        return [{k: v for k, v in node.refusals().items() if k in ANNOUNCE_COUNTS} for node in nodes]
+        stores = [node.counters().get("announce_stores") or {} for node in nodes]
+        return [{f"announce_{how}": n for how, n in s.items()} for s in stores]
 
     def complete() -> list[dict[str, int]] | None:
         counts = read()

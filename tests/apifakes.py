@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from prometheus_client import generate_latest
+
 from swarmnode.events import PauseChanged
+from swarmnode.node.api import ApiServer
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.paths import NodeHome
 from swarmnode.records import RoundRecord, YardstickRecord
+from swarmnode.swarm.transport.counters import AnnounceStores, TransportCounters
 from waiting import wait_until
 
 
@@ -21,6 +26,10 @@ class FakeControl:
         self.calls: list[str] = []
         self.credit_summary: dict | None = None
         self.key: str | None = None
+        self.stats = {"published": 3, "delivered": 5}
+        self.transport_counters: TransportCounters | None = TransportCounters(
+            refused={"far_expiry": 3, "not_a_bundle": 1}, evicted=2, stored_bytes={"stored": 4096, "cached": 0},
+            announce_stores=AnnounceStores(direct=6, traversal=2, direct_failed=1))
         self.state = state
         bob = peer_row("12D3KooWPeerBob", "bob", accepted=5, rejected=1, reward=0.25, via="lan")
         self.peers = [bob] if peers is None else peers
@@ -51,14 +60,30 @@ class FakeControl:
         return self.key
 
     def transport_stats(self) -> dict[str, int]:
-        return {"published": 3, "delivered": 5}
+        return self.stats
 
     def credits(self) -> dict | None:
         return self.credit_summary
 
-    def refusals(self) -> dict[str, int]:
-        return {"refused_far_expiry": 3, "refused_not_a_bundle": 1, "evicted": 2, "stored_bytes": 4096,
-                "cached_bytes": 0, "announce_direct": 6, "announce_traversal": 2, "announce_direct_failed": 1}
+    def counters(self) -> TransportCounters | None:
+        return self.transport_counters
+
+
+def metrics_text(state: NodeState, control: FakeControl | None = None) -> str:
+    """The ``/metrics`` text the API serves for ``state`` and ``control`` (default: no peer,
+    no transport)."""
+    if control is None:
+        control = FakeControl([])
+        control.stats, control.transport_counters = {}, None
+    server = ApiServer(state, control, home=NodeHome(Path(tempfile.gettempdir()) / "unused-home"))
+    return generate_latest(server.registry).decode()
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """``/metrics`` samples: each line's name and labels as written (prometheus_client writes
+    the labels sorted by name) to its value."""
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def peer_row(peer_id: str, name: str, *, accepted: int, rejected: int, reward: float, seen_ago: float = 3.0,

@@ -14,7 +14,7 @@ import time
 import aiohttp
 import pytest
 
-from apifakes import FakeControl, RealDaemon, finished_row, make_state, yardstick_row
+from apifakes import FakeControl, RealDaemon, finished_row, make_state, metric_values, metrics_text, yardstick_row
 from nodeproc import free_port
 from swarmnode.cli.status import status_lines
 from swarmnode.events import (
@@ -32,7 +32,7 @@ from swarmnode.events import (
     parse_event,
 )
 from swarmnode.node import client
-from swarmnode.node.api import ApiServer, prometheus_text
+from swarmnode.node.api import ApiServer
 from swarmnode.node.threads import ThreadChoice
 from swarmnode.paths import NodeHome
 from waiting import wait_until_async
@@ -81,11 +81,13 @@ async def test_levels_signal_rate_and_yardstick_in_status_and_metrics(node):
         assert [r["round"] for r in (await resp.json())["yardstick"]] == [0, 10]
     async with session.get("/metrics") as resp:
         text = await resp.text()
-    for line in ('swarmnode_signal_rate 0.75', 'swarmnode_level{family="base_conversion"} -2',
-                 'swarmnode_level{family="bf"} 2', 'swarmnode_yardstick_score{family=""} 0.25',
-                 'swarmnode_family_dormant{family="base_conversion"} 1', 'swarmnode_family_dormant{family="bf"} 0',
-                 'swarmnode_yardstick_score{family="bf"} 0.5', 'swarmnode_yardstick_round 10'):
-        assert line in text.splitlines()
+    values = metric_values(text)
+    for sample, value in (('swarmnode_signal_rate', 0.75), ('swarmnode_level{family="base_conversion"}', -2),
+                          ('swarmnode_level{family="bf"}', 2), ('swarmnode_yardstick_score{family=""}', 0.25),
+                          ('swarmnode_family_dormant{family="base_conversion"}', 1),
+                          ('swarmnode_family_dormant{family="bf"}', 0),
+                          ('swarmnode_yardstick_score{family="bf"}', 0.5), ('swarmnode_yardstick_round', 10)):
+        assert values[sample] == value
 
 
 async def test_status_says_how_many_threads_and_why(node):
@@ -101,7 +103,7 @@ async def test_status_says_how_many_threads_and_why(node):
     assert body["threads"] == {"count": 1, "reason": "auto: other programs use 1.02 of 2 cores", "pinned": False,
                                "others_busy": 1.02, "cores": 2}
     async with session.get("/metrics") as resp:
-        assert re.search(r"^swarmnode_threads 1$", await resp.text(), re.MULTILINE)
+        assert metric_values(await resp.text())["swarmnode_threads"] == 1
 
 
 async def test_rounds_since(node):
@@ -269,29 +271,29 @@ async def test_metrics_follow_the_prometheus_text_format(node):
     assert len(families) == len(set(families))
     helps = [line.split()[2] for line in lines if line.startswith("# HELP ")]
     assert helps == families
-    values = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in lines if not line.startswith("#")}
-    assert values["swarmnode_rounds_total"] == "2"
-    assert values["swarmnode_reward_last"] == "0.75"
-    assert values["swarmnode_reward_mean"] == "0.5"
-    assert values["swarmnode_tokens_generated_total"] == "200"
-    assert values["swarmnode_peers"] == "1"
-    assert values['swarmnode_transport_events_total{event="published"}'] == "3"
-    assert values['swarmnode_transport_events_total{event="delivered"}'] == "5"
-    assert values["swarmnode_round_seconds_sum"] == "4.0" and values["swarmnode_round_seconds_count"] == "2"
-    assert values['swarmnode_bundles_total{outcome="accepted",reason=""}'] == "1"
-    assert values['swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}'] == "1"
-    # the transport's own refusals (FakeControl.refusals)
-    assert values['swarmnode_transport_refused_total{reason="far_expiry"}'] == "3"
-    assert values['swarmnode_transport_refused_total{reason="not_a_bundle"}'] == "1"
-    assert values["swarmnode_transport_evicted_total"] == "2"
-    assert values['swarmnode_transport_stored_bytes{store="stored"}'] == "4096"
-    assert values['swarmnode_transport_announce_stores_total{how="direct"}'] == "6"
-    assert values['swarmnode_transport_announce_stores_total{how="traversal"}'] == "2"
-    assert values['swarmnode_transport_announce_stores_total{how="direct_failed"}'] == "1"
+    assert "_created" not in text  # prometheus_client adds none for a counter made without a creation time
+    expected = {
+        "swarmnode_rounds_total": 2, "swarmnode_reward_last": 0.75, "swarmnode_reward_mean": 0.5,
+        "swarmnode_tokens_generated_total": 200, "swarmnode_peers": 1,
+        'swarmnode_transport_events_total{event="published"}': 3,
+        'swarmnode_transport_events_total{event="delivered"}': 5,
+        "swarmnode_round_seconds_sum": 4.0, "swarmnode_round_seconds_count": 2,
+        'swarmnode_bundles_total{outcome="accepted",reason=""}': 1,
+        'swarmnode_bundles_total{outcome="rejected",reason="quote\\"back\\\\slash\\nnewline"}': 1,
+        # the transport's own counters (FakeControl.counters)
+        'swarmnode_transport_refused_total{reason="far_expiry"}': 3,
+        'swarmnode_transport_refused_total{reason="not_a_bundle"}': 1, "swarmnode_transport_evicted_total": 2,
+        'swarmnode_transport_stored_bytes{store="stored"}': 4096,
+        'swarmnode_transport_announce_stores_total{how="direct"}': 6,
+        'swarmnode_transport_announce_stores_total{how="traversal"}': 2,
+        'swarmnode_transport_announce_stores_total{how="direct_failed"}': 1,
+    }
+    values = metric_values(text)
+    assert {sample: values.get(sample) for sample in expected} == expected
 
 
 def test_metrics_before_any_round_have_no_numbers_made_up():
-    text = prometheus_text(make_state(), peers=0)
+    text = metrics_text(make_state())
     assert "swarmnode_reward_last NaN" in text and "swarmnode_reward_mean NaN" in text
 
 
@@ -539,9 +541,9 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeyp
             assert re.search(r"^swarmnode_rounds_total [2-9]", metrics, re.MULTILINE)
             assert re.search(r"^swarmnode_tokens_generated_total [1-9]", metrics, re.MULTILINE)
             assert re.search(r"^swarmnode_signal_rate [0-9.]+$", metrics, re.MULTILINE)
-            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+$', metrics, re.MULTILINE)
+            assert re.search(r'^swarmnode_level\{family="[a-z_0-9]+"\} -?[0-9]+\.0$', metrics, re.MULTILINE)
             assert re.search(r'^swarmnode_yardstick_score\{family=""\} [0-9.]+$', metrics, re.MULTILINE)
-            assert re.search(r'^swarmnode_external_signal_share\{window="total",family=""\} (0.0|NaN)$', metrics,
+            assert re.search(r'^swarmnode_external_signal_share\{family="",window="total"\} (0.0|NaN)$', metrics,
                              re.MULTILINE)
             async with session.get("/v1/rounds?since=x") as resp:
                 assert resp.status == 400

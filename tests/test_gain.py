@@ -11,14 +11,13 @@ import aiohttp
 import pytest
 import torch
 
-from apifakes import FakeControl, finished_row, make_state, peer_row, yardstick_row
+from apifakes import FakeControl, finished_row, make_state, metric_values, metrics_text, peer_row, yardstick_row
 from swarmnode.cli.status import peer_table_lines, status_lines
 from swarmnode.config import NodeConfig
 from swarmnode.events import NodeView, RoundFinished, YardstickScored
 from swarmnode.gain import MAX_PEERS_KEPT, WINDOW_ROUNDS, SwarmGain, no_data_reason, yardstick_trend
 from swarmnode.node.api import ApiServer
 from swarmnode.node.gainmetrics import MAX_EXPORTED_PEERS, with_drawn
-from swarmnode.node.prometheus import prometheus_text
 from swarmnode.node.round import Node, gain_fields
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
@@ -305,8 +304,8 @@ async def test_metrics_show_the_gain_with_a_bounded_peer_set(served):
     state, control, session = served
     async with session.get("/metrics") as resp:
         text = await resp.text()
-    assert 'swarmnode_external_signal_share{window="recent",family=""} NaN' in text
-    assert 'swarmnode_family_reward{source="peers",window="total",family=""} NaN' in text
+    assert 'swarmnode_external_signal_share{family="",window="recent"} NaN' in text
+    assert 'swarmnode_family_reward{family="",source="peers",window="total"} NaN' in text
     assert "swarmnode_yardstick_change NaN" in text
     state.emit(RoundFinished(gain_row(0, {"bf": 3}, {"bf": 1}, peer_groups={"bf": 8}, peer_reward={"bf": 0.375},
                                       drawn={BOB.peer_id: 1})))
@@ -314,26 +313,26 @@ async def test_metrics_show_the_gain_with_a_bounded_peer_set(served):
                                with_signal=1, reward_here=0.5, dropped={"other_family": 1}) for i in range(40)]
     async with session.get("/metrics") as resp:
         text = await resp.text()
-    values = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in text.splitlines() if not line.startswith("#")}
-    assert values['swarmnode_update_groups_total{source="external",family="bf"}'] == "1"
-    assert values['swarmnode_external_signal_share{window="total",family="bf"}'] == "0.25"
-    assert values['swarmnode_family_reward{source="peers",window="recent",family="bf"}'] == "0.375"
-    bob = f'peer="{BOB.peer_id}",name="bob"'
-    assert values[f'swarmnode_peer_groups_total{{{bob},kind="drawn"}}'] == "1"
-    assert values[f'swarmnode_peer_groups_total{{{bob},kind="with_signal"}}'] == "6"
-    assert values[f'swarmnode_peer_reward_here{{{bob}}}'] == "0.375"
+    values = metric_values(text)
+    assert values['swarmnode_update_groups_total{family="bf",source="external"}'] == 1
+    assert values['swarmnode_external_signal_share{family="bf",window="total"}'] == 0.25
+    assert values['swarmnode_family_reward{family="bf",source="peers",window="recent"}'] == 0.375
+    bob = f'name="bob",peer="{BOB.peer_id}"'
+    assert values[f'swarmnode_peer_groups_total{{kind="drawn",{bob}}}'] == 1
+    assert values[f'swarmnode_peer_groups_total{{kind="with_signal",{bob}}}'] == 6
+    assert values[f'swarmnode_peer_reward_here{{{bob}}}'] == 0.375
     named = {line.split('peer="')[1].split('"')[0] for line in text.splitlines()
              if line.startswith("swarmnode_peer_reward_here{")}
     assert len(named) == MAX_EXPORTED_PEERS + 1 and "other" in named and BOB.peer_id in named
-    other = 'peer="other",name="other"'
+    other = 'name="other",peer="other"'
     # 42 peers: bob (drawn from) first, 15 more named, the other 26 summed (eve's nothing and 25 of the many)
-    assert values[f'swarmnode_peer_groups_total{{{other},kind="kept"}}'] == str(2 * 25)
-    assert values[f'swarmnode_peer_groups_dropped_total{{{other},reason="other_family"}}'] == "25"
-    assert values[f'swarmnode_peer_reward_here{{{other}}}'] == "0.5"
+    assert values[f'swarmnode_peer_groups_total{{kind="kept",{other}}}'] == 2 * 25
+    assert values[f'swarmnode_peer_groups_dropped_total{{{other},reason="other_family"}}'] == 25
+    assert values[f'swarmnode_peer_reward_here{{{other}}}'] == 0.5
 
 
 def test_metrics_without_a_peer_table():
-    text = prometheus_text(make_state(), peers=0)
+    text = metrics_text(make_state())
     assert "# TYPE swarmnode_peer_groups_total counter" in text
     # the usefulness families have no sample without a peer (the left-out ones count zero: test_verified)
     usefulness = ("swarmnode_peer_groups", "swarmnode_peer_reward_here")

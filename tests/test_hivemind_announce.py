@@ -6,6 +6,7 @@ import json
 import pytest
 
 from programs import output
+from swarmnode.swarm.transport.counters import AnnounceStores
 from swarmnode.swarm.transport.hivemind.announce import (
     REFRESH_ROUNDS,
     ShardReplicas,
@@ -90,14 +91,15 @@ def test_the_counts_a_dht_process_reports_are_its_rules_decisions(monkeypatch):
     calls = pytest.importorskip("swarmnode.swarm.transport.hivemind.dht_process")
     rule = ShardReplicas()
     monkeypatch.setattr(calls, "SHARD_REPLICAS", {"key": rule})
-    assert calls.announce_counts() == {"announce_direct": 0, "announce_traversal": 0, "announce_direct_failed": 0}
+    assert calls.announce_stores() == AnnounceStores(direct=0, traversal=0, direct_failed=0)
     assert rule.targets() is None  # round 1 traverses
     rule.traversed(found("a", "b", "c"), {"a", "b", "c"})
     assert rule.direct_done(set(rule.targets()))  # round 2 direct
     assert rule.targets() == ("a", "b", "c")
     assert not rule.direct_done({"a"})  # round 3: 1 of 3 took it, so it traverses too
     rule.traversed(found("a", "d", "e"), {"a", "d", "e"})
-    counts = calls.announce_counts()
+    assert calls.announce_stores() == AnnounceStores(direct=2, traversal=2, direct_failed=1)
+    counts = rule.counts()  # the simulator's names of the same counts
     assert counts == {"announce_direct": 2, "announce_traversal": 2, "announce_direct_failed": 1}
     assert rounds_announced(counts) == 3 and direct_share(counts) == 1 / 3
 

@@ -54,7 +54,7 @@ def test_idle_connections_of_300_keys_leave_an_honest_newcomer_exchanging_within
         if transport == "libp2p":
             # The keys connect, as many as the node lets in from one address; once they have
             # idled past the grace, the node closes the idlest to keep its reserve free.
-            wait_until(lambda: target.refusals().get("refused_inbound_idle", 0) >= SLOT_RESERVE, 120,
+            wait_until(lambda: target.refusals().get("inbound_idle", 0) >= SLOT_RESERVE, 120,
                        "the node to close idle connections", interval=1.0, procs=[stranger.proc])
         else:
             wait_until(lambda: established_to(port) >= KEYS, 120, "every key to connect", interval=1.0,
@@ -76,7 +76,7 @@ def test_idle_connections_of_300_keys_leave_an_honest_newcomer_exchanging_within
               f"refusals {refusals}")
         assert exchanged_s <= ROUND_S
         if transport == "libp2p":
-            assert refusals["refused_inbound_address_full"] >= KEYS - PER_ADDRESS, "one address holds half the slots"
+            assert refusals["inbound_address_full"] >= KEYS - PER_ADDRESS, "one address holds half the slots"
             assert held <= PER_ADDRESS - SLOT_RESERVE + 1 and len(target.peers()) <= PER_ADDRESS
         else:
             assert held >= KEYS, "p2pd holds every idle connection: under its connection manager's high mark"

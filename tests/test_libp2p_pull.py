@@ -629,4 +629,4 @@ def test_a_peer_exchange_answer_names_the_peers_in_random_order():
 def test_a_host_that_ends_on_an_error_is_started_again_with_backoff_and_pulls():
     got = run_checks("libp2p_host_revival")
     assert got == {"host ended": True, "new host": True, "joined again": True, "pulled after": True,
-                   "pauses": ["1 s", "2 s"]}, "the pause doubles while the host keeps failing (joining.Backoff)"
+                   "pauses": ["1 s", "2 s"]}, "the pause doubles while the host keeps failing (backoff.Backoff)"

@@ -32,7 +32,7 @@ def nodes():
 
 
 def wrong_key_refusals(node: ProcNode) -> int:
-    return node.refusals().get("refused_wrong_key", 0)
+    return node.refusals().get("wrong_key", 0)
 
 
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
@@ -70,5 +70,5 @@ def test_members_exchange_and_outsiders_neither_read_nor_plant(nodes, tmp_path, 
     for node in others:
         assert not {m["sender"] for m in node.messages()} & member_ids, "an outsider read a member's bundle"
     if transport == "libp2p":  # the private member's bundle went through a sealed hold at the first
-        assert first.refusals()["held_bytes"] > 0
+        assert first.counters()["stored_bytes"]["held"] > 0
     assert all("Traceback" not in (tmp_path / f"n{seed}.err").read_text() for seed in range(4))

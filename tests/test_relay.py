@@ -13,10 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
-from swarmnode.node.prometheus import relay_prometheus_text
+from apifakes import metric_values
+from swarmnode.node.api import MetricsApi
+from swarmnode.node.prometheus import relay_families
 from swarmnode.node.relay import Relay, bootstrap_lines
+from swarmnode.paths import NodeHome
 from swarmnode.swarm.reachability import is_private, is_public_ip
+from swarmnode.swarm.transport.counters import RoomGauges, TransportCounters
 from transport_node import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,20 +116,21 @@ def test_a_flooding_peer_is_rate_limited_then_blocked_in_the_transport(tmp_path)
     assert [peer for peer, _ in relay.transport.blocked] == [flooder.peer_id]
 
 
-def test_relay_metrics_show_what_its_stores_refused_and_hold():
+def test_relay_metrics_show_what_its_stores_refused_and_hold(tmp_path):
     """A relay's /metrics text: the transport's refusals by reason, evictions, what its
     stores hold by standing (announcements apart) and its holds by outcome."""
-    text = relay_prometheus_text(3, {"published": 0}, {
-        "refused_newcomers_full": 6913, "refused_far_expiry": 2, "evicted": 220, "stored_bytes": 5283785,
-        "newcomer_bytes": 4996095, "established_bytes": 282970, "announce_newcomer_bytes": 4720,
-        "announce_established_bytes": 0, "newcomers": 240, "established": 2, "announce_newcomers": 2,
-        "announce_established": 0}, {"held": 4, "dropped": 1})
-    lines = set(text.splitlines())
-    for line in ('swarmnode_peers 3', 'swarmnode_transport_refused_total{reason="newcomers_full"} 6913',
-                 'swarmnode_transport_refused_total{reason="far_expiry"} 2', 'swarmnode_transport_evicted_total 220',
-                 'swarmnode_transport_stored_bytes{store="newcomer"} 4996095',
-                 'swarmnode_transport_stored_bytes{store="announce_newcomer"} 4720',
-                 'swarmnode_transport_signers{standing="newcomer"} 240',
-                 'swarmnode_transport_signers{standing="announce_newcomer"} 2',
-                 'swarmnode_relay_holds_total{outcome="dropped"} 1'):
-        assert line in lines, (line, text)
+    counters = TransportCounters(refused={"newcomers_full": 6913, "far_expiry": 2}, evicted=220,
+                                 stored_bytes={"stored": 5283785}, room=RoomGauges(4996095, 282970, 240, 2),
+                                 announce_room=RoomGauges(4720, 0, 2, 0))
+    api = MetricsApi(lambda: relay_families(3, {"published": 0}, counters, {"held": 4, "dropped": 1}),
+                     home=NodeHome(tmp_path))
+    values = metric_values(generate_latest(api.registry).decode())
+    for sample, value in (('swarmnode_peers', 3), ('swarmnode_transport_refused_total{reason="newcomers_full"}', 6913),
+                          ('swarmnode_transport_refused_total{reason="far_expiry"}', 2),
+                          ('swarmnode_transport_evicted_total', 220),
+                          ('swarmnode_transport_stored_bytes{store="newcomer"}', 4996095),
+                          ('swarmnode_transport_stored_bytes{store="announce_newcomer"}', 4720),
+                          ('swarmnode_transport_signers{standing="newcomer"}', 240),
+                          ('swarmnode_transport_signers{standing="announce_newcomer"}', 2),
+                          ('swarmnode_relay_holds_total{outcome="dropped"}', 1)):
+        assert values[sample] == value, (sample, values)

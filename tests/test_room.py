@@ -39,7 +39,7 @@ def test_a_crowd_of_new_keys_shares_a_quarter_and_never_displaces_an_established
         gone, reason = room.make_room(signer, item, 8_000)
         assert reason is None and all(s != "honest" for s, _ in gone)
         room.add(signer, item, 8_000, now)
-    assert room.stats()["newcomer_bytes"] <= room.newcomer_room == 25_000
+    assert room.stats().newcomer_bytes <= room.newcomer_room == 25_000
     assert room.items("honest") == ["h0", "h1", "h2"]
     assert refused == 1000 - 3  # three fit in the quarter; the rest are refused before any check
 
@@ -61,7 +61,7 @@ def test_refused_outright_never_refuses_what_make_room_would_keep():
             gone, _ = room.make_room(signer, item, size)
             room.add(signer, item, size, now)
         assert room.total <= room.budget
-        assert room.stats()["newcomer_bytes"] <= room.newcomer_room or room.stats()["established"] == 0
+        assert room.stats().newcomer_bytes <= room.newcomer_room or room.stats().established == 0
 
 
 def test_over_its_bound_a_signer_loses_its_first_record_and_a_writer_that_would_hold_the_most_gives_way():
@@ -97,4 +97,4 @@ def test_the_held_store_keeps_rounds_an_author_and_refuses_a_crowd_beyond_its_sh
         if refused[-1] is None:
             assert store.put(f"k{i}", 0, b"k" * 4_000) is None
     assert refused.count(None) == 2  # the newcomers' quarter: 10,000 bytes, a's 2,000 beside two of 4,000
-    assert store.room.stats()["newcomer_bytes"] <= 10_000
+    assert store.room.stats().newcomer_bytes <= 10_000

@@ -120,7 +120,7 @@ def test_libp2p_streams_sealed_by_protocol_and_direction():
     assert other.open(BUNDLE_PROTOCOL, REQUEST, seal.close(BUNDLE_PROTOCOL, REQUEST, b"x"), 512) is None
     assert seal.open(BUNDLE_PROTOCOL, REQUEST, b'{"author": "x", "round": 1}', 512) is None
     assert seal.open(BUNDLE_PROTOCOL, ANSWER, seal.close(BUNDLE_PROTOCOL, ANSWER, bytes(600)), 512) is None
-    assert counts == {"refused_wrong_key": 3, "refused_too_large": 1}  # the other key's refusal counts there
+    assert counts == {"wrong_key": 3, "too_large": 1}  # the other key's refusal counts there
     # An empty request is sealed (an outsider's sample ask is refused); an empty answer is "nothing".
     empty_ask = seal.close(SAMPLE_PROTOCOL, REQUEST, b"")
     assert len(empty_ask) == OVERHEAD and seal.open(SAMPLE_PROTOCOL, REQUEST, empty_ask, 0) == b""
@@ -141,6 +141,6 @@ def test_the_hivemind_validator_of_a_private_swarm():
                     "public head at the keyed key", "head with a later expiration"):
         assert out[refused] is False, refused
     # wrong_key before any other check; the size before decryption; the signed expiry inside the seal
-    assert out["counted"] == {"refused_bad_signature": 1, "refused_too_large": 1, "refused_wrong_key": 6}
+    assert out["counted"] == {"bad_signature": 1, "too_large": 1, "wrong_key": 6}
     assert out["public values unsealed"]
     assert out["stored: opened before the header"] == [True, False, None, "wrong_key"]

@@ -98,20 +98,24 @@ def test_a_row_without_namespaces_says_na_for_bytes():
 
 
 class CountingNode:
-    """A node's ``refusals`` as ProcNode reports them: ``readings`` in turn, the last one kept."""
+    """A node's ``counters`` as ProcNode reports them: ``readings`` in turn, the last one kept."""
 
-    def __init__(self, *readings: dict[str, int]):
+    def __init__(self, *readings: dict):
         self.readings = list(readings)
 
-    def refusals(self) -> dict[str, int]:
+    def counters(self) -> dict:
         return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
 
 
+def hivemind_reading(direct: int, traversal: int, direct_failed: int) -> dict:
+    return {"refused": {}, "evicted": 0,
+            "announce_stores": {"direct": direct, "traversal": traversal, "direct_failed": direct_failed}}
+
+
 def test_announcement_counts_wait_for_every_round_then_average_per_node_and_round():
-    stale = {"evicted": 0, "announce_direct": 0, "announce_traversal": 1, "announce_direct_failed": 0}
-    node_a = CountingNode(stale, stale, {**stale, "announce_direct": 2, "announce_traversal": 2,
-                                         "announce_direct_failed": 1})  # round 3 fell back
-    node_b = CountingNode({"announce_direct": 2, "announce_traversal": 1, "announce_direct_failed": 0})
+    stale = hivemind_reading(0, 1, 0)
+    node_a = CountingNode(stale, stale, hivemind_reading(2, 2, 1))  # round 3 fell back
+    node_b = CountingNode(hivemind_reading(2, 1, 0))
     counts = announce_counts([node_a, node_b], rounds=3, timeout=10)
     assert counts == [{"announce_direct": 2, "announce_traversal": 2, "announce_direct_failed": 1},
                       {"announce_direct": 2, "announce_traversal": 1, "announce_direct_failed": 0}]
@@ -123,7 +127,8 @@ def test_announcement_counts_wait_for_every_round_then_average_per_node_and_roun
 
 
 def test_a_transport_without_announcement_counts_reports_none():
-    assert announce_counts([CountingNode({"refused_push": 3})], rounds=1, timeout=1) is None
+    libp2p = {"refused": {"push_too_soon": 3}, "evicted": 0, "announce_stores": None}
+    assert announce_counts([CountingNode(libp2p)], rounds=1, timeout=1) is None
 
 
 def _counters(lab: SwitchLab, i: int) -> tuple[int, int]:

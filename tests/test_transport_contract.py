@@ -24,10 +24,10 @@ import pytest
 import programs
 from memory_transport import MemoryHub, MemoryTransport
 from nodeproc import free_port
+from swarmnode.backoff import Backoff
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.transport import TransportError, create_transport
 from swarmnode.swarm.transport.base import expand_unspecified, relay_rejection
-from swarmnode.swarm.transport.joining import Backoff
 from transport_node import SWARM, MemNode, ProcNode, descendants, identity_for, make_bundle, process_name
 from waiting import wait_until
 
@@ -306,10 +306,8 @@ def test_hivemind_record_validator():
         # malformed: not bytes, no subkey, the unsigned head; bad_signature: the head's later
         # expiry, the head moved (to its new signer's shard); foreign_key: another's subkey,
         # round, swarm; old_version: the two version 1 records; wrong_shard: the one it names.
-        "counted": {"refused_bad_envelope": 1, "refused_bad_signature": 2, "refused_far_expiry": 2,
-                    "refused_foreign_key": 3, "refused_malformed": 3, "refused_not_a_bundle": 1,
-                    "refused_old_version": 2, "refused_too_large": 1, "refused_unsigned_expiry": 1,
-                    "refused_wrong_shard": 1},
+        "counted": {"bad_envelope": 1, "bad_signature": 2, "far_expiry": 2, "foreign_key": 3, "malformed": 3,
+                    "not_a_bundle": 1, "old_version": 2, "too_large": 1, "unsigned_expiry": 1, "wrong_shard": 1},
         "stored: header only": [True, "foreign_key", False, None, None],
     }
 
@@ -330,8 +328,8 @@ def test_hivemind_bounded_storage():
         "per key": [True, True, True, False], "a held signer refreshes": True, "another key": True,
         "own announcement": True, "junk announcements held": 9, "a newcomer's bundle beside them": True,
         "own announcement refreshed, longer": True,
-        "refused": {"refused_key_full": 1, "refused_newcomers_full": 68, "refused_not_a_bundle": 1,
-                    "refused_not_subkeyed": 1, "refused_too_frequent": 1, "refused_too_large": 1},
+        "refused": {"key_full": 1, "newcomers_full": 68, "not_a_bundle": 1, "not_subkeyed": 1, "too_frequent": 1,
+                    "too_large": 1},
     }
 
 

@@ -18,11 +18,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apifakes import make_state
+from apifakes import FakeControl, make_state, metric_values, metrics_text
 from stranger_keys import Key, signed_bundle
 from swarmnode.cli.status import peer_table_lines
 from swarmnode.config import NodeConfig
-from swarmnode.node.prometheus import prometheus_text
 from swarmnode.node.round import select_training_set
 from swarmnode.records import Group, Question
 from swarmnode.swarm.exchange import Exchange
@@ -264,12 +263,12 @@ def test_left_out_responses_are_shown_in_metrics_and_the_peer_tables():
             {"peer_id": "12D3KooWPeerB", "name": "b", "left_out_by_reason": {"no_answer": 1, "nested_tag": 4},
              "logprob_measured": 0},
             {"peer_id": "12D3KooWPeerC", "name": "c"}]
-    text = prometheus_text(make_state(), peers=3, peer_rows=rows)
-    assert 'swarmnode_peer_responses_left_out_total{reason="no_answer"} 3' in text
-    assert 'swarmnode_peer_responses_left_out_total{reason="nested_tag"} 4' in text
-    assert 'swarmnode_peer_responses_left_out_total{reason="far_from_policy"} 1' in text
-    assert "swarmnode_peer_completions_weighed_total 8" in text
-    assert 'swarmnode_peer_responses_left_out_total{reason=""} 0' in prometheus_text(make_state(), peers=0)
+    values = metric_values(metrics_text(make_state(), FakeControl(rows)))
+    assert values['swarmnode_peer_responses_left_out_total{reason="no_answer"}'] == 3
+    assert values['swarmnode_peer_responses_left_out_total{reason="nested_tag"}'] == 4
+    assert values['swarmnode_peer_responses_left_out_total{reason="far_from_policy"}'] == 1
+    assert values["swarmnode_peer_completions_weighed_total"] == 8
+    assert metric_values(metrics_text(make_state()))['swarmnode_peer_responses_left_out_total{reason=""}'] == 0
     lines = peer_table_lines(rows, now=0.0)
     at = lines[0].index("LEFT OUT")  # the columns are aligned: each cell starts under its heading
     assert [line[at:].split("  ")[0].strip() for line in lines[1:]] == ["3 (far 1/8)", "5", "-"]

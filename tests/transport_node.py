@@ -16,7 +16,7 @@ transport drops itself, and answers these commands (one JSON object a line on st
 * ``{"cmd": "publish", "round": R, "size": BYTES}``: publish a signed bundle of about BYTES
   wire bytes (random text, so compression cannot shrink it); answers ``published``.
 * ``{"cmd": "peers"}``: answers ``{"event": "peers", "peers": [...]}``.
-* ``{"cmd": "refusals"}``: answers ``{"event": "refusals", "refusals": {...}}`` (Transport.refusals).
+* ``{"cmd": "counters"}``: answers ``{"event": "counters", "counters": {...}}`` (Transport.counters, as a dict).
 * ``{"cmd": "lan"}``: answers ``{"event": "lan", "counts": {...}, "joined": [...]}`` (Transport.lan_counts,
   Transport.lan_peers; with ``--lan``, which turns discovery on the local network on).
 * ``{"cmd": "stop"}``: stops the transport twice (stop is idempotent), then answers
@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -226,9 +227,14 @@ class ProcNode:
         self.send(cmd="peers")
         return self.wait_event("peers", 30)["peers"]
 
+    def counters(self) -> dict:
+        """``Transport.counters()`` as a dict (``dataclasses.asdict``); empty when it is None."""
+        self.send(cmd="counters")
+        return self.wait_event("counters", 30)["counters"]
+
     def refusals(self) -> dict[str, int]:
-        self.send(cmd="refusals")
-        return self.wait_event("refusals", 30)["refusals"]
+        """``Transport.refusals()``: what the transport refused, by reason."""
+        return self.counters().get("refused", {})
 
     def lan(self) -> dict:
         """``{"counts": Transport.lan_counts(), "joined": Transport.lan_peers()}``."""
@@ -340,8 +346,9 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
             emit(await driver.publish(command["round"], command["size"]))
         elif command["cmd"] == "peers":
             emit({"event": "peers", "peers": transport.peers()})
-        elif command["cmd"] == "refusals":
-            emit({"event": "refusals", "refusals": transport.refusals()})
+        elif command["cmd"] == "counters":
+            counters = transport.counters()
+            emit({"event": "counters", "counters": dataclasses.asdict(counters) if counters is not None else {}})
         elif command["cmd"] == "lan":
             emit({"event": "lan", "counts": transport.lan_counts(), "joined": sorted(transport.lan_peers())})
         elif command["cmd"] == "stop":

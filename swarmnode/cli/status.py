@@ -10,10 +10,16 @@ from typing import Any
 
 from swarmnode.cli.flags import add_home_flag
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
-from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
 from swarmnode.tui.gaintext import USEFULNESS, gain_rows, usefulness_cells
-from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
+from swarmnode.tui.humanize import (
+    format_ago,
+    format_duration,
+    format_left_out,
+    format_levels,
+    format_reward,
+    short_peer_id,
+)
 
 
 def resolve_home(args: argparse.Namespace) -> NodeHome:

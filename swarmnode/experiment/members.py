@@ -15,6 +15,7 @@ from swarmnode.records import Group
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.link import ExchangeBacked
+from swarmnode.swarm.transport.counters import TransportCounters
 
 
 def exchange_state(exchange: Exchange) -> dict:
@@ -61,9 +62,9 @@ class InProcessLink(ExchangeBacked):
     def peer_count(self) -> int:
         return len(self.others) - 1 if self.sharing else 0
 
-    def refusals(self) -> dict[str, int]:
-        """Empty: bundles go straight to the other exchanges, with no transport below to refuse any."""
-        return {}
+    def counters(self) -> TransportCounters | None:
+        """None: bundles go straight to the other exchanges, with no transport below to refuse any."""
+        return None
 
 
 @dataclass

@@ -18,21 +18,26 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 
+from swarmnode.node.families import registry_of
 from swarmnode.node.gainmetrics import with_drawn
-from swarmnode.node.prometheus import prometheus_text
+from swarmnode.node.prometheus import node_families
 from swarmnode.node.state import NodeState
 from swarmnode.paths import NodeHome
+from swarmnode.swarm.transport.counters import TransportCounters
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 MAX_BODY = 1024  # POSTs carry no body; anything bigger is refused before it is read
 KEEPALIVE_S = 15.0
+# generate_latest writes the text format 0.0.4 (metric and label names escaped to it)
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _CLOSE = object()  # put in an event queue to end its stream
 
@@ -72,9 +77,9 @@ class NodeControl(Protocol):
     def transport_stats(self) -> dict[str, int]:
         """The transport's counters since start (published, delivered, ...); empty when solo."""
         ...
-    def refusals(self) -> dict[str, int]:
-        """The transport's own counters: ``refused_<reason>``, ``evicted``, ``stored_bytes``,
-        ``cached_bytes`` (hivemind's DHT; empty for other transports)."""
+    def counters(self) -> TransportCounters | None:
+        """The transport's own counters (what it refused, evicted and holds); None when solo
+        or when the transport keeps none."""
         ...
     def credits(self) -> dict | None:
         """The receipt ledger's summary (``swarmnode.swarm.ledger``); None when solo."""
@@ -130,6 +135,7 @@ class LocalApi:
         self.home = home
         self.port = port
         self.token = secrets.token_urlsafe(32)
+        self.registry: CollectorRegistry = CollectorRegistry()  # what /metrics serves, where a subclass routes it
         self._runner: web.AppRunner | None = None
 
     @web.middleware
@@ -169,6 +175,10 @@ class LocalApi:
                           "node's home not writable?") from exc
         return self.port
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: the Prometheus text of :attr:`registry` (its families made now)."""
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
     async def stop(self) -> None:
         """Close the socket and remove ``api.json``."""
         try:
@@ -181,17 +191,14 @@ class LocalApi:
 
 
 class MetricsApi(LocalApi):
-    """Only ``GET /metrics``, whose Prometheus text ``text()`` makes (a relay's)."""
+    """Only ``GET /metrics``, the families ``families()`` makes at each scrape (a relay's)."""
 
-    def __init__(self, text: Callable[[], str], *, home: NodeHome, port: int = 0):
+    def __init__(self, families: Callable[[], Iterable[Metric]], *, home: NodeHome, port: int = 0):
         super().__init__(home=home, port=port)
-        self._text = text
+        self.registry = registry_of(families)
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_get("/metrics", self._metrics)
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._text().encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
 
 class ApiServer(LocalApi):
@@ -203,6 +210,7 @@ class ApiServer(LocalApi):
         self.state = state
         self.control = control
         self.keepalive_s = keepalive_s
+        self.registry = registry_of(self._families)
         self._streams: set[asyncio.Queue] = set()
 
     def _routes(self, app: web.Application) -> None:
@@ -263,11 +271,11 @@ class ApiServer(LocalApi):
     async def _credits(self, request: web.Request) -> web.Response:
         return web.json_response({"credits": self.control.credits()})
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+    def _families(self) -> list[Metric]:
+        """The node's ``/metrics`` families, read from its state and control at each scrape."""
         peers = with_drawn(self.control.peer_rows(), self.state.snapshot()["gain"])
-        body = prometheus_text(self.state, self.control.peer_count(), self.control.transport_stats(),
-                               self.control.refusals(), peers, self.control.credits()).encode()
-        return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+        return node_families(self.state, self.control.peer_count(), self.control.transport_stats(),
+                             self.control.counters(), peers, self.control.credits())
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: ``event: <type>`` and ``data: <json>`` per event, in order."""

@@ -7,13 +7,7 @@ only shapes its summary for people and for Prometheus.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-
-class Families(Protocol):
-    """Where Prometheus families go (the API's exposition)."""
-
-    def family(self, name: str, kind: str, help_text: str, samples: list[tuple[str, dict[str, str], Any]]) -> None: ...
+from swarmnode.node.families import Families
 
 
 def credit_families(out: Families, summary: dict | None) -> None:
@@ -21,19 +15,22 @@ def credit_families(out: Families, summary: dict | None) -> None:
     if summary is None:
         return
     total = summary["total"]
-    out.family("swarmnode_credited_groups_total", "counter",
-               "This node's groups that established peers say, in signed receipts, they trained on "
-               "(each group once per peer), and those of them with signal under the peer's verifier.",
-               [("swarmnode_credited_groups_total", {"signal": "any"}, total["groups"]),
-                ("swarmnode_credited_groups_total", {"signal": "yes"}, total["with_signal"])])
-    out.family("swarmnode_credited_peers", "gauge", "Peers whose receipts the ledger holds, all and in the last hour.",
-               [("swarmnode_credited_peers", {"window": "all"}, total["peers"]),
-                ("swarmnode_credited_peers", {"window": "hour"}, summary["last_hour"]["peers"])])
-    out.family("swarmnode_receipts_refused_total", "counter", "Receipts addressed to this node refused, by reason.",
-               [("swarmnode_receipts_refused_total", {"reason": r}, n) for r, n in sorted(summary["refused"].items())]
-               or [("swarmnode_receipts_refused_total", {"reason": ""}, 0)])
-    out.family("swarmnode_receipts_pending", "gauge", "Receipts from newcomers waiting for their standing.",
-               [("swarmnode_receipts_pending", {}, summary["pending"])])
+    out.counter("swarmnode_credited_groups_total",
+                "This node's groups that established peers say, in signed receipts, they trained on "
+                "(each group once per peer), and those of them with signal under the peer's verifier.",
+                [({"signal": "any"}, total["groups"]),
+                 ({"signal": "yes"}, total["with_signal"])])
+    out.gauge("swarmnode_credited_peers",
+              "Peers whose receipts the ledger holds, all and in the last hour.",
+              [({"window": "all"}, total["peers"]),
+               ({"window": "hour"}, summary["last_hour"]["peers"])])
+    out.counter("swarmnode_receipts_refused_total",
+                "Receipts addressed to this node refused, by reason.",
+                [({"reason": r}, n) for r, n in sorted(summary["refused"].items())]
+                or [({"reason": ""}, 0)])
+    out.gauge("swarmnode_receipts_pending",
+              "Receipts from newcomers waiting for their standing.",
+              [({}, summary["pending"])])
 
 
 def credit_lines(summary: dict | None, limit: int = 20) -> list[str]:

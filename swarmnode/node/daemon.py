@@ -35,6 +35,7 @@ from swarmnode.swarm.identity import Identity, IdentityError
 from swarmnode.swarm.invite import invite_addresses
 from swarmnode.swarm.link import NetworkLink, SoloLink
 from swarmnode.swarm.transport import TransportError, transport_for
+from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.train.answers import TokenBudget
 from swarmnode.train.curriculum import LevelError, Levels
 from swarmnode.train.model import ModelError, load_base_model, pick_device, pick_dtype
@@ -97,8 +98,8 @@ class Daemon:
     def transport_stats(self) -> dict[str, int]:
         return self.link.transport_stats() if self.link else {}
 
-    def refusals(self) -> dict[str, int]:
-        return self.link.refusals() if self.link else {}
+    def counters(self) -> TransportCounters | None:
+        return self.link.counters() if self.link else None
 
     def credits(self) -> dict | None:
         ledger = self.link.exchange.ledger if self.link else None

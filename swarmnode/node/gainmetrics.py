@@ -9,14 +9,9 @@ bounded however large the swarm.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-
-class Exposition(Protocol):
-    """Where metric families go (``swarmnode.node.api``'s Prometheus text)."""
-
-    def family(self, name: str, kind: str, help_text: str,
-               samples: list[tuple[str, dict[str, str], Any]]) -> None: ...
+from swarmnode.node.families import Families
 
 # Peers /metrics names one by one (the most drawn from); the rest are summed as peer "other", so
 # the label set stays bounded however large the swarm.
@@ -52,49 +47,51 @@ def _exported_peers(rows: list[dict]) -> list[tuple[dict[str, str], dict]]:
     return named
 
 
-def gain_families(out: Exposition, gain: Mapping[str, Any], trend: Mapping[str, Any],
+def gain_families(out: Families, gain: Mapping[str, Any], trend: Mapping[str, Any],
                    peer_rows: list[dict]) -> None:
     """What the swarm gives: signal shares, rewards own against peers', each peer's groups, the
     yardstick against the untrained score (NaN where there is no data yet)."""
     total = gain["total"]
-    out.family("swarmnode_update_groups_total", "counter",
-               "Groups with signal that entered this node's updates over its history, by source (local, "
-               "external) and task family.",
-               [("swarmnode_update_groups_total", {"source": source, "family": f}, fig[source])
-                for f, fig in sorted(total["families"].items()) for source in ("local", "external")])
+    out.counter("swarmnode_update_groups_total",
+                "Groups with signal that entered this node's updates over its history, by source (local, "
+                "external) and task family.",
+                [({"source": source, "family": f}, fig[source])
+                 for f, fig in sorted(total["families"].items()) for source in ("local", "external")])
     windows = (("recent", gain["recent"]), ("total", total))
-    out.family("swarmnode_external_signal_share", "gauge",
-               f"Share of the groups with signal in the updates that came from peers, over the last "
-               f"{gain['window']} rounds (recent) and the node's history (total); family \"\" is all.",
-               [("swarmnode_external_signal_share", {"window": w, "family": ""}, fig["external_share"])
-                for w, fig in windows]
-               + [("swarmnode_external_signal_share", {"window": w, "family": f}, ff["external_share"])
-                  for w, fig in windows for f, ff in sorted(fig["families"].items())])
-    out.family("swarmnode_family_reward", "gauge",
-               "Mean reward under this node's verifier of its own completions (own) and of peers' groups "
-               "(peers), by window and task family; family \"\" is all.",
-               [("swarmnode_family_reward", {"source": src, "window": w, "family": ""}, fig[key])
-                for w, fig in windows for src, key in _REWARD_SOURCES]
-               + [("swarmnode_family_reward", {"source": src, "window": w, "family": f}, ff[key])
-                  for w, fig in windows for f, ff in sorted(fig["families"].items()) for src, key in _REWARD_SOURCES])
+    out.gauge("swarmnode_external_signal_share",
+              f"Share of the groups with signal in the updates that came from peers, over the last "
+              f"{gain['window']} rounds (recent) and the node's history (total); family \"\" is all.",
+              [({"window": w, "family": ""}, fig["external_share"])
+               for w, fig in windows]
+              + [({"window": w, "family": f}, ff["external_share"])
+                 for w, fig in windows for f, ff in sorted(fig["families"].items())])
+    out.gauge("swarmnode_family_reward",
+              "Mean reward under this node's verifier of its own completions (own) and of peers' groups "
+              "(peers), by window and task family; family \"\" is all.",
+              [({"source": src, "window": w, "family": ""}, fig[key])
+               for w, fig in windows for src, key in _REWARD_SOURCES]
+              + [({"source": src, "window": w, "family": f}, ff[key])
+                 for w, fig in windows for f, ff in sorted(fig["families"].items()) for src, key in _REWARD_SOURCES])
     peers = _exported_peers(peer_rows)
-    out.family("swarmnode_peer_groups_total", "counter",
-               f"Each peer's groups: kept after re-scoring (since start), with signal among them, drawn into "
-               f"updates (over the node's history); the first {MAX_EXPORTED_PEERS} peers by groups drawn, the "
-               f"rest summed as peer \"{OTHER_PEERS}\".",
-               [("swarmnode_peer_groups_total", {**labels, "kind": kind}, row.get(key, 0))
-                for labels, row in peers
-                for kind, key in (("kept", "groups"), ("with_signal", "groups_with_signal"), ("drawn", "drawn"))])
-    out.family("swarmnode_peer_groups_dropped_total", "counter",
-               "Each peer's groups dropped on arrival (not drawn), by reason; peers as in swarmnode_peer_groups_total.",
-               [("swarmnode_peer_groups_dropped_total", {**labels, "reason": reason}, n)
-                for labels, row in peers for reason, n in sorted((row.get("groups_dropped") or {}).items())])
-    out.family("swarmnode_peer_reward_here", "gauge",
-               "Mean reward of each peer's kept groups under this node's verifier; peers as in "
-               "swarmnode_peer_groups_total.",
-               [("swarmnode_peer_reward_here", labels, row.get("reward_here")) for labels, row in peers])
-    out.family("swarmnode_yardstick_untrained", "gauge", "The yardstick's score before any training.",
-               [("swarmnode_yardstick_untrained", {}, trend["untrained"])])
-    out.family("swarmnode_yardstick_change", "gauge",
-               "The latest yardstick score minus the untrained one (NaN until both exist).",
-               [("swarmnode_yardstick_change", {}, trend["change"])])
+    out.counter("swarmnode_peer_groups_total",
+                f"Each peer's groups: kept after re-scoring (since start), with signal among them, drawn into "
+                f"updates (over the node's history); the first {MAX_EXPORTED_PEERS} peers by groups drawn, the "
+                f"rest summed as peer \"{OTHER_PEERS}\".",
+                [({**labels, "kind": kind}, row.get(key, 0))
+                 for labels, row in peers
+                 for kind, key in (("kept", "groups"), ("with_signal", "groups_with_signal"), ("drawn", "drawn"))])
+    out.counter("swarmnode_peer_groups_dropped_total",
+                "Each peer's groups dropped on arrival (not drawn), by reason; peers as in "
+                "swarmnode_peer_groups_total.",
+                [({**labels, "reason": reason}, n)
+                 for labels, row in peers for reason, n in sorted((row.get("groups_dropped") or {}).items())])
+    out.gauge("swarmnode_peer_reward_here",
+              "Mean reward of each peer's kept groups under this node's verifier; peers as in "
+              "swarmnode_peer_groups_total.",
+              [(labels, row.get("reward_here")) for labels, row in peers])
+    out.gauge("swarmnode_yardstick_untrained",
+              "The yardstick's score before any training.",
+              [({}, trend["untrained"])])
+    out.gauge("swarmnode_yardstick_change",
+              "The latest yardstick score minus the untrained one (NaN until both exist).",
+              [({}, trend["change"])])

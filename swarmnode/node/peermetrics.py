@@ -8,13 +8,8 @@ series per key anyone can mint, so the families are by reason only.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Protocol
 
-
-class Families(Protocol):
-    """Where families are written (the API's Prometheus exposition)."""
-
-    def family(self, name: str, kind: str, help_text: str, samples: list[tuple[str, dict[str, str], Any]]) -> None: ...
+from swarmnode.node.families import Families
 
 
 def left_out_families(out: Families, rows: list[dict]) -> None:
@@ -23,23 +18,14 @@ def left_out_families(out: Families, rows: list[dict]) -> None:
     left_out: Counter[str] = Counter()
     for row in rows:
         left_out.update(row.get("left_out_by_reason") or {})
-    out.family("swarmnode_peer_responses_left_out_total", "counter",
-               "Peers' responses left out of training, by reason: not in the one form this node trains on "
-               "(no_answer, nested_tag, special_token, over_budget, score_changed, unverifiable), or too far "
-               "below this node's own log-probs in the update (far_from_policy).",
-               [("swarmnode_peer_responses_left_out_total", {"reason": r}, n) for r, n in sorted(left_out.items())]
-               or [("swarmnode_peer_responses_left_out_total", {"reason": ""}, 0)])
-    out.family("swarmnode_peer_completions_weighed_total", "counter",
-               "Peers' completions the update weighed against the bound on their distance from this node's "
-               "policy (far_from_policy counts those left out).",
-               [("swarmnode_peer_completions_weighed_total", {}, sum(r.get("logprob_measured") or 0 for r in rows))])
+    out.counter("swarmnode_peer_responses_left_out_total",
+                "Peers' responses left out of training, by reason: not in the one form this node trains on "
+                "(no_answer, nested_tag, special_token, over_budget, score_changed, unverifiable), or too far "
+                "below this node's own log-probs in the update (far_from_policy).",
+                [({"reason": r}, n) for r, n in sorted(left_out.items())]
+                or [({"reason": ""}, 0)])
+    out.counter("swarmnode_peer_completions_weighed_total",
+                "Peers' completions the update weighed against the bound on their distance from this node's "
+                "policy (far_from_policy counts those left out).",
+                [({}, sum(r.get("logprob_measured") or 0 for r in rows))])
 
-
-def format_left_out(peer: dict) -> str:
-    """A peer's responses left out of training, and of its completions the update weighed, how
-    many were too far from this node's policy: ``12 (far 3/40)``; '-' when neither."""
-    reasons = peer.get("left_out_by_reason") or {}
-    left, weighed = sum(reasons.values()), peer.get("logprob_measured") or 0
-    if not left and not weighed:
-        return "-"
-    return f"{left} (far {reasons.get('far_from_policy', 0)}/{weighed})" if weighed else str(left)

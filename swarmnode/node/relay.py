@@ -28,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from prometheus_client.core import Metric
+
 from swarmnode.config import NodeConfig
 from swarmnode.node.api import MetricsApi
-from swarmnode.node.prometheus import relay_prometheus_text
+from swarmnode.node.prometheus import relay_families
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.guard import PeerGuard, claimed_sender
 from swarmnode.swarm.identity import Identity, IdentityError
@@ -109,13 +111,12 @@ class Relay:
         self.counts.held += 1
         return True
 
-    def metrics_text(self) -> str:
+    def metric_families(self) -> list[Metric]:
         """``/metrics``: peers, the transport's counters (what it refused, evicted and holds)
         and the holds by outcome."""
         assert self.transport is not None
-        return relay_prometheus_text(len(self.transport.peers()), vars(self.transport.stats),
-                                     self.transport.refusals(),
-                                     {"held": self.counts.held, "dropped": self.counts.dropped})
+        return relay_families(len(self.transport.peers()), vars(self.transport.stats), self.transport.counters(),
+                              {"held": self.counts.held, "dropped": self.counts.dropped})
 
     async def run(self, on_ready: Callable[[list[str]], None]) -> int:
         loop = asyncio.get_running_loop()
@@ -133,7 +134,7 @@ class Relay:
             await transport.start()
         except TransportError as exc:
             raise RelayError(str(exc)) from None
-        api = MetricsApi(self.metrics_text, home=self.home, port=self.cfg.api_port)
+        api = MetricsApi(self.metric_families, home=self.home, port=self.cfg.api_port)
         try:
             try:
                 await api.start()
@@ -144,7 +145,7 @@ class Relay:
                 try:
                     await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
                 except asyncio.TimeoutError:
-                    refused = sum(n for k, n in transport.refusals().items() if k.startswith("refused_"))
+                    refused = sum(transport.refusals().values())
                     log.info("relay: %d peers connected; %d bundles held, %d refused by the guard; %d records "
                              "refused by the transport (see /metrics)", len(transport.peers()),
                              self.counts.held, self.counts.dropped, refused)

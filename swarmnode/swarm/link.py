@@ -18,6 +18,7 @@ from typing import Protocol
 from swarmnode.events import PeerJoined, PeerLeft
 from swarmnode.records import Group
 from swarmnode.swarm.exchange import Exchange
+from swarmnode.swarm.transport.counters import TransportCounters
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ class SwarmLink(Protocol):
         """The peer table for the API (see :meth:`swarmnode.node.api.NodeControl.peer_rows`)."""
         ...
 
-    def refusals(self) -> dict[str, int]:
-        """The transport's own refusal counters (see :meth:`Transport.refusals`)."""
+    def counters(self) -> TransportCounters | None:
+        """The transport's own counters (see :meth:`Transport.counters`)."""
         ...
 
 
@@ -96,8 +97,8 @@ class SoloLink:
     def peer_rows(self) -> list[dict]:
         return []
 
-    def refusals(self) -> dict[str, int]:
-        return {}
+    def counters(self) -> TransportCounters | None:
+        return None
 
 
 class ExchangeBacked:
@@ -209,5 +210,5 @@ class NetworkLink(ExchangeBacked):
     def transport_stats(self) -> dict[str, int]:
         return {**dataclasses.asdict(self.transport.stats), **self.transport.lan_counts()}
 
-    def refusals(self) -> dict[str, int]:
-        return self.transport.refusals()
+    def counters(self) -> TransportCounters | None:
+        return self.transport.counters()

@@ -20,6 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, RichLog, Static
 from textual_plotext import PlotextPlot
 
+from swarmnode.backoff import Backoff
 from swarmnode.events import (
     BundleAccepted,
     BundleRefused,
@@ -37,10 +38,16 @@ from swarmnode.events import (
 )
 from swarmnode.gain import yardstick_trend
 from swarmnode.node.client import ApiError, NodeApi, NoNodeRunning
-from swarmnode.node.peermetrics import format_left_out
 from swarmnode.paths import NodeHome
 from swarmnode.tui.gaintext import gain_rows, usefulness_cells
-from swarmnode.tui.humanize import format_ago, format_duration, format_levels, format_reward, short_peer_id
+from swarmnode.tui.humanize import (
+    format_ago,
+    format_duration,
+    format_left_out,
+    format_levels,
+    format_reward,
+    short_peer_id,
+)
 
 CHART_ROUNDS = 300  # rounds shown in the chart (the latest)
 # A peer's usefulness first (see swarmnode.cli.status.USEFULNESS), then what it sent and said.
@@ -193,8 +200,10 @@ class Dashboard(App):
 
     @work(exclusive=True, group="follow")
     async def follow(self) -> None:
-        """Follow the node's events for as long as the app runs, reconnecting with back-off."""
-        delay = self.retry_s
+        """Follow the node's events for as long as the app runs, reconnecting after ``retry_s``,
+        doubling to ``max_retry_s`` (no jitter: one client of a local API), from ``retry_s``
+        again once connected."""
+        backoff = Backoff(self.retry_s, self.max_retry_s, jitter=0.0)
         while True:
             try:
                 async with NodeApi(self.home) as api:
@@ -203,15 +212,14 @@ class Dashboard(App):
                             self.api = api
                             await self.reload()
                             self.online = True
-                            delay = self.retry_s
+                            backoff.reset()
                         else:
                             self.on_node_event(event)
             except (NoNodeRunning, ApiError):
                 pass
             self.api = None
             self.online = False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.max_retry_s)
+            await asyncio.sleep(backoff.next_delay())
 
     async def reload(self) -> None:
         """Read status, recent rounds, the yardstick and peers again."""

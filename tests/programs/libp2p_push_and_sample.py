@@ -112,12 +112,12 @@ async def main() -> None:
     out["named answer"] = [[a["announcement"]["author"] == p for p in names] for a in answer]
     out["nothing newer"] = json.loads(await by_name([(pusher.identity.peer_id, 2)]))
     garbage = await sampler._bridge.run(exchange, sampler._host, public._host.get_id(), NAMED_PROTOCOL, b"[1,2]", 100)
-    out["garbage request"] = [garbage.decode(), public.refusals().get("refused_named_request")]
+    out["garbage request"] = [garbage.decode(), public.refusals().get("named_request")]
 
     await sampler._ask_named(liar.identity.peer_id, [(liar.identity.peer_id, 9)])
     out["liar's named truth noted"] = sampler._pull.plan.announced[liar.identity.peer_id].round
     out["sampler's reports by name"] = sampler_reports[len(out["sampler's reports"]):]
-    out["bad named answers"] = sampler.refusals().get("refused_named_answer")
+    out["bad named answers"] = sampler.refusals().get("named_answer")
     for t in (pusher, sampler, liar, public):
         await t.stop()
     print(json.dumps(out))

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.bundle import BundleRejected, open_envelope
+from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 
 if TYPE_CHECKING:
@@ -219,12 +220,18 @@ class Transport(ABC):
         a banned flooder costs no signature checks; thread-safe. Pull-based transports, where a
         peer cannot push, need nothing here."""
 
+    def counters(self) -> TransportCounters | None:
+        """What the transport refused, evicted and holds below the bundle checks, as of now
+        (``hivemind``: its DHT's record validator and storage budget, and how its
+        announcements were stored; ``libp2p``: its host's refusals and held store); None for
+        a transport that keeps none, or none yet."""
+        return None
+
     def refusals(self) -> dict[str, int]:
-        """What the transport refused or evicted below the bundle checks, by reason, as of
-        now (``hivemind``: its DHT's record validator and storage budget; for ``/metrics``),
-        and the transport's other counters (``hivemind``: how its announcements were stored,
-        ``announce_*``, :meth:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas.counts`)."""
-        return {}
+        """What the transport refused below the bundle checks, by reason, as of now (of
+        :meth:`counters`); empty when it keeps none."""
+        counters = self.counters()
+        return dict(counters.refused) if counters is not None else {}
 
     async def publish(self, round_no: int, data: bytes) -> None:
         """Offer ``data`` (this node's bundle for ``round_no``) to the swarm; never raises."""

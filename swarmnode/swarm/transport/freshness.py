@@ -33,9 +33,12 @@ Not thread-safe: a plan's policy is used from the plan's task.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from swarmnode.backoff import Backoff
 
 if TYPE_CHECKING:
     from swarmnode.swarm.transport.pull import Announced, PullPlan
@@ -134,7 +137,8 @@ class Awaited:
     next: int  # the round asked for
     due: float
     until: float  # given up then
-    wait: float = AWAIT_RETRY_S  # before asking again, if it is missing
+    # before asking again, if it is missing: AWAIT_RETRY_S, doubling (the asks bound it)
+    retry: Backoff = field(default_factory=lambda: Backoff(AWAIT_RETRY_S, math.inf, jitter=0.0), compare=False)
     asks: int = AWAIT_ASKS  # left
 
 
@@ -219,7 +223,7 @@ class AwaitNext(Freshness):
             elif plan.now < awaited.due:
                 continue
             due.append((peer, plan.fetched[peer]))
-            awaited.due = plan.now + awaited.wait
+            awaited.due = plan.now + awaited.retry.upcoming
         for peer in gone:
             del self.awaited[peer]
         return due
@@ -232,8 +236,7 @@ class AwaitNext(Freshness):
             del self.awaited[peer]
             return False
         awaited.asks -= 1
-        awaited.due = plan.now + awaited.wait if awaited.asks > 0 else awaited.until
-        awaited.wait *= 2
+        awaited.due = plan.now + awaited.retry.next_delay() if awaited.asks > 0 else awaited.until
         return True
 
     def delivered(self, peer: str) -> None:

@@ -8,7 +8,8 @@ of them, drawn at random (all of them when there are no more): a relay holds a f
 connections (py-libp2p's connection manager), so a swarm of thousands needs many relays,
 and a node that dialed every one would take a connection at each, so that more relays would
 hold no more nodes. While one is connected it looks again every :data:`CHECK_S` seconds;
-after dials that no one answered it waits a :class:`Backoff` delay, and draws again.
+after dials that no one answered it waits a :class:`~swarmnode.backoff.Backoff` delay (1 s
+doubling to 60 s, +-20 %), and draws again.
 Randomness comes from an injected ``random.Random``, so a transport and a simulation run the
 same rule.
 """
@@ -19,29 +20,11 @@ import random
 from collections.abc import Collection, Sequence
 from functools import lru_cache
 
+from swarmnode.backoff import Backoff
 from swarmnode.swarm.address import peer_id_of
 
 CHECK_S = 5.0  # seconds between looks while a bootstrap peer is connected, or after one answered
 JOIN_DIALS = 2  # bootstrap peers dialed at a time: two, so that one down costs no backoff
-
-
-class Backoff:
-    """Delays for retrying: ``first``, doubling up to ``cap``, each with +-20 % jitter (from
-    ``rng``, or the module's generator)."""
-
-    def __init__(self, first: float = 1.0, cap: float = 60.0, rng: random.Random | None = None):
-        self.first = first
-        self.cap = cap
-        self.rng = rng
-        self._next = first
-
-    def next_delay(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.cap)
-        return delay * (self.rng or random).uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self._next = self.first
 
 
 def bootstrap_in_reach(connected: Collection[str], bootstrap: Sequence[str]) -> bool:

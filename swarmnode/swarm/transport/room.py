@@ -38,6 +38,7 @@ from collections import Counter
 from typing import Generic, Hashable, TypeVar
 
 from swarmnode.swarm.standing import PeerShare, Standing
+from swarmnode.swarm.transport.counters import RoomGauges
 
 NEWCOMER_SHARE = 0.25
 SLOT_S = 60.0
@@ -81,11 +82,11 @@ class Room(Generic[K]):
     def established(self, signer: str) -> bool:
         return self.standing.is_established(signer)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> RoomGauges:
         """Bytes held by newcomers and by established signers, and how many signers each."""
         signers = Counter(self._class.values())
-        return {"newcomer_bytes": self._class_bytes[False], "established_bytes": self._class_bytes[True],
-                "newcomers": signers[False], "established": signers[True]}
+        return RoomGauges(newcomer_bytes=self._class_bytes[False], established_bytes=self._class_bytes[True],
+                          newcomers=signers[False], established=signers[True])
 
     # -- the rules --------------------------------------------------------------------------
 

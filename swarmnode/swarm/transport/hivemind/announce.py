@@ -29,6 +29,8 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from swarmnode.swarm.transport.counters import AnnounceStores
+
 # Rounds from one traversal to the next, the traversal's included. A traversal is what brings
 # the shard back (num_replicas copies of N / 16 announcements); one round in 8 pays for it, an
 # eighth of what every round paid. What waiting costs: replicas that left are noticed at
@@ -99,6 +101,10 @@ class ShardReplicas(Generic[P]):
         self.found = frozenset(p for _, p in found)
         self.farthest = max((d for d, _ in found), default=-1)
         self.direct_rounds = 0
+
+    def stores(self) -> AnnounceStores:
+        """How this shard's announcements were stored so far, for ``/metrics``."""
+        return AnnounceStores(direct=self.directs, traversal=self.traversals, direct_failed=self.direct_failures)
 
     def counts(self) -> dict[str, int]:
         """How this shard's announcements were stored so far, named as the simulator's meter

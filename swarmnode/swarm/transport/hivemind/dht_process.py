@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from typing import Any, Awaitable, Callable
 
@@ -32,6 +33,7 @@ from swarmnode.compat.hivemind import (
     store_subkey_at,
     table_nearest,
 )
+from swarmnode.swarm.transport.counters import AnnounceStores, TransportCounters
 from swarmnode.swarm.transport.hivemind.announce import ShardReplicas
 from swarmnode.swarm.transport.hivemind.layout import (
     announce_expiry,
@@ -79,27 +81,26 @@ def bound_node(node: DHTNode, checker: SwarmRecordValidator) -> None:
     guard_routing_table(node)
 
 
-async def counters(_dht: Any, node: DHTNode) -> dict[str, int]:
+async def counters(_dht: Any, node: DHTNode) -> TransportCounters:
     """The DHT process's refusal and eviction counters, what its storage holds, and how its
-    announcements were stored (:func:`announce_counts`)."""
-    return {**storage_counters(node), **announce_counts()}
+    announcements were stored (:func:`announce_stores`)."""
+    return dataclasses.replace(storage_counters(node), announce_stores=announce_stores())
 
 
-def announce_counts() -> dict[str, int]:
-    """:meth:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas.counts` of this
+def announce_stores() -> AnnounceStores:
+    """:meth:`~swarmnode.swarm.transport.hivemind.announce.ShardReplicas.stores` of this
     process, over its shards (one once it has announced; zeros before)."""
-    total = ShardReplicas().counts()
-    for replicas in SHARD_REPLICAS.values():
-        for name, count in replicas.counts().items():
-            total[name] += count
-    return total
+    return sum((replicas.stores() for replicas in SHARD_REPLICAS.values()), AnnounceStores())
 
 
-def storage_counters(node: DHTNode) -> dict[str, int]:
+def storage_counters(node: DHTNode) -> TransportCounters:
     """``COUNTS`` of this process, the bytes ``node``'s storage and cache hold, and the
-    storage's bytes and signers by standing (newcomers, established)."""
+    storage's bytes and signers by standing (newcomers, established), bundles' and
+    announcements' apart."""
     storage, cache = local_storage(node)
-    return {**COUNTS, "stored_bytes": storage.total, "cached_bytes": cache.total, **storage.stats()}
+    return TransportCounters(refused=dict(COUNTS.refused), evicted=COUNTS.evicted,
+                             stored_bytes={"stored": storage.total, "cached": cache.total},
+                             room=storage.room.stats(), announce_room=storage.announcements.stats())
 
 
 async def visible_addresses(_dht: Any, node: DHTNode) -> list[str]:

@@ -39,6 +39,7 @@ import dataclasses
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils import MSGPackSerializer, get_dht_time
@@ -73,9 +74,17 @@ MAX_BUNDLE_RECORD_BYTES = MAX_MESSAGE_BYTES + 16  # a bundle in a msgpack bin
 # shards can hold, about 350 bytes each (5.6 MB at most).
 VERIFIED_CACHE = ANNOUNCE_SHARDS * SUBKEYS_PER_KEY
 
-# Counters of the process the validator and storage run in (the DHT process): refusals by
-# reason, records evicted to keep within budget.
-COUNTS: Counter[str] = Counter()
+
+@dataclass
+class DhtCounts:
+    """Counters of the process the validator and storage run in (the DHT process): records
+    refused, by reason, and records evicted to keep within budget."""
+
+    refused: Counter[str] = field(default_factory=Counter)
+    evicted: int = 0
+
+
+COUNTS = DhtCounts()
 # True while a coroutine of this process reads records from peers (hivemind's lookups run in
 # tasks that inherit it): then bundle records are checked whole by the validator, since
 # nothing checks them later in the DHT process; on stores the storage does, once it has room.
@@ -84,7 +93,7 @@ READING: ContextVar[bool] = ContextVar("swarmnode_dht_reading", default=False)
 
 def refuse(reason: str) -> bool:
     """Count a refusal for ``reason``; False, the validator's and storage's answer."""
-    COUNTS["refused_" + reason] += 1
+    COUNTS.refused[reason] += 1
     return False
 
 

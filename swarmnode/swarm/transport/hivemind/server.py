@@ -16,7 +16,7 @@ so a relay stores nothing a peer could forge; nodes behind NAT, DHT clients, sto
 records on servers like this one. It keeps them within the same bounds as a node's DHT
 process (:class:`~swarmnode.swarm.transport.hivemind.storage.BoundedStorage`: bytes per
 signer and in all, newcomers' share), and its counters are the same
-(:meth:`HivemindServer.refusals`). It publishes nothing and reads no bundle.
+(:meth:`HivemindServer.counters`). It publishes nothing and reads no bundle.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
 from swarmnode.swarm.sealing import Sealer
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
+from swarmnode.swarm.transport.counters import TransportCounters
 
 
 class HivemindServer(Transport):
@@ -99,11 +100,12 @@ class HivemindServer(Transport):
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
-    def refusals(self) -> dict[str, int]:
+    def counters(self) -> TransportCounters | None:
         """What the DHT server refused and evicted, by reason, and what its storage holds
-        (:func:`~swarmnode.swarm.transport.hivemind.dht_process.storage_counters`)."""
+        (:func:`~swarmnode.swarm.transport.hivemind.dht_process.storage_counters`); None
+        before it starts."""
         if self._node is None:
-            return {}
+            return None
         from swarmnode.swarm.transport.hivemind.dht_process import storage_counters
 
         return storage_counters(self._node)

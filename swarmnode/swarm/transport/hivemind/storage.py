@@ -60,7 +60,7 @@ class BoundedStorage(DHTLocalStorage):
     least :data:`MIN_REFRESH` later, and at most ``per_key`` signers are held under one key
     (a new one beyond is refused until some expire). An evicted record takes its key with it
     when it was the key's last, and hivemind's heaps are kept free of stale entries. Counted
-    in ``COUNTS``: ``evicted``, ``refused_*``.
+    in ``COUNTS``: ``evicted``, ``refused`` by reason.
     """
 
     def __init__(self, budget: int, per_signer: int, per_key: int = SUBKEYS_PER_KEY, *,
@@ -82,11 +82,6 @@ class BoundedStorage(DHTLocalStorage):
     @property
     def total(self) -> int:
         return self.room.total + self.announcements.total
-
-    def stats(self) -> dict[str, int]:
-        """The bundle room's bytes and signers by standing, and the announcements' as
-        ``announce_*``."""
-        return {**self.room.stats(), **{f"announce_{k}": v for k, v in self.announcements.stats().items()}}
 
     def store(self, key: DHTID, value: Any, expiration_time: float, subkey: Any = None) -> bool:
         if subkey is None:
@@ -117,7 +112,7 @@ class BoundedStorage(DHTLocalStorage):
             gone, reason = room.make_room(subkey, key, size)
             for signer, victim in gone:
                 self._drop(signer, victim)
-                COUNTS["evicted"] += 1
+                COUNTS.evicted += 1
         if reason is not None:
             return refuse(reason)
         if not super().store_subkey(key, subkey, value, expiration_time):

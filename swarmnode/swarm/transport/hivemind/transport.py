@@ -37,6 +37,7 @@ from typing import Any
 import hivemind
 from hivemind.dht.node import DHTNode
 
+from swarmnode.backoff import Backoff
 from swarmnode.compat.hivemind import start_dht
 from swarmnode.swarm.bundle import open_envelope
 from swarmnode.swarm.sealing import Sealer
@@ -46,11 +47,11 @@ from swarmnode.swarm.transport.base import (
     Transport,
     TransportError,
 )
+from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.swarm.transport.hivemind import dht_process as calls
 from swarmnode.swarm.transport.hivemind.layout import LAYOUT_VERSION
 from swarmnode.swarm.transport.hivemind.reads import HivemindPull
 from swarmnode.swarm.transport.hivemind.records import SwarmRecordValidator
-from swarmnode.swarm.transport.joining import Backoff
 from swarmnode.swarm.transport.pull import FETCH_PER_ROUND
 
 log = logging.getLogger("swarmnode.swarm.transport")
@@ -96,7 +97,7 @@ class HivemindTransport(Transport):
         self._poll_task: asyncio.Task | None = None
         self._peers: list[str] = []
         self._addresses: list[str] = []
-        self._dht_counters: dict[str, int] = {}  # the DHT process's counters, as of the last poll
+        self._dht_counters: TransportCounters | None = None  # the DHT process's, as of the last poll
         self._polls = 0
         self._poll_failed = False
         self._warned_old_version = False
@@ -191,10 +192,10 @@ class HivemindTransport(Transport):
     def addresses(self) -> list[str]:
         return [] if self.private else list(self._addresses)
 
-    def refusals(self) -> dict[str, int]:
+    def counters(self) -> TransportCounters | None:
         """The DHT process's counters (:func:`~swarmnode.swarm.transport.hivemind.dht_process.counters`),
-        read every tenth poll."""
-        return dict(self._dht_counters)
+        read every tenth poll; None before the first."""
+        return self._dht_counters
 
     async def _call(self, coro: Callable[[Any, DHTNode], Awaitable[Any]]) -> Any:
         """Run ``coro(dht, node)`` in the DHT process and return its result."""
@@ -273,7 +274,7 @@ class HivemindTransport(Transport):
                 self._reject_handler(peer, "missing_payload")
 
     def _warn_old_version(self) -> None:
-        if self._dht_counters.get("refused_old_version") and not self._warned_old_version:
+        if self.refusals().get("old_version") and not self._warned_old_version:
             self._warned_old_version = True
             log.warning("hivemind transport: peers of an older swarmnode (DHT layout v1) write to this swarm; "
                         "they and this node (layout v%d) cannot exchange bundles until they upgrade",

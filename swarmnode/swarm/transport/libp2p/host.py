@@ -126,7 +126,7 @@ class Libp2pHost:
             key_pair = create_new_key_pair(self.identity.seed)
             host = new_host(key_pair=key_pair, announce_addrs=announce)
             # Else a host accepts 250 inbound connections in its whole life; and a cap per address.
-            slots = release_inbound_slots(host, PER_ADDRESS, lambda reason: self._counts.update(["refused_" + reason]))
+            slots = release_inbound_slots(host, PER_ADDRESS, lambda reason: self._counts.update([reason]))
             keep_own_keys(host)  # else the host fails once it has met 1,000 peers
             self._pull_dials = PullDials()  # a host started again has none of the last one's connections
             own_id = host.get_id()
@@ -169,7 +169,7 @@ class Libp2pHost:
         :func:`~swarmnode.swarm.transport.libp2p.slots.to_close` names, so newcomers find a slot."""
         while True:
             for peer in to_close(slots.held(), self._activity, slots.free(), time.monotonic()):
-                self._counts["refused_inbound_idle"] += 1
+                self._counts["inbound_idle"] += 1
                 with trio.move_on_after(CLOSE_TIMEOUT):
                     try:
                         await host.disconnect(ID.from_base58(peer))
@@ -202,7 +202,7 @@ class Libp2pHost:
         if self._is_blocked(pusher, now):
             return b""
         if not self._pacer.admit(pusher, now):
-            self._counts["refused_push_too_soon"] += 1
+            self._counts["push_too_soon"] += 1
             return b""
         parsed = parse_push(request, self.swarm)
         if parsed is None or parsed[0].author != pusher:
@@ -229,7 +229,7 @@ class Libp2pHost:
             return b""
         wanted = parse_named_request(request)
         if wanted is None:
-            self._counts["refused_named_request"] += 1
+            self._counts["named_request"] += 1
             return b""
         return canonical_json(named_answer(wanted, self.identity.peer_id, self._own_announcement,
                                            lambda author: self._first_hand.latest(author, now)))
@@ -308,7 +308,7 @@ class Libp2pHost:
         # share costs no decompression and no signature check.
         reason = self.held.refused_outright(pusher, len(data))
         if reason is not None:
-            self._counts["refused_hold_" + reason] += 1
+            self._counts["hold_" + reason] += 1
             return b""
         round_no, reason = hold_rejection(pusher, data)
         if reason is not None or round_no is None:  # hold_rejection gives a round exactly when no reason
@@ -318,7 +318,7 @@ class Libp2pHost:
             return b""
         reason = self.held.put(pusher, round_no, data)
         if reason is not None:
-            self._counts["refused_hold_" + reason] += 1
+            self._counts["hold_" + reason] += 1
             return b""
         return HELD_ACK
 

@@ -24,7 +24,7 @@ class StreamSeal:
     None, a public swarm, whose bytes stay as they are). Every request is sealed, even an empty
     one (an outsider's ask is refused, not answered); an empty answer ("nothing") stays empty.
     The associated data binds the protocol and the direction. What does not open is counted in
-    ``counts`` (the host's, host thread only) as ``refused_<reason>``."""
+    ``counts`` (the host's refusals by reason, host thread only)."""
 
     sealer: Sealer | None
     counts: Counter[str]
@@ -50,7 +50,7 @@ class StreamSeal:
         try:
             return self.sealer.open(purpose, data, limit, protocol.encode() + b"\0" + direction)
         except SealRefused as exc:
-            self.counts["refused_" + exc.reason] += 1
+            self.counts[exc.reason] += 1
             return None
 
 

@@ -12,7 +12,7 @@ that does anything wrong (too much, too slow, a reset) ends its stream only.
 In a private swarm every request and answer of the bundle, hold and announcement protocols
 is sealed here, the one place they are, by
 :class:`~swarmnode.swarm.transport.libp2p.sealed.StreamSeal`: a stream whose request or
-answer does not open is dropped and counted (``refused_wrong_key``, ``refused_too_large``).
+answer does not open is dropped and counted (refused as ``wrong_key``, ``too_large``).
 The peer exchange stays plain: it carries addresses, which a connection shows anyway.
 """
 

@@ -46,11 +46,12 @@ import multiaddr
 import trio
 from libp2p.peer.id import ID
 
+from swarmnode.backoff import Backoff
 from swarmnode.compat.libp2p import batch_window_updates
 from swarmnode.swarm.bundle import canonical_json
 from swarmnode.swarm.sealing import Sealer
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
-from swarmnode.swarm.transport.joining import Backoff
+from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.swarm.transport.libp2p.announce import MAX_SAMPLE_BYTES, Announcement, parse_sample, source_addresses
 from swarmnode.swarm.transport.libp2p.holding import (
     HELD_BYTES,
@@ -74,7 +75,7 @@ log = logging.getLogger("swarmnode.swarm.transport")
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PULL_INTERVAL = 1.0
-# A host that ends on an error is started again after a pause (joining.Backoff) that doubles
+# A host that ends on an error is started again after a pause (swarmnode.backoff.Backoff) that doubles
 # from 1 s up to this; a host that ran this long since its last start counts as healthy (the
 # pause starts over).
 REVIVE_MAX_PAUSE = 60.0
@@ -96,7 +97,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self.private = private
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES, newcomer_share=1.0)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, per_signer=HELD_SIGNER_BYTES)
-        self._counts: Counter[str] = Counter()  # refusals in the host thread, for refusals()
+        self._counts: Counter[str] = Counter()  # refusals by reason in the host thread, for counters()
         self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
         self._seal = StreamSeal(sealer, self._counts)  # used in the host thread only
         self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
@@ -233,13 +234,13 @@ class Libp2pTransport(Libp2pHost, Transport):
     def addresses(self) -> list[str]:
         return list(self._addresses)
 
-    def refusals(self) -> dict[str, int]:
+    def counters(self) -> TransportCounters:
         """What the host dropped or refused by reason (pushes read too soon, holds without
         room), held bundles evicted to make room, and what the held store holds, by the
         authors' standing with it."""
         held = self.held
-        return {**(self._counts + self._loop_counts), "evicted": held.evicted, "held_bytes": held.room.total,
-                **held.room.stats()}
+        return TransportCounters(refused=dict(self._counts + self._loop_counts), evicted=held.evicted,
+                                 stored_bytes={"held": held.room.total}, room=held.room.stats())
 
     def _heard(self, announcements: list[Announcement]) -> int:
         """Announcements pushed to this node that checked out, on the event loop."""
@@ -300,7 +301,7 @@ class Libp2pTransport(Libp2pHost, Transport):
             return
         announcements, bad = parse_sample(raw, self.swarm, {author for author, _ in wanted})
         if bad:
-            self._loop_counts["refused_named_answer"] += 1
+            self._loop_counts["named_answer"] += 1
             if self._reject_handler is not None:
                 self._reject_handler(peer, "bad_announcement")
         now = time.monotonic()
