@@ -144,6 +144,10 @@ class NodeConfig:
     join: str | None = _key(None, "An invite code from `swarmnode invite` on a node of the swarm: its addresses "
                                   "join the bootstrap list, and it sets the swarm name and transport.",
                             section="swarm")
+    swarm_key: str | None = _key(None, "The secret of a private swarm (`swarmnode swarm-key` makes one; an invite "
+                                       "may carry it): records, announcements and bundles are sealed under it, and "
+                                       "nodes without it can neither read nor write them. Unset: a public swarm.",
+                                 section="swarm")
     lan: bool = _key(True, "Advertise this node on the local network (mDNS, service _swarmnode._tcp) and join "
                            "the nodes of the same swarm and transport found there, with no bootstrap list; "
                            "where multicast does not pass, the node joins the other ways.", section="swarm")

@@ -25,6 +25,7 @@ class FakeControl:
     def __init__(self, peers: list[dict] | None = None, state: NodeState | None = None) -> None:
         self.calls: list[str] = []
         self.credit_summary: dict | None = None
+        self.key: str | None = None
         self.stats = {"published": 3, "delivered": 5}
         self.transport_counters: TransportCounters | None = TransportCounters(
             refused={"far_expiry": 3, "not_a_bundle": 1}, evicted=2, stored_bytes={"stored": 4096, "cached": 0},
@@ -54,6 +55,9 @@ class FakeControl:
 
     def join_addresses(self) -> list[str]:
         return ["/ip4/192.168.1.20/tcp/4101/p2p/12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq"]
+
+    def swarm_key(self) -> str | None:
+        return self.key
 
     def transport_stats(self) -> dict[str, int]:
         return self.stats

@@ -184,6 +184,19 @@ async def test_actions_need_the_token(node, path, call, paused):
     assert state.paused is paused
 
 
+async def test_the_swarm_key_needs_the_token(node):
+    server, _state, control, session = node
+    control.key = "snk1.the-secret"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        async with session.get("/v1/swarm-key", headers=headers) as resp:
+            text = await resp.text()
+            assert resp.status == 401 and "the-secret" not in text
+    async with session.get("/v1/status") as resp:
+        assert "the-secret" not in await resp.text()
+    async with session.get("/v1/swarm-key", headers={"Authorization": f"Bearer {server.token}"}) as resp:
+        assert resp.status == 200 and (await resp.json()) == {"swarm_key": "snk1.the-secret"}
+
+
 async def test_events_arrive_in_order_over_sse(node):
     server, state, control, session = node
     sent = [RoundStarted(1), PhaseChanged("generating"), BundleAccepted("bob", 1, 3),

@@ -14,6 +14,7 @@ pytest.importorskip("hivemind")
 
 from swarmnode.swarm.bundle import encode_bundle  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.transport.counters import TransportCounters  # noqa: E402
 from swarmnode.swarm.transport.hivemind import dht_process as calls  # noqa: E402
 from swarmnode.swarm.transport.hivemind.layout import ANNOUNCE_SHARDS, shard_of  # noqa: E402
 from swarmnode.swarm.transport.hivemind.reads import SHARDS_PER_POLL, HivemindPull  # noqa: E402
@@ -37,7 +38,7 @@ class FakeSwarm:
 
     async def call(self, coro):
         if coro is calls.counters:
-            return {}
+            return TransportCounters()
         fn, kw = coro.func, coro.keywords
         if fn is calls.read_announcements:
             self.shard_reads += len(kw["shards"])

@@ -13,7 +13,8 @@ SIMULATOR = Path(__file__).resolve().parent.parent / "benchmarks" / "swarmsim"
 RULES = ("swarmnode.swarm.address", "swarmnode.swarm.transport.pull", "swarmnode.swarm.transport.freshness",
          "swarmnode.swarm.transport.libp2p.announce",
          "swarmnode.swarm.transport.libp2p.spread", "swarmnode.swarm.transport.libp2p.holding",
-         "swarmnode.swarm.transport.libp2p.peer_exchange", "swarmnode.swarm.transport.hivemind.layout",
+         "swarmnode.swarm.transport.libp2p.peer_exchange", "swarmnode.swarm.transport.libp2p.sealed",
+         "swarmnode.swarm.sealing", "swarmnode.swarm.transport.hivemind.layout",
          "swarmnode.swarm.transport.hivemind.reads", "swarmnode.swarm.transport.room",
          "swarmnode.swarm.transport.joining", "swarmsim.run")
 NETWORK_STACKS = {"hivemind", "libp2p", "trio", "multiaddr"}

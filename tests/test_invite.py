@@ -26,6 +26,7 @@ from swarmnode.swarm.invite import (
     encode_invite,
     invite_addresses,
 )
+from swarmnode.swarm.sealing import new_swarm_key, parse_swarm_key
 
 PID = Identity.from_seed(hashlib.sha256(b"invite").digest()).peer_id
 ADDRS = (f"/ip4/192.168.1.20/tcp/4101/p2p/{PID}", f"/ip4/127.0.0.1/tcp/4101/p2p/{PID}")
@@ -97,6 +98,46 @@ def test_join_sets_swarm_transport_and_bootstrap():
     assert (cfg.swarm, cfg.transport, cfg.bootstrap) == ("home-lab", "libp2p", list(ADDRS))
 
 
+def test_an_invite_carries_the_swarm_key_and_one_without_still_parses():
+    key = new_swarm_key()
+    private = dataclasses.replace(INVITE, swarm_key=key)
+    assert decode_invite(encode_invite(private)) == private
+    # An invite of the release before keys (no "k") is a public swarm's.
+    old = forged({"s": "home-lab", "t": "libp2p", "a": list(ADDRS)})
+    assert decode_invite(old) == INVITE and decode_invite(old).swarm_key is None
+    bad = forged({"s": "home-lab", "t": "libp2p", "a": list(ADDRS), "k": key[:-3] + "AAA"})
+    with pytest.raises(InviteError, match="swarm key"):
+        decode_invite(bad)
+    cfg = apply_invite(load_config({"join": encode_invite(private)}, environ={}))
+    assert cfg.swarm_key == key
+    with pytest.raises(ConfigError, match="swarm_key.*another swarm key"):
+        apply_invite(load_config({"join": encode_invite(private), "swarm_key": new_swarm_key()}, environ={}))
+
+
+@pytest.mark.parametrize("key, problem", [("hello", "not a swarm key"), ("snk2.AAAA", "version 2"),
+                                          ("snk1.AAAA", "bytes"), ("snk1.!!", "characters")])
+def test_a_malformed_swarm_key_names_the_key_and_exits_2(capsys, monkeypatch, tmp_path, key, problem):
+    with pytest.raises(ConfigError, match=f"swarm_key.*{problem}"):
+        apply_invite(load_config({"swarm_key": key}, environ={}))
+    good = new_swarm_key()
+    typo = good[:10] + ("A" if good[10] != "A" else "B") + good[11:]
+    assert main(["start", "--home", str(tmp_path / "h"), "--swarm-key", typo]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "swarm_key" in err and "checksum" in err and typo not in err
+    monkeypatch.setenv("SWARMNODE_SWARM_KEY", key)
+    assert main(["start", "--home", str(tmp_path / "h")]) == 2
+    assert "SWARMNODE_SWARM_KEY" in capsys.readouterr().err
+
+
+def test_swarm_key_command_prints_a_new_key(capsys):
+    assert main(["swarm-key"]) == 0
+    first = capsys.readouterr()
+    assert main(["swarm-key"]) == 0
+    second = capsys.readouterr().out.strip()
+    assert len(parse_swarm_key(first.out.strip())) == 32 and first.out.strip() != second
+    assert "swarm_key" in first.err
+
+
 def test_join_that_contradicts_the_config_is_an_error():
     with pytest.raises(ConfigError, match="swarm.*invite"):
         apply_invite(load_config({"join": encode_invite(INVITE), "swarm": "other"}, environ={}))
@@ -109,12 +150,13 @@ def test_start_with_a_bad_invite_exits_2_with_one_line(capsys, tmp_path):
     assert "\n" not in err and "join" in err and "cut short" in err
 
 
-@pytest.mark.parametrize("transport", ["libp2p", "solo"])
-def test_invite_command_prints_the_running_nodes_code(capsys, tmp_path, transport):
+@pytest.mark.parametrize("transport, key", [("libp2p", None), ("solo", None), ("libp2p", new_swarm_key())])
+def test_invite_command_prints_the_running_nodes_code(capsys, tmp_path, transport, key):
     home = NodeHome(tmp_path / "home").create()
     state = make_state()
     state.info = dataclasses.replace(state.info, transport=transport)
     control = FakeControl(state=state)
+    control.key = key
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -134,3 +176,5 @@ def test_invite_command_prints_the_running_nodes_code(capsys, tmp_path, transpor
     invite = decode_invite(out.out)
     assert (invite.swarm, invite.transport) == (state.info.swarm, "libp2p")
     assert list(invite.addresses) == control.join_addresses()
+    assert invite.swarm_key == key
+    assert ("whoever gets the line can join" in out.err) == (key is not None)

@@ -6,7 +6,7 @@ process boundaries anyway, so each node of a real transport runs this script in 
 process::
 
     python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
-        [--reachability private] [--lan]
+        [--reachability private] [--lan] [--swarm-key KEY]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
@@ -69,6 +69,7 @@ from swarmnode.records import (
 )
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.sealing import sealer_for  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 from swarmnode.swarm.transport.lan import LanDiscovery  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -297,11 +298,12 @@ class ProcNode:
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
                  signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None,
-                 lan: bool = False, receipts: Path | None = None):
+                 lan: bool = False, receipts: Path | None = None, swarm_key: str | None = None):
         """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
         of this one (another release's copy of it, which speaks these commands too), with ``env``;
-        ``lan``: ``--lan``, ``receipts``: ``--receipts DIR`` (this release's copy only)."""
+        ``lan``: ``--lan``, ``receipts``: ``--receipts DIR``, ``swarm_key``: ``--swarm-key`` (a private
+        swarm's); the last two in this release's copy only."""
         program = program or (sys.executable, str(self.SCRIPT))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
@@ -311,6 +313,8 @@ class ProcNode:
             args.append("--lan")
         if receipts is not None:
             args += ["--receipts", str(receipts)]
+        if swarm_key:
+            args += ["--swarm-key", swarm_key]
         for b in bootstrap:
             args += ["--bootstrap", b]
         if listen:
@@ -463,7 +467,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
 
     transport = create_transport(args.transport, identity_for(args.seed), args.swarm,
                                  bootstrap=args.bootstrap, listen=args.listen,
-                                 private=args.reachability == "private")
+                                 private=args.reachability == "private",
+                                 sealer=sealer_for(args.swarm, args.swarm_key))
     if args.lan:
         transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id))
     driver = NodeDriver(transport, emit, ReceiptSide(transport, Path(args.receipts)) if args.receipts else None)
@@ -509,6 +514,7 @@ def main() -> None:
     parser.add_argument("--lan", action="store_true", help="advertise and find peers on the local network")
     parser.add_argument("--receipts", metavar="DIR",
                         help="make, send and count receipts as a real node does, its ledger in DIR")
+    parser.add_argument("--swarm-key", help="a private swarm's key (swarmnode swarm-key)")
     parser.add_argument("--signal-grace", type=float, default=0.0,
                         help="on SIGINT or SIGTERM, run this many seconds more, then stop as on 'stop'")
     args = parser.parse_args()

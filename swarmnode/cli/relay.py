@@ -11,10 +11,11 @@ from swarmnode.config import load_config
 from swarmnode.node.logs import setup_logging
 from swarmnode.node.relay import Relay, RelayError, bootstrap_lines
 from swarmnode.swarm.bootstrap import resolve_bootstrap
+from swarmnode.swarm.sealing import check_swarm_key
 
 # The keys a relay reads; the model, round and training keys do not apply to it.
 RELAY_KEYS = ("home", "log_level", "transport", "swarm", "bootstrap", "bootstrap_file", "listen", "announce",
-              "api_port")
+              "api_port", "swarm_key")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
-    cfg = load_config(given_flags(args), config_path=args.config).config
+    loaded = load_config(given_flags(args), config_path=args.config)
+    check_swarm_key(loaded)
+    cfg = loaded.config
     home = created_home(cfg.home, "relay")
     if home is None:
         return 1

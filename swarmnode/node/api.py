@@ -69,6 +69,11 @@ class NodeControl(Protocol):
         """Peers connected now."""
         ...
 
+    def swarm_key(self) -> str | None:
+        """The private swarm's key (its text form), None for a public swarm. Served only with
+        the bearer token: whoever holds it can join."""
+        ...
+
     def transport_stats(self) -> dict[str, int]:
         """The transport's counters since start (published, delivered, ...); empty when solo."""
         ...
@@ -217,6 +222,7 @@ class ApiServer(LocalApi):
         app.router.add_get("/v1/events", self._events)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/stop", self._authorized(self._stop))
+        app.router.add_get("/v1/swarm-key", self._authorized(self._swarm_key))
         app.router.add_post("/v1/pause", self._authorized(self._pause))
         app.router.add_post("/v1/resume", self._authorized(self._resume))
 
@@ -313,6 +319,9 @@ class ApiServer(LocalApi):
     async def _stop(self, request: web.Request) -> web.Response:
         self.control.request_stop()
         return web.json_response({"stopping": True})
+
+    async def _swarm_key(self, request: web.Request) -> web.Response:
+        return web.json_response({"swarm_key": self.control.swarm_key()})
 
     async def _pause(self, request: web.Request) -> web.Response:
         self.control.pause()

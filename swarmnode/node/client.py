@@ -111,6 +111,10 @@ class NodeApi:
     async def rounds(self, since: int = 0) -> list[dict]:
         return (await self._request("GET", f"/v1/rounds?since={since}"))["rounds"]
 
+    async def swarm_key(self) -> str | None:
+        """The node's private swarm key (needs the token of ``api.json``), None when public."""
+        return (await self._request("GET", "/v1/swarm-key", auth=True))["swarm_key"]
+
     async def pause(self) -> dict:
         return await self._request("POST", "/v1/pause", auth=True)
 

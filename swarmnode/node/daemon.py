@@ -89,6 +89,9 @@ class Daemon:
         transport = self.link.transport if self.link else None
         return invite_addresses(transport.addresses(), transport.bootstrap) if transport else []
 
+    def swarm_key(self) -> str | None:
+        return self.cfg.swarm_key
+
     def peer_count(self) -> int:
         return self.node.swarm.peer_count() if self.node else 0
 

@@ -126,10 +126,11 @@ def check_lan(cfg: NodeConfig, seconds: float = LAN_BROWSE_S, timeout: float = B
     an advertisement nobody answers (a stale or forged one) is left out and counted."""
     if cfg.solo or not cfg.lan:
         return Check("lan", OK, "not used: " + ("solo" if cfg.solo else "lan = false"))
+    from swarmnode.swarm.sealing import lan_name
     from swarmnode.swarm.transport.lan import browse
 
     try:
-        found, counts = browse(cfg.swarm, cfg.transport, seconds)
+        found, counts = browse(lan_name(cfg), cfg.transport, seconds)
     except OSError as exc:
         return Check("lan", WARNING, f"cannot use multicast here: {exc.strerror or exc}",
                      "join with --join CODE or --bootstrap instead (Wi-Fi client isolation, VLANs and cloud "

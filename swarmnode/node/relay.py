@@ -36,6 +36,7 @@ from swarmnode.node.prometheus import relay_families
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.guard import PeerGuard, claimed_sender
 from swarmnode.swarm.identity import Identity, IdentityError
+from swarmnode.swarm.sealing import config_sealer
 from swarmnode.swarm.transport import Transport, TransportError, create_transport
 
 log = logging.getLogger("swarmnode.relay")
@@ -87,13 +88,15 @@ class Relay:
 
     def _open_transport(self, identity: Identity) -> Transport:
         # A relay is the public peer NAT'd nodes lean on, whatever `reachability` says.
+        sealer = config_sealer(self.cfg)
         if self.cfg.transport == "hivemind":
             from swarmnode.swarm.transport.hivemind.server import HivemindServer
 
-            return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce)
+            return HivemindServer(identity, self.cfg.swarm, self.bootstrap, self.cfg.listen, self.cfg.announce,
+                                  sealer=sealer)
         return create_transport(self.cfg.transport, identity, self.cfg.swarm, bootstrap=self.bootstrap,
                                 listen=self.cfg.listen, announce=self.cfg.announce, private=False,
-                                fetch_per_round=0)
+                                fetch_per_round=0, sealer=sealer)
 
     def _admit_hold(self, data: bytes) -> bool:
         """Whether to hold a bundle a private peer pushed (already checked to be signed by it)."""

@@ -3,10 +3,12 @@ whom to dial first.
 
 ``swarmnode invite`` prints ``sn1.<data>``: ``sn`` and the format's version, a dot, then
 URL-safe base64 (no padding) of a 2-byte big-endian length N, N bytes of zlib-compressed
-canonical JSON ``{"s": swarm, "t": transport, "a": [multiaddr, ...]}``, and the first 4 bytes
-of the SHA-256 of those N bytes. The length tells a code cut short from a mistyped one; the
+canonical JSON ``{"s": swarm, "t": transport, "a": [multiaddr, ...]}`` (and ``"k"``, the swarm
+key of a private swarm, when the node has one), and the first 4 bytes of the SHA-256 of those N
+bytes. The length tells a code cut short from a mistyped one; the
 checksum catches a changed character. ``swarmnode start --join CODE`` (config key ``join``)
-makes the addresses its bootstrap list and takes the swarm name and transport from the code.
+makes the addresses its bootstrap list and takes the swarm name, transport and key from the
+code. An invite without ``k`` (and any of an older release) is a public swarm's.
 
 :func:`decode_invite` raises :class:`InviteError`, whose ``str()`` names the one problem, for
 anything else; it never raises another error and bounds what it inflates.
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from swarmnode.config import ConfigError, LoadedConfig, NodeConfig
 from swarmnode.swarm.bootstrap import multiaddr_problem
+from swarmnode.swarm.sealing import SwarmKeyError, check_swarm_key, parse_swarm_key
 
 INVITE_VERSION = 1
 PREFIX = "sn"
@@ -43,13 +46,16 @@ class Invite:
     swarm: str
     transport: str
     addresses: tuple[str, ...]
+    swarm_key: str | None = None  # a private swarm's key (text form): whoever holds the invite can join
 
 
 def encode_invite(invite: Invite) -> str:
     """The one-line code for ``invite`` (at most :data:`MAX_ADDRESSES` addresses kept)."""
     if not invite.addresses:
         raise InviteError("no address to put in the invite: the node has none other nodes can dial yet")
-    body = {"s": invite.swarm, "t": invite.transport, "a": list(invite.addresses[:MAX_ADDRESSES])}
+    body: dict[str, object] = {"s": invite.swarm, "t": invite.transport, "a": list(invite.addresses[:MAX_ADDRESSES])}
+    if invite.swarm_key:
+        body["k"] = invite.swarm_key
     packed = zlib.compress(json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8"), 9)
     raw = len(packed).to_bytes(2, "big") + packed + hashlib.sha256(packed).digest()[:_CHECK]
     return f"{PREFIX}{INVITE_VERSION}." + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
@@ -105,7 +111,13 @@ def _checked(body: object) -> Invite:
         problem = multiaddr_problem(address) if isinstance(address, str) else "is not text"
         if problem:
             raise InviteError(f"the invite holds a bad address {str(address)[:80]!r}: {problem}")
-    return Invite(swarm, transport, tuple(addresses))
+    key = body.get("k")
+    if key is not None:
+        try:
+            parse_swarm_key(key if isinstance(key, str) else "")
+        except SwarmKeyError as exc:
+            raise InviteError(f"the invite's swarm key is not usable ({exc})") from None
+    return Invite(swarm, transport, tuple(addresses), key)
 
 
 def invite_addresses(own: Sequence[str], bootstrap: Sequence[str]) -> list[str]:
@@ -117,8 +129,9 @@ def invite_addresses(own: Sequence[str], bootstrap: Sequence[str]) -> list[str]:
 
 def apply_invite(loaded: LoadedConfig) -> NodeConfig:
     """The config with its ``join`` invite applied: the invite's addresses before the bootstrap
-    entries, its swarm and transport. ConfigError (exit 2) for a bad invite, or one for another
-    swarm or transport than the config sets."""
+    entries, its swarm, transport and swarm key. ConfigError (exit 2) for a malformed
+    ``swarm_key``, a bad invite, or one for another swarm, transport or key than the config sets."""
+    check_swarm_key(loaded)
     cfg = loaded.config
     if not cfg.join:
         return cfg
@@ -130,5 +143,9 @@ def apply_invite(loaded: LoadedConfig) -> NodeConfig:
         if loaded.sources.get(key, "default") != "default" and getattr(cfg, key) != value:
             raise ConfigError(key, f"set to {getattr(cfg, key)!r}, but the invite given with join is for "
                                    f"{value!r}; drop one of them", loaded.sources[key])
+    if cfg.swarm_key and invite.swarm_key and parse_swarm_key(cfg.swarm_key) != parse_swarm_key(invite.swarm_key):
+        raise ConfigError("swarm_key", "set, but the invite given with join carries another swarm key; drop one "
+                                       "of them", loaded.sources.get("swarm_key"))
     bootstrap = list(dict.fromkeys([*invite.addresses, *cfg.bootstrap]))
-    return dataclasses.replace(cfg, swarm=invite.swarm, transport=invite.transport, bootstrap=bootstrap)
+    return dataclasses.replace(cfg, swarm=invite.swarm, transport=invite.transport, bootstrap=bootstrap,
+                               swarm_key=invite.swarm_key or cfg.swarm_key)

@@ -62,7 +62,7 @@ def main() -> None:
         dht = start_dht(host_maddrs=["/ip4/127.0.0.1/tcp/0"], identity_path=key_file,
                         record_validators=[SwarmRecordValidator(SWARM, ident)], cache_locally=False,
                         cache_nearest=0, num_replicas=REPLICAS)
-        call(dht, partial(calls.bound_storage, swarm=SWARM))
+        call(dht, partial(calls.bound_storage, checker=SwarmRecordValidator(SWARM)))
         dhts.append(dht)
     for dht in dhts:  # everyone learns everyone, as a node's join does
         for other in dhts:

@@ -64,10 +64,11 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
 def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
     """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
     ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`,
-    discovery on the local network unless ``lan`` is off).
-    Raises ConfigError for a bad bootstrap entry, TransportError as above."""
+    discovery on the local network unless ``lan`` is off, sealed under ``swarm_key`` if set).
+    Raises ConfigError for a bad bootstrap entry or swarm key, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
     from swarmnode.swarm.reachability import is_private
+    from swarmnode.swarm.sealing import config_sealer, lan_name
 
     bootstrap = resolve_bootstrap(cfg)
     private = is_private(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen)
@@ -75,10 +76,11 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
         log.info("reachability %s: this node is taken for one behind NAT; it only dials out and advertises "
                  "no address (set reachability = \"public\" if peers can dial it)", cfg.reachability)
     extra.setdefault("fetch_per_round", cfg.fetch_per_round)
+    sealer = config_sealer(cfg)
     transport = create_transport(cfg.transport, identity, cfg.swarm, bootstrap=bootstrap, listen=cfg.listen,
-                                 announce=cfg.announce, private=private, **extra)
+                                 announce=cfg.announce, private=private, sealer=sealer, **extra)
     if cfg.lan:
         from swarmnode.swarm.transport.lan import LanDiscovery
 
-        transport.use_lan(LanDiscovery(cfg.swarm, cfg.transport, identity.peer_id))
+        transport.use_lan(LanDiscovery(lan_name(cfg), cfg.transport, identity.peer_id))
     return transport

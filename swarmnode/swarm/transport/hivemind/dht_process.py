@@ -66,17 +66,18 @@ def write_private(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-async def bound_storage(_dht: Any, node: DHTNode, *, swarm: str) -> None:
+async def bound_storage(_dht: Any, node: DHTNode, *, checker: SwarmRecordValidator) -> None:
     """Bound what ``node`` holds and sends of the swarm's records (see :func:`bound_node`)."""
-    bound_node(node, swarm)
+    bound_node(node, checker)
 
 
-def bound_node(node: DHTNode, swarm: str) -> None:
-    """Put :func:`~swarmnode.swarm.transport.hivemind.storage.bounded_storage` in place of the
-    DHT protocol's unbounded storage and cache; hold each peer at one node id in its routing
-    table, and stop its copying of everything it holds to each node id it has not met
+def bound_node(node: DHTNode, checker: SwarmRecordValidator) -> None:
+    """Put :func:`~swarmnode.swarm.transport.hivemind.storage.bounded_storage` (checking what
+    it keeps with ``checker``, the swarm's validator) in place of the DHT protocol's unbounded
+    storage and cache; hold each peer at one node id in its routing table, and stop its
+    copying of everything it holds to each node id it has not met
     (:func:`~swarmnode.compat.hivemind.guard_routing_table`)."""
-    replace_storage(node, *bounded_storage(SwarmRecordValidator(swarm)))
+    replace_storage(node, *bounded_storage(checker))
     guard_routing_table(node)
 
 
@@ -129,6 +130,8 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
                       created: float) -> None:
     """Store the bundle in file ``path`` (removed once read) as ``peer_id``'s ``round_no``,
     made at ``created``, then announce that round; RuntimeError if no DHT node took either.
+    ``swarm`` here and in the reads: what the record keys are made of, the swarm's name or a
+    private swarm's keyed name (``SwarmRecordValidator.space``).
 
     The bundle record's key is new every round: a traversal finds its replicas. The
     announcement goes straight to the shard's replicas its last traversal found, or by a
@@ -138,8 +141,14 @@ async def store_round(_dht: Any, node: DHTNode, *, swarm: str, peer_id: str, rou
     os.unlink(path)
     now = get_dht_time()
     # The bundle first: once a reader sees the announcement, the record it names is already stored.
-    # Its expiry is bound to the signed creation time (validators refuse a later one).
-    if not await node.store(bundle_key(swarm, peer_id, round_no), data, bundle_expiry(created), subkey=peer_id):
+    # Its expiry is bound to the signed creation time (validators refuse a later one). Stored
+    # as DHTNode.store stores (a traversal, then a StoreRequest to each replica), but counting
+    # every replica's answer: DHTNode.store reports the answer of the replica that answered
+    # last, so one node that refuses the record (of another swarm, or outside a private one)
+    # would make a record its replicas hold look refused.
+    key = bundle_key(swarm, peer_id, round_no)
+    replicas = [peer for _, peer in await nearest_replicas(node, key)]
+    if not await store_subkey_at(node, replicas, key, peer_id, data, bundle_expiry(created)):
         raise RuntimeError("no DHT node accepted the bundle record")
     await announce(node, announce_key(swarm, shard_of(peer_id)), peer_id, round_no, announce_expiry(now))
 

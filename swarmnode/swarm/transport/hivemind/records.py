@@ -23,11 +23,21 @@ on what peers store, only once the storage has room for it
 validator itself checks only what costs nothing: size, expiry, and that the bundle's header
 carries the subkey's public key. So a record the storage refuses (a crowd of new keys
 beyond their share) costs no decompression and no signature.
+
+In a private swarm (a :class:`~swarmnode.swarm.sealing.Sealer`) the record keys are made of
+the swarm's keyed name (:attr:`SwarmRecordValidator.space`) and every value is sealed, bound
+to its record key: the validator seals what this node stores
+(:meth:`~SwarmRecordValidator.sign_value`), opens what it validates and what it hands back
+(:meth:`~SwarmRecordValidator.strip_value`), and refuses a value that does not open as
+``wrong_key`` (its size checked first, as ``too_large``) before any other check. What is
+sealed is the public swarm's value, signature included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -38,6 +48,7 @@ from swarmnode.compat.hivemind import record_key_id
 from swarmnode.swarm.bundle import BundleRejected, open_envelope, parse_payload
 from swarmnode.swarm.guard import claimed_sender
 from swarmnode.swarm.identity import public_key_from_peer_id, verify_signature
+from swarmnode.swarm.sealing import ANNOUNCE, BUNDLE, OVERHEAD, Sealer, SealRefused
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity
 from swarmnode.swarm.transport.hivemind.layout import (
     ANNOUNCE_SHARDS,
@@ -90,17 +101,22 @@ class SwarmRecordValidator(RecordValidatorBase):
     """Accepts only records this swarm's protocol writes, each within its bounds (see the
     module doc); refusals are counted by reason (``far_expiry``, ``too_large``,
     ``bad_signature``, ``bad_envelope``, ``not_a_bundle``, ``foreign_key``, ``wrong_shard``,
-    ``old_version``, ``unsigned_expiry``, ``malformed``).
+    ``old_version``, ``unsigned_expiry``, ``malformed``, and in a private swarm ``wrong_key``).
 
     ``identity`` (the local node's) signs the local node's announcements; a validator without
-    one only checks. Stateless but for a memory of announcements already found valid (a
-    shard is re-read while candidates are few; its signatures are not checked again).
+    one only checks. ``sealer``: the private swarm's (None: a public swarm). Stateless but for
+    a memory of announcements already found valid (a shard is re-read while candidates are
+    few; its signatures are not checked again).
     """
 
-    def __init__(self, swarm: str, identity: NodeIdentity | None = None):
+    def __init__(self, swarm: str, identity: NodeIdentity | None = None, sealer: Sealer | None = None):
         self.swarm = swarm
-        self._shards = {record_key_id(announce_key(swarm, shard)): shard for shard in range(ANNOUNCE_SHARDS)}
-        self._old_heads_id = record_key_id(f"{swarm}/heads")
+        self.sealer = sealer
+        # What the record keys are made of: a private swarm's keyed name, so that an outsider
+        # cannot find its records.
+        self.space = sealer.name(swarm) if sealer is not None else swarm
+        self._shards = {record_key_id(announce_key(self.space, shard)): shard for shard in range(ANNOUNCE_SHARDS)}
+        self._old_heads_id = record_key_id(f"{self.space}/heads")
         self._identity = identity
         self._own_subkey = MSGPackSerializer.dumps(identity.peer_id) if identity is not None else None
         self._verified: OrderedDict[tuple[bytes, bytes, float], None] = OrderedDict()
@@ -119,25 +135,48 @@ class SwarmRecordValidator(RecordValidatorBase):
             return refuse("old_version")
         shard = self._shards.get(record.key)
         announcement = shard is not None
-        if len(record.value) > (MAX_ANNOUNCE_BYTES if announcement else MAX_BUNDLE_RECORD_BYTES):
+        if len(record.value) > self._max_bytes(announcement):
             return refuse("too_large")
         # Checked before the cache: what was valid stays valid as time passes, except this.
         ttl = ANNOUNCE_TTL if announcement else BUNDLE_TTL
         if record.expiration_time > get_dht_time() + ttl + MAX_CLOCK_SKEW:
             return refuse("far_expiry")
         if shard is None:
-            reason = self.check_stored(record) if READING.get() else self._check_header(record)
+            reason = self.check_stored(record) if READING.get() else self._check_opened(record, self._check_header)
             return True if reason is None else refuse(reason)
-        seen = (record.subkey, record.value, record.expiration_time)  # small: at most 96 bytes
+        seen = (record.subkey, record.value, record.expiration_time)  # small: at most 96 bytes (+ the seal)
         if seen in self._verified:
             self._verified.move_to_end(seen)
             return True
-        ok = self._check_announcement(record, shard)
+        try:
+            opened = self._opened(record, ANNOUNCE)
+        except SealRefused as exc:
+            return refuse(exc.reason)
+        ok = self._check_announcement(opened, shard)
         if ok:
             self._verified[seen] = None
             while len(self._verified) > VERIFIED_CACHE:
                 self._verified.popitem(last=False)
         return ok
+
+    def _max_bytes(self, announcement: bool) -> int:
+        plain = MAX_ANNOUNCE_BYTES if announcement else MAX_BUNDLE_RECORD_BYTES
+        return plain + (OVERHEAD if self.sealer is not None else 0)
+
+    def _opened(self, record: DHTRecord, purpose: str) -> DHTRecord:
+        """``record`` with its value opened (a private swarm's), or as it is (a public swarm's);
+        SealRefused when it does not open."""
+        if self.sealer is None:
+            return record
+        limit = self._max_bytes(purpose == ANNOUNCE) - OVERHEAD
+        return dataclasses.replace(record, value=self.sealer.open(purpose, record.value, limit, record.key))
+
+    def _check_opened(self, record: DHTRecord, check: Callable[[DHTRecord], str | None]) -> str | None:
+        """``check`` of the bundle record opened, or why it does not open."""
+        try:
+            return check(self._opened(record, BUNDLE))
+        except SealRefused as exc:
+            return exc.reason
 
     def _check_announcement(self, record: DHTRecord, shard: int) -> bool:
         subkey = MSGPackSerializer.loads(record.subkey)
@@ -171,7 +210,7 @@ class SwarmRecordValidator(RecordValidatorBase):
         if record.key in self._shards:
             return None
         try:
-            return self._check_bundle(record)
+            return self._check_opened(record, self._check_bundle)
         except Exception:  # any malformed field from a peer is a refusal, never an error
             return "malformed"
 
@@ -190,8 +229,8 @@ class SwarmRecordValidator(RecordValidatorBase):
             return "not_a_bundle"
         if sender != subkey or bundle.swarm != self.swarm:
             return "foreign_key"
-        if record.key != record_key_id(bundle_key(self.swarm, sender, bundle.round)):
-            old = record.key == record_key_id(f"{self.swarm}/rounds/{bundle.round}")
+        if record.key != record_key_id(bundle_key(self.space, sender, bundle.round)):
+            old = record.key == record_key_id(f"{self.space}/rounds/{bundle.round}")
             return "old_version" if old else "foreign_key"
         # The record's expiry is not signed; the bundle's creation time is.
         if record.expiration_time > bundle_expiry(bundle.created) + PUBLISH_SLACK:
@@ -199,12 +238,21 @@ class SwarmRecordValidator(RecordValidatorBase):
         return None
 
     def sign_value(self, record: DHTRecord) -> bytes:
-        if self._identity is not None and record.key in self._shards and record.subkey == self._own_subkey:
-            return record.value + self._identity.sign(self._signed_message(record, record.value))
-        return record.value
+        announcement = record.key in self._shards
+        value = record.value
+        if self._identity is not None and announcement and record.subkey == self._own_subkey:
+            value += self._identity.sign(self._signed_message(record, record.value))
+        if self.sealer is None:
+            return value
+        return self.sealer.seal(ANNOUNCE if announcement else BUNDLE, value, record.key)
 
     def strip_value(self, record: DHTRecord) -> bytes:
-        return record.value[:-SIGNATURE] if record.key in self._shards else record.value
+        announcement = record.key in self._shards
+        try:
+            value = self._opened(record, ANNOUNCE if announcement else BUNDLE).value
+        except SealRefused:  # validated before, so never; a value no reader takes
+            return MSGPackSerializer.dumps(None)
+        return value[:-SIGNATURE] if announcement else value
 
     @staticmethod
     def _signed_message(record: DHTRecord, body: bytes) -> bytes:

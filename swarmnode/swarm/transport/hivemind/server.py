@@ -27,6 +27,7 @@ import tempfile
 from typing import Any, Sequence
 
 from swarmnode.compat.hivemind_torchless import import_dht_without_torch
+from swarmnode.swarm.sealing import Sealer
 from swarmnode.swarm.transport.base import NodeIdentity, Transport, TransportError
 from swarmnode.swarm.transport.counters import TransportCounters
 
@@ -38,8 +39,10 @@ class HivemindServer(Transport):
     name = "hivemind"
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
-                 listen: str | None = None, announce: str | None = None):
+                 listen: str | None = None, announce: str | None = None, sealer: Sealer | None = None):
+        """``sealer``: a private swarm's; the relay then holds that swarm's sealed records only."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
+        self.sealer = sealer
         self._node: Any = None
         self._addresses: list[str] = []
 
@@ -60,8 +63,8 @@ class HivemindServer(Transport):
             write_private(key_file, self.identity.private_key_protobuf())
             self._node = await DHTNode.create(
                 initial_peers=[], client_mode=False,
-                record_validator=CompositeValidator([SwarmRecordValidator(self.swarm)]), **kwargs)
-            bound_node(self._node, self.swarm)
+                record_validator=CompositeValidator([SwarmRecordValidator(self.swarm, sealer=self.sealer)]), **kwargs)
+            bound_node(self._node, SwarmRecordValidator(self.swarm, sealer=self.sealer))
         except Exception as exc:
             raise TransportError(f"the hivemind DHT server could not start on {self.listen}: {exc}") from None
         finally:

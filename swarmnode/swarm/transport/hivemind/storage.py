@@ -158,6 +158,6 @@ def bounded_storage(checker: SwarmRecordValidator) -> tuple[BoundedStorage, Boun
     """A storage (:data:`STORAGE_BYTES`) and a cache (:data:`CACHE_BYTES`) for one DHT, each
     checking the records it keeps with ``checker``'s whole check and keeping the swarm's
     announcements in a room of their own."""
-    shards = [DHTID.generate(source=announce_key(checker.swarm, shard)) for shard in range(ANNOUNCE_SHARDS)]
+    shards = [DHTID.generate(source=announce_key(checker.space, shard)) for shard in range(ANNOUNCE_SHARDS)]
     return (BoundedStorage(STORAGE_BYTES, SIGNER_BYTES, check=checker.check_stored, announce_keys=shards),
             BoundedStorage(CACHE_BYTES, SIGNER_BYTES, check=checker.check_stored, announce_keys=shards))

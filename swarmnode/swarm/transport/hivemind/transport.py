@@ -40,6 +40,7 @@ from hivemind.dht.node import DHTNode
 from swarmnode.backoff import Backoff
 from swarmnode.compat.hivemind import start_dht
 from swarmnode.swarm.bundle import open_envelope
+from swarmnode.swarm.sealing import Sealer
 from swarmnode.swarm.transport.base import (
     MAX_MESSAGE_BYTES,
     NodeIdentity,
@@ -78,12 +79,16 @@ class HivemindTransport(Transport):
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
                  listen: str | None = None, announce: str | None = None, *, poll_interval: float = POLL_INTERVAL,
-                 private: bool = False, fetch_per_round: int = FETCH_PER_ROUND):
+                 private: bool = False, fetch_per_round: int = FETCH_PER_ROUND, sealer: Sealer | None = None):
         """``private``: the node cannot accept inbound connections, so it runs as a DHT client
         (stores and reads at public DHT servers, never listed in a routing table) and reports
         no address. ``fetch_per_round``: K, the most peers' bundles fetched per round of this
-        node (0: none, for a node that only serves the DHT)."""
+        node (0: none, for a node that only serves the DHT). ``sealer``: a private swarm's
+        (:class:`~swarmnode.swarm.transport.hivemind.records.SwarmRecordValidator` seals and
+        opens its records under keyed names)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
+        self.sealer = sealer
+        self._space = SwarmRecordValidator(swarm, sealer=sealer).space
         self.poll_interval = poll_interval
         self.private = private
         self._pull = HivemindPull(identity.peer_id, fetch_per_round)
@@ -119,7 +124,7 @@ class HivemindTransport(Transport):
                 kwargs["announce_maddrs"] = [self.announce]
             if self.private:
                 kwargs["client_mode"] = True
-            validator = SwarmRecordValidator(self.swarm, self.identity)
+            validator = SwarmRecordValidator(self.swarm, self.identity, self.sealer)
             # No caching of what this node reads: every poll reads fresh, and a cache (here, or
             # pushed to the nearest peers) would only hold and spread what a peer wrote.
             self._dht = await asyncio.to_thread(partial(start_dht, record_validators=[validator],
@@ -131,7 +136,7 @@ class HivemindTransport(Transport):
             with contextlib.suppress(OSError):
                 os.unlink(key_file)
         try:
-            await self._call(partial(calls.bound_storage, swarm=self.swarm))
+            await self._call(partial(calls.bound_storage, checker=SwarmRecordValidator(self.swarm, sealer=self.sealer)))
             self._addresses = await self._call(calls.visible_addresses)
             own = self._addresses[0].rsplit("/p2p/", 1)[-1] if self._addresses else ""
             if own != self.identity.peer_id:
@@ -166,7 +171,7 @@ class HivemindTransport(Transport):
         path = os.path.join(self._spool, f"bundle-{self._spooled}")
         await asyncio.to_thread(calls.write_private, path, data)
         try:
-            await self._call(partial(calls.store_round, swarm=self.swarm, peer_id=self.identity.peer_id,
+            await self._call(partial(calls.store_round, swarm=self._space, peer_id=self.identity.peer_id,
                                      round_no=round_no, path=path, created=float(open_envelope(data)[1]["created"])))
         finally:
             # The round was made whether or not its stores were accepted: its K fetches begin.
@@ -247,7 +252,7 @@ class HivemindTransport(Transport):
         shards it asks for, fetch what it chooses, deliver what was found, report the rest."""
         pull = self._pull
         shards = pull.shards_to_read(pull.plan.established(self._established, self._peers))
-        announced, answered, self._peers = await self._call(partial(calls.read_announcements, swarm=self.swarm,
+        announced, answered, self._peers = await self._call(partial(calls.read_announcements, swarm=self._space,
                                                                     shards=shards))
         self._polls += 1
         if self._polls % 10 == 1:
@@ -258,7 +263,7 @@ class HivemindTransport(Transport):
         chosen = pull.plan.choose(established)
         if not chosen:
             return
-        records = await self._call(partial(calls.fetch_bundles, swarm=self.swarm, wanted=chosen))
+        records = await self._call(partial(calls.fetch_bundles, swarm=self._space, wanted=chosen))
         found = set()
         for peer, _round, data in records:
             found.add(peer)

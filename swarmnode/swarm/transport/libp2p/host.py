@@ -50,6 +50,7 @@ from swarmnode.swarm.transport.libp2p.named import (
     parse_named_request,
 )
 from swarmnode.swarm.transport.libp2p.peer_exchange import EXCHANGE_EVERY, EXCHANGE_FIRST, PEERS_PROTOCOL, ExchangeRound
+from swarmnode.swarm.transport.libp2p.sealed import StreamSeal
 from swarmnode.swarm.transport.libp2p.slots import PER_ADDRESS, Activity, to_close
 from swarmnode.swarm.transport.libp2p.spread import (
     ANNOUNCE_PROTOCOL,
@@ -102,6 +103,7 @@ class Libp2pHost:
     served: BundleStore
     held: BundleStore
     _counts: Counter[str]
+    _seal: StreamSeal
     _own_announcement: dict[str, Any] | None
     _host_rng: random.Random
     _first_hand: FirstHand
@@ -131,13 +133,15 @@ class Libp2pHost:
             if str(own_id) != self.identity.peer_id:
                 raise TransportError(f"libp2p derived PeerID {own_id} from the node key, expected "
                                      f"{self.identity.peer_id}")
-            handlers = {PEERS_PROTOCOL: partial(answer_peers, host, self._host_rng),
-                        BUNDLE_PROTOCOL: partial(serve, self._answer_bundle, MAX_REQUEST_BYTES),
-                        ANNOUNCE_PROTOCOL: partial(serve, self._take_announcement, MAX_ANNOUNCEMENT_BYTES),
-                        SAMPLE_PROTOCOL: partial(serve, self._answer_sample, 0),
-                        NAMED_PROTOCOL: partial(serve, self._answer_named, MAX_NAMED_REQUEST_BYTES)}
+            answers = {BUNDLE_PROTOCOL: (self._answer_bundle, MAX_REQUEST_BYTES),
+                       ANNOUNCE_PROTOCOL: (self._take_announcement, MAX_ANNOUNCEMENT_BYTES),
+                       SAMPLE_PROTOCOL: (self._answer_sample, 0),
+                       NAMED_PROTOCOL: (self._answer_named, MAX_NAMED_REQUEST_BYTES)}
             if not self.private:  # a private node never holds for others
-                handlers[HOLD_PROTOCOL] = partial(serve, self._take_hold, MAX_MESSAGE_BYTES)
+                answers[HOLD_PROTOCOL] = (self._take_hold, MAX_MESSAGE_BYTES)
+            handlers = {PEERS_PROTOCOL: partial(answer_peers, host, self._host_rng),
+                        **{protocol: partial(serve, answer, limit, protocol, self._seal)
+                           for protocol, (answer, limit) in answers.items()}}
             for protocol, handler in handlers.items():
                 host.set_stream_handler(TProtocol(protocol), partial(self._from_peer, handler))
             async with host.run([listen]):
@@ -187,8 +191,9 @@ class Libp2pHost:
 
     async def _push(self, wire: bytes) -> None:
         now = time.monotonic()
-        await push_announcement(self._host, wire, push_targets(self._host.get_connected_peers(), self._host_rng,
-                                                               lambda p: self._activity.active(str(p), now)))
+        targets = push_targets(self._host.get_connected_peers(), self._host_rng,
+                               lambda p: self._activity.active(str(p), now))
+        await push_announcement(self._host, wire, targets, self._seal)
 
     async def _take_announcement(self, pusher: str, request: bytes) -> bytes:
         """ANNOUNCE_PROTOCOL: keep a peer's own announcement, at most one every PUSH_EVERY
@@ -324,5 +329,5 @@ class Libp2pHost:
         host = self._host
         public = {str(p): p for p in host.get_connected_peers() if dialable(host, p)}
         chosen = choose_holders(public, {p for p in map(peer_id_of, self.bootstrap) if p})
-        took = await leave_with_holders(host, data, [public[p] for p in chosen])
+        took = await leave_with_holders(host, data, [public[p] for p in chosen], self._seal)
         return {p: dialable(host, public[p]) for p in took}

@@ -8,6 +8,12 @@ I/O-free modules :mod:`~swarmnode.swarm.transport.libp2p.spread`,
 :mod:`~swarmnode.swarm.transport.libp2p.holding` and
 :mod:`~swarmnode.swarm.transport.libp2p.peer_exchange`. Nothing here raises into the host: a peer
 that does anything wrong (too much, too slow, a reset) ends its stream only.
+
+In a private swarm every request and answer of the bundle, hold and announcement protocols
+is sealed here, the one place they are, by
+:class:`~swarmnode.swarm.transport.libp2p.sealed.StreamSeal`: a stream whose request or
+answer does not open is dropped and counted (refused as ``wrong_key``, ``too_large``).
+The peer exchange stays plain: it carries addresses, which a connection shows anyway.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from swarmnode.swarm.transport.libp2p.peer_exchange import (
     encode_answer,
     parse_peer_answer,
 )
+from swarmnode.swarm.transport.libp2p.sealed import ANSWER, PLAIN, REQUEST, StreamSeal
 from swarmnode.swarm.transport.libp2p.spread import ANNOUNCE_PROTOCOL, PullDials, sources_to_ask
 
 log = logging.getLogger("swarmnode.swarm.transport")
@@ -62,37 +69,42 @@ async def read_bounded(stream: Any, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def exchange(host: Any, peer: ID, protocol: str, request: bytes, limit: int) -> bytes | None:
+async def exchange(host: Any, peer: ID, protocol: str, request: bytes, limit: int,
+                   seal: StreamSeal = PLAIN) -> bytes | None:
     """Open a ``protocol`` stream to ``peer``, send ``request``, and read the answer (see
-    :func:`read_bounded`: longer than ``limit`` means too long); None on any failure or
-    time-out. Never raises."""
+    :func:`read_bounded`: longer than ``limit`` means too long), sealed and opened by
+    ``seal``; None on any failure or time-out, or an answer that does not open. Never raises."""
     try:
         with trio.fail_after(STREAM_TIMEOUT):
             stream = await host.new_stream(peer, [TProtocol(protocol)])
             try:
+                request = seal.close(protocol, REQUEST, request)
                 if request:
                     await stream.write(request)
                 await stream.close_write()
-                answer = await read_bounded(stream, limit)
+                answer = await read_bounded(stream, seal.limit(protocol, limit))
             finally:
                 with contextlib.suppress(Exception):
                     await stream.close()
     except Exception as exc:
         log.debug("libp2p transport: %s with %s failed: %r", protocol, peer, exc)
         return None
-    return answer
+    return seal.open(protocol, ANSWER, answer, limit)
 
 
-async def serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, stream: Any) -> None:
-    """Stream handler: read a request of at most ``limit`` bytes, write ``answer(asker, request)``,
-    close. Anything a peer does wrong (too much, too slow, a reset) ends the stream, never the host."""
+async def serve(answer: Callable[[str, bytes], Awaitable[bytes]], limit: int, protocol: str, seal: StreamSeal,
+                stream: Any) -> None:
+    """Stream handler of ``protocol``: read a request of at most ``limit`` bytes (once opened
+    by ``seal``), write ``answer(asker, request)`` (sealed), close. Anything a peer does wrong
+    (too much, too slow, a reset, a request that does not open) ends the stream, never the host."""
     try:
         with trio.fail_after(STREAM_TIMEOUT):
-            request = await read_bounded(stream, limit)
-            if len(request) > limit:
+            raw = await read_bounded(stream, seal.limit(protocol, limit))
+            request = seal.open(protocol, REQUEST, raw, limit) if len(raw) <= seal.limit(protocol, limit) else None
+            if request is None:
                 await stream.reset()
                 return
-            reply = await answer(str(stream.muxed_conn.peer_id), request)
+            reply = seal.close(protocol, ANSWER, await answer(str(stream.muxed_conn.peer_id), request))
             if reply:
                 await stream.write(reply)
             await stream.close()
@@ -135,20 +147,20 @@ async def answer_peers(host: Any, rng: random.Random, stream: Any) -> None:
             await stream.reset()
 
 
-async def push_announcement(host: Any, wire: bytes, peers: list[ID]) -> None:
+async def push_announcement(host: Any, wire: bytes, peers: list[ID], seal: StreamSeal) -> None:
     """Push a signed announcement to each of ``peers``, at once; a push that fails is not retried."""
     async with trio.open_nursery() as nursery:
         for peer in peers:
             # trio_typing's stale trio stubs (a libp2p dependency) allow 4 arguments; trio takes any
-            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0)  # pyright: ignore[reportArgumentType]
+            nursery.start_soon(exchange, host, peer, ANNOUNCE_PROTOCOL, wire, 0, seal)  # pyright: ignore[reportArgumentType]
 
 
-async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[str]:
+async def leave_with_holders(host: Any, data: bytes, holders: list[ID], seal: StreamSeal) -> list[str]:
     """Push bundle ``data`` to each of ``holders``, at once; the PeerIDs of the ones that took it."""
     took: list[str] = []
 
     async def push(peer: ID) -> None:
-        if await exchange(host, peer, HOLD_PROTOCOL, data, len(HELD_ACK)) == HELD_ACK:
+        if await exchange(host, peer, HOLD_PROTOCOL, data, len(HELD_ACK), seal) == HELD_ACK:
             took.append(str(peer))
 
     async with trio.open_nursery() as nursery:
@@ -158,7 +170,7 @@ async def leave_with_holders(host: Any, data: bytes, holders: list[ID]) -> list[
 
 
 async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: Announcement,
-                      dials: PullDials) -> Pulled:
+                      dials: PullDials, seal: StreamSeal) -> Pulled:
     """Ask the announcement's sources in turn (:func:`~swarmnode.swarm.transport.libp2p.spread.sources_to_ask`:
     connected or dialable, or dialed by the addresses the announcement gives), until one
     serves ``author``'s announced bundle; a source not connected when asked is told to ``dials``."""
@@ -176,7 +188,7 @@ async def pull_bundle(host: Any, own_peer_id: str, author: str, announcement: An
             learn_addresses(host, peer, addrs)
         if peer not in host.get_connected_peers():
             dials.dialing(source)
-        data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size)
+        data = await exchange(host, peer, BUNDLE_PROTOCOL, request, announcement.size, seal)
         if not data:
             continue
         reason = pulled_rejection(author, announcement, data)
@@ -196,14 +208,14 @@ def learn_addresses(host: Any, peer: ID, addrs: tuple[str, ...]) -> None:
 
 
 async def pull_bundles(host: Any, own_peer_id: str, wanted: list[tuple[str, Announcement]],
-                       dials: PullDials) -> list[Pulled]:
+                       dials: PullDials, seal: StreamSeal) -> list[Pulled]:
     """One :class:`Pulled` per (author, announcement), pulled concurrently; then the
     connections they opened only to pull are closed (:class:`~swarmnode.swarm.transport.libp2p.spread.PullDials`),
     which gives their inbound slots back at the sources."""
     results = [Pulled(None)] * len(wanted)
 
     async def pull(i: int, author: str, announcement: Announcement) -> None:
-        results[i] = await pull_bundle(host, own_peer_id, author, announcement, dials)
+        results[i] = await pull_bundle(host, own_peer_id, author, announcement, dials, seal)
 
     async with trio.open_nursery() as nursery:
         for i, (author, announcement) in enumerate(wanted):

@@ -49,6 +49,7 @@ from libp2p.peer.id import ID
 from swarmnode.backoff import Backoff
 from swarmnode.compat.libp2p import batch_window_updates
 from swarmnode.swarm.bundle import canonical_json
+from swarmnode.swarm.sealing import Sealer
 from swarmnode.swarm.transport.base import MAX_MESSAGE_BYTES, NodeIdentity, Transport, TransportError
 from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.swarm.transport.libp2p.announce import MAX_SAMPLE_BYTES, Announcement, parse_sample, source_addresses
@@ -62,6 +63,7 @@ from swarmnode.swarm.transport.libp2p.holding import (
 )
 from swarmnode.swarm.transport.libp2p.host import Libp2pHost
 from swarmnode.swarm.transport.libp2p.named import NAMED_PROTOCOL, named_request
+from swarmnode.swarm.transport.libp2p.sealed import StreamSeal
 from swarmnode.swarm.transport.libp2p.slots import Activity
 from swarmnode.swarm.transport.libp2p.spread import SAMPLE_PROTOCOL, FirstHand, Libp2pPull, PullDials, PushPacer
 from swarmnode.swarm.transport.libp2p.streams import exchange, pull_bundles
@@ -84,17 +86,20 @@ class Libp2pTransport(Libp2pHost, Transport):
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
                  listen: str | None = None, announce: str | None = None, *, private: bool = False,
-                 fetch_per_round: int = FETCH_PER_ROUND):
+                 fetch_per_round: int = FETCH_PER_ROUND, sealer: Sealer | None = None):
         """``private``: the node cannot accept inbound connections; it advertises no address
         (identify and the peer exchange pass on nothing for it), leaves its bundles with
         public peers it dialed, and holds none for others. ``fetch_per_round``: K, the most
-        peers' bundles pulled per round of this node (0: none, for a node that only serves)."""
+        peers' bundles pulled per round of this node (0: none, for a node that only serves).
+        ``sealer``: a private swarm's; its streams are sealed
+        (:class:`~swarmnode.swarm.transport.libp2p.sealed.StreamSeal`)."""
         super().__init__(identity, swarm, bootstrap, listen, announce)
         self.private = private
         self.served = BundleStore(OWN_ROUNDS, OWN_ROUNDS * MAX_MESSAGE_BYTES, newcomer_share=1.0)
         self.held = BundleStore(HELD_ROUNDS, HELD_BYTES, per_signer=HELD_SIGNER_BYTES)
         self._counts: Counter[str] = Counter()  # refusals by reason in the host thread, for counters()
         self._loop_counts: Counter[str] = Counter()  # ... and on the asyncio loop
+        self._seal = StreamSeal(sealer, self._counts)  # used in the host thread only
         self._own_announcement: dict[str, Any] | None = None  # the latest this node signed, for asks by name
         self._pull = Libp2pPull(identity.peer_id, fetch_per_round, rng=random.Random())  # asyncio loop only
         self._host_rng = random.Random()  # host thread only, as are the next three
@@ -277,7 +282,8 @@ class Libp2pTransport(Libp2pHost, Transport):
 
     async def _sample(self, peer: str) -> None:
         """Ask ``peer`` for a sample of the announcements pushed to it; a bad entry is counted against it."""
-        raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), SAMPLE_PROTOCOL, b"", MAX_SAMPLE_BYTES)
+        raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), SAMPLE_PROTOCOL, b"", MAX_SAMPLE_BYTES,
+                                     self._seal)
         if not raw:  # no answer (a time-out, an older peer, or one that ignores us): nothing to judge
             return
         announcements, bad = parse_sample(raw, self.swarm)
@@ -290,7 +296,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         """Ask ``peer`` for anything newer of the (author, round) pairs ``wanted``; an answer
         with anything else (junk, a forgery, another author's) is counted against it."""
         raw = await self._bridge.run(exchange, self._host, ID.from_base58(peer), NAMED_PROTOCOL,
-                                     named_request(wanted), MAX_SAMPLE_BYTES)
+                                     named_request(wanted), MAX_SAMPLE_BYTES, self._seal)
         if not raw:  # no answer: nothing to judge
             return
         announcements, bad = parse_sample(raw, self.swarm, {author for author, _ in wanted})
@@ -303,4 +309,5 @@ class Libp2pTransport(Libp2pHost, Transport):
 
     async def _fetch(self, wanted: list[tuple[str, Announcement]]) -> list[Pulled]:
         """One :class:`Pulled` per (author, announcement), pulled concurrently in the host thread."""
-        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted, self._pull_dials)
+        return await self._bridge.run(pull_bundles, self._host, self.identity.peer_id, wanted, self._pull_dials,
+                                     self._seal)
