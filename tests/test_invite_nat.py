@@ -58,24 +58,28 @@ def _daemon(prefix: list[str], home: Path, model: Path, tasks: Path, *flags: str
                             stderr=open(home / "stderr.txt", "w"), start_new_session=True)
 
 
+def _cli(prefix: list[str], home: Path, *args: str) -> subprocess.CompletedProcess:
+    """``swarmnode ARGS --home HOME`` in a home's namespace, as a user there runs it."""
+    return subprocess.run([*prefix, sys.executable, "-m", "swarmnode", *args, "--home", str(home)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
 def _invite(prefix: list[str], home: Path) -> str | None:
     """``swarmnode invite`` against ``home``'s node: its code, or None while it has none to give."""
-    out = subprocess.run([*prefix, sys.executable, "-m", "swarmnode", "invite", "--home", str(home)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = _cli(prefix, home, "invite")
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _cli_json(prefix: list[str], command: str, home: Path) -> Any:
     """``swarmnode COMMAND --json`` against ``home``'s running node (None while it gives no answer)."""
-    out = subprocess.run([*prefix, sys.executable, "-m", "swarmnode", command, "--json", "--home", str(home)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = _cli(prefix, home, command, "--json")
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
 def _log_tail(home: Path) -> str:
     path = home / "logs" / "swarmnode.log"
     lines = path.read_text().splitlines() if path.exists() else (home / "stderr.txt").read_text().splitlines()
-    return f"--- {home.name}\n" + "\n".join(lines)[-3000:]
+    return f"--- {home.name}\n" + "\n".join(line for line in lines if "swarmnode: round " not in line)[-3000:]
 
 
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
