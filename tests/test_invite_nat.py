@@ -1,0 +1,168 @@
+"""A second LAN behind a NAT joins the first through an invite and a relay (root only; see
+tests/natlab.py for the network, with multicast inside each home for mDNS).
+
+``swarmnode relay`` runs in ``public``. Home 1 is the first LAN: behind its router a node
+(``swarmnode start``) and a transport node beside it joined through the relay's bootstrap
+address. ``swarmnode invite``, run in home 1 against that node's home as a user would, prints a
+code that must carry the relay's address (a node behind NAT invites through its relays). In
+home 2, behind the other router, ``swarmnode start --join CODE`` starts with no bootstrap list,
+and a transport node with no bootstrap list and no invite, only LAN discovery, must join the
+swarm through it: the joiner lists it as found on the LAN. Bundles must cross both ways between
+the homes, over each transport; printed: the seconds from home 2's first start to the first
+bundle across each way.
+
+The LAN node has no bootstrap peer, so ``auto`` reachability takes it for public: it advertises
+its home address, which the other home cannot dial, and nobody holds its bundles for it, so its
+own bundles stay in home 2 (the joiner's cross). On libp2p it still receives home 1's bundles;
+on hivemind it cannot (see the test), and home 1's bundles are counted at the joiner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from natlab import HOME_IP, PUBLIC_IP, NatLab, built_or_skip
+from nodeproc import start_argv, write_signal_tasks
+from swarmnode.swarm.invite import decode_invite
+from test_nat import start_relay
+from transport_node import SWARM, ProcNode
+from waiting import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+DAEMON_PORT, NODE_PORT = 4101, 4102  # in each home: reachable inside it only
+
+
+@pytest.fixture
+def lab():
+    with built_or_skip(NatLab(multicast=True)) as built:
+        yield built
+
+
+def _daemon(prefix: list[str], home: Path, model: Path, tasks: Path, *flags: str) -> subprocess.Popen:
+    """``swarmnode start`` behind a home's router. ``--reachability private``: the lab's "public"
+    addresses are in 10/8, which ``auto`` takes for a LAN swarm's."""
+    argv = start_argv(home, model, "--tasks", str(tasks), "--listen", f"/ip4/0.0.0.0/tcp/{DAEMON_PORT}",
+                      "--reachability", "private", *flags)
+    home.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([*prefix, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=open(home / "stderr.txt", "w"), start_new_session=True)
+
+
+def _cli(prefix: list[str], home: Path, *args: str) -> subprocess.CompletedProcess:
+    """``swarmnode ARGS --home HOME`` in a home's namespace, as a user there runs it."""
+    return subprocess.run([*prefix, sys.executable, "-m", "swarmnode", *args, "--home", str(home)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _invite(prefix: list[str], home: Path) -> str | None:
+    """``swarmnode invite`` against ``home``'s node: its code, or None while it has none to give."""
+    out = _cli(prefix, home, "invite")
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cli_json(prefix: list[str], command: str, home: Path) -> Any:
+    """``swarmnode COMMAND --json`` against ``home``'s running node (None while it gives no answer)."""
+    out = _cli(prefix, home, command, "--json")
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def _log_tail(home: Path) -> str:
+    path = home / "logs" / "swarmnode.log"
+    lines = path.read_text().splitlines() if path.exists() else (home / "stderr.txt").read_text().splitlines()
+    return f"--- {home.name}\n" + "\n".join(line for line in lines if "swarmnode: round " not in line)[-3000:]
+
+
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_a_second_home_joins_through_an_invite_and_a_relay(lab, transport, tiny_model_dir, tmp_path):
+    tasks = write_signal_tasks(tmp_path / "tasks.toml")
+    homes = {name: tmp_path / name for name in ("d1", "d2")}
+    relay, daemons, nodes = None, [], []
+    try:
+        relay, address = start_relay(lab.exec_prefix(lab.public), transport, tmp_path / "relay",
+                                     f"/ip4/{PUBLIC_IP}/tcp/0", tmp_path / "relay.err")
+        h1, h2 = lab.exec_prefix(lab.home1), lab.exec_prefix(lab.home2)
+        daemons.append(_daemon(h1, homes["d1"], tiny_model_dir, tasks, "--transport", transport, "--swarm", SWARM,
+                               "--bootstrap", address))
+        first = ProcNode(transport, 1, bootstrap=[address], listen=f"/ip4/0.0.0.0/tcp/{NODE_PORT}", private=True,
+                         stderr_path=tmp_path / "first.err", prefix=h1)
+        nodes.append(first)
+        first.ready(90)
+        code = wait_until(lambda: _invite(h1, homes["d1"]), 90, "`swarmnode invite` in home 1 to print a code",
+                          interval=1.0, procs=daemons, context=lambda: _log_tail(homes["d1"]))
+        invite = decode_invite(code)
+        # Behind NAT the node has no address of its own to give: the code carries its relay's.
+        assert (invite.swarm, invite.transport, list(invite.addresses)) == (SWARM, transport, [address]), invite
+
+        t_home2 = time.monotonic()
+        # --lan: tests/conftest.py turns discovery off for the nodes tests start outside namespaces.
+        daemons.append(_daemon(h2, homes["d2"], tiny_model_dir, tasks, "--join", code, "--lan"))
+        second = ProcNode(transport, 2, listen=f"/ip4/{HOME_IP}/tcp/{NODE_PORT}", lan=True,
+                          stderr_path=tmp_path / "second.err", prefix=h2)
+        nodes.append(second)
+        second.ready(90)
+        d1_id = _cli_json(h1, "status", homes["d1"])["peer_id"]
+        d2_id = wait_until(lambda: (_cli_json(h2, "status", homes["d2"]) or {}).get("peer_id"), 90, "the joiner's API",
+                           interval=1.0, procs=daemons, context=lambda: _log_tail(homes["d2"]))
+        home1, home2 = {d1_id, first.peer_id}, {d2_id, second.peer_id}
+        crossed: dict[str, float] = {}
+        round_no = 0
+
+        def accepted_by_joiner() -> set[str]:
+            """The peers whose bundles the joiner accepted, as `swarmnode peers` shows a user."""
+            return {p["peer_id"] for p in _cli_json(h2, "peers", homes["d2"]) or [] if p["accepted"]}
+
+        def arrived() -> dict[str, set[str]]:
+            """Which of each home's nodes' bundles reached a node of the other home."""
+            at_second = home1 & {m["sender"] for m in second.messages()}
+            return {"home 2 -> home 1": home2 & {m["sender"] for m in first.messages()},
+                    "home 1 -> home 2": at_second or home1 & accepted_by_joiner()}
+
+        def both_ways() -> bool:
+            nonlocal round_no
+            round_no += 1
+            for n in nodes:  # every poll: a bundle published before its node joined may reach no one
+                n.send(cmd="publish", round=round_no, size=2000)
+            for label, senders in arrived().items():
+                if senders and label not in crossed:
+                    crossed[label] = time.monotonic() - t_home2
+            return len(crossed) == 2
+
+        def context() -> str:
+            return "\n".join([_log_tail(h) for h in homes.values()]
+                             + [f"{n.stderr_path.name}: {n.stderr_path.read_text()[-1500:]}" for n in nodes]
+                             + [f"arrived: {arrived()}; home 1 {home1}, home 2 {home2}",
+                                f"the joiner's peers: {_cli_json(h2, 'peers', homes['d2'])}"])
+
+        wait_until(both_ways, 90, "a bundle from each home at a node of the other", interval=1.0,
+                   procs=daemons + [relay], context=context)
+        print(f"\n{transport}: seconds from home 2's start to the first bundle across "
+              f"{min(crossed.values()):.1f} ({', '.join(f'{k} {v:.1f}' for k, v in sorted(crossed.items()))})")
+        # The home-2 node without a bootstrap list reached the swarm through its LAN neighbour: the
+        # joiner lists it as a peer found there, as `swarmnode peers` shows a user.
+        wait_until(lambda: any(p["peer_id"] == second.peer_id and p["via"] == "lan"
+                               for p in _cli_json(h2, "peers", homes["d2"]) or []), 30,
+                   "`swarmnode peers` on the joiner to list the LAN node as found on the LAN", context=context)
+        if transport == "libp2p":
+            # Through the joiner the LAN node is in the swarm: home 1's bundles reach it too. Not on
+            # hivemind: there it is a DHT server that only DHT clients (the joiner, behind NAT) know,
+            # so no server of the swarm is in its routing table and home 1's records, stored at the
+            # relay, never reach it; the joiner's bundles are home 2's there.
+            wait_until(lambda: home1 & {m["sender"] for m in second.messages()}, 30,
+                       "a bundle of home 1 at the LAN node", context=context)
+    finally:
+        for n in nodes:
+            n.kill()
+        for p in [*daemons, relay]:
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
