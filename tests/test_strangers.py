@@ -25,7 +25,9 @@ import pytest
 from nodeproc import free_port
 from strangerlab import HonestPair, Memory, Stranger, Target, refusal_counts
 
-pytestmark = pytest.mark.slow
+# One flood at a time in a parallel run (pytest-xdist, --dist loadgroup): two crowds and their
+# targets at once would take the cores the honest pair's deadlines count on.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("strangers")]
 
 PERIOD = 4.0
 # A frozen DHT peer costs each lookup that meets it hivemind's call timeout (3 s), once per
