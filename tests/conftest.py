@@ -65,6 +65,14 @@ def _checked_start(self: multiprocessing.process.BaseProcess) -> None:
 multiprocessing.process.BaseProcess.start = _checked_start
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a parallel run (pytest-xdist; each worker collects and must reach the same order), the
+    tests that start processes go first: they are the long ones, and one begun last would keep a
+    single worker busy after the others ran out of tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     global _quick_test

@@ -23,7 +23,8 @@ from programs import argv
 from swarmnode.node.checkpoint import latest_checkpoint, list_checkpoints
 from swarmnode.swarm.identity import Identity
 
-pytestmark = pytest.mark.slow
+# One worker in a parallel run (--dist loadgroup): the module's trained home is built once, not once a worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_faults")]
 
 
 def _run_all(cases: dict[str, list[str]], timeout: float = 300) -> dict[str, subprocess.CompletedProcess]:
