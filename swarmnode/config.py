@@ -25,6 +25,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed below 3.11 only (pyproject)
 
+from swarmnode.sampling import MODES
+
 ENV_PREFIX = "SWARMNODE_"
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -169,7 +171,7 @@ class NodeConfig:
                                              "above its own recent reward on their family), or 'above-best' (above "
                                              "the best recent reward it has reached on their family: a bar that "
                                              "does not fall when its own reward does).",
-                                  choices=("uniform", "reward-weighted", "level-aware", "above-own", "above-best"),
+                                  choices=tuple(MODES),
                                   section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
                                  minimum=0.0, maximum=1.0, section="swarm")

@@ -150,7 +150,8 @@ class Daemon:
         # that check reads a copy of the tokenizer of its own.
         scorer = Scorer(families, budget=TokenBudget(copy.deepcopy(policy.tokenizer), self.cfg.max_new_tokens,
                                                      self.cfg.prefill_answer_tag))
-        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name, families)
+        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name, families,
+                                                                  levels)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
                     levels=levels)
         yardstick = YardstickSchedule(node)
@@ -162,12 +163,14 @@ class Daemon:
             raise StartupError(str(exc)) from None
         return node, yardstick
 
-    async def _join(self, identity: Identity, scorer: Scorer, model_name: str, families: dict) -> NetworkLink:
+    async def _join(self, identity: Identity, scorer: Scorer, model_name: str, families: dict,
+                    levels: Levels) -> NetworkLink:
         """Open the transport; the node trains alone (and keeps retrying) while no peer answers.
-        Peers' groups of other ``families`` than this node's are dropped on arrival."""
+        Peers' groups of other ``families`` than this node's are dropped on arrival; ``levels``
+        (the node's) steer a level-aware draw."""
         transport = transport_for(self.cfg, identity)
         exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block,
-                            credits_dir=self.home.credits, families=families)
+                            credits_dir=self.home.credits, families=families, levels=levels)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         try:
             await self.link.start()

@@ -179,7 +179,7 @@ class Node:
         cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
         rng = random.Random(f"{self.seed}:{r}:train")
         # 4. Training set: I local + J external groups (external ones re-scored on arrival).
-        external = self.swarm.draw_external(r, cfg.external, rng, rollout.levels)
+        external = self.swarm.draw_external(r, cfg.external, rng)
         train, dropped = select_training_set(rollout.groups, external, cfg.local, cfg.external, rng)
         # 6. One GRPO update.
         self._phase("training", should_stop)
@@ -225,7 +225,7 @@ class Node:
         """Take the levels finished round ``r`` led to (``update`` only proposes them)."""
         if self._levels_after is not None and self._levels_after[0] == r:
             before = set(self.levels.dormant())
-            self.levels = self._levels_after[1]
+            self.levels.take(self._levels_after[1])
             after = set(self.levels.dormant())
             for family in sorted(after - before):
                 log.info("%s: no signal at the end of its ladder (level %d), drawn at %.0f%% of its weight until it"
