@@ -83,7 +83,9 @@ def test_a_round_records_its_levels_and_a_finished_round_moves_and_checkpoints_t
     assert row.level_moves == {FAMILY: start + 1}
     assert row.signal_rate == 0.0 and row.signal_rate_local == 0.0 and row.signal_rate_external is None
     assert node.levels.level(FAMILY) == start  # not committed until the round is finished
+    levels = node.levels  # what the exchange's level-aware draw holds
     node.finish_round(row)
+    assert node.levels is levels  # moved in place: that draw reads the new levels
     assert [type(e).__name__ for e in heard[-2:]] == ["RoundFinished", "LevelsNow"] and heard[-2].record == row
     assert node.levels.level(FAMILY) == start + 1 and node.state.levels == {FAMILY: start + 1}
     assert latest_checkpoint(node.home.checkpoints).state["levels"][FAMILY]["level"] == start + 1
