@@ -159,7 +159,7 @@ class Node:
         questions = self.tasks.sample(r, cfg.questions, levels, self.levels.focus())
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
-        n_threads = torch.get_num_threads()  # what decoding runs with, after the phase's listeners
+        n_threads = torch.get_num_threads()  # what decoding runs with (the thread policy listens to the phase)
         completions, max_new_tokens = self.budget.plan()
         gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature,
