@@ -80,7 +80,7 @@ class PhasePeaks:
     """Peak RSS per phase of a node's work, sampled by a thread every ``interval`` seconds.
 
     The phase is what :meth:`mark` last set, or the phase a :class:`Node` logged last
-    (``phase generating`` ...: the handler is installed on ``swarmnode.node.round`` at DEBUG).
+    (``phase generating`` ...: the handler is installed on ``swarmnode.node.state`` at DEBUG).
     Use as a context manager; ``peaks`` maps a phase to its peak in MB.
     """
 
@@ -98,7 +98,7 @@ class PhasePeaks:
                     outer.mark(str(record.args[0]))
 
         self._handler = _Handler(logging.DEBUG)
-        self._logger = logging.getLogger("swarmnode.node.round")
+        self._logger = logging.getLogger("swarmnode.node.state")
 
     def mark(self, phase: str) -> None:
         self._record()

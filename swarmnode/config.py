@@ -25,6 +25,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib  # pyright: ignore[reportMissingImports]  # installed below 3.11 only (pyproject)
 
+from swarmnode.sampling import MODES
+from swarmnode.typed import describe, read_as
+
 ENV_PREFIX = "SWARMNODE_"
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -173,7 +176,7 @@ class NodeConfig:
                                              "above its own recent reward on their family), or 'above-best' (above "
                                              "the best recent reward it has reached on their family: a bar that "
                                              "does not fall when its own reward does).",
-                                  choices=("uniform", "reward-weighted", "level-aware", "above-own", "above-best"),
+                                  choices=tuple(MODES),
                                   section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
                                  minimum=0.0, maximum=1.0, section="swarm")
@@ -210,15 +213,17 @@ class LoadedConfig:
     file: Path | None
 
 
-def _base_type(tp: Any) -> tuple[type, bool]:
+def _without_none(hint: Any) -> Any:
+    """A field annotation without its ``| None``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _base_type(hint: Any) -> tuple[type, bool]:
     """The concrete type of a field annotation and whether None is allowed."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _base_type(args[0])[0], True
-    if origin is list:
-        return list, False
-    return tp, False
+    inner = _without_none(hint)
+    return (list if typing.get_origin(inner) is list else inner), inner is not hint
 
 
 _HINTS = typing.get_type_hints(NodeConfig)
@@ -227,6 +232,22 @@ _HINTS = typing.get_type_hints(NodeConfig)
 def field_type(key: str) -> tuple[type, bool]:
     """The concrete type of config key ``key`` (bool, int, float, str or list) and whether it may be None."""
     return _base_type(_HINTS[key])
+
+
+def _parse_text(tp: type, text: str) -> Any:
+    """A flag's or environment variable's text as a value of type ``tp``; ValueError when it is not one."""
+    if tp is bool:
+        low = text.strip().lower()
+        if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            raise ValueError(text)
+        return low in ("1", "true", "yes", "on")
+    if tp is int:
+        return int(text.strip())
+    if tp is float:
+        return float(text.strip())
+    if tp is list:
+        return [v.strip() for v in text.split(",") if v.strip()]
+    return text
 
 
 def coerce(key: str, value: Any, source: str | None = None, *, from_text: bool = False) -> Any:
@@ -246,39 +267,11 @@ def coerce(key: str, value: Any, source: str | None = None, *, from_text: bool =
         if optional:
             return None
         raise ConfigError(key, "a value is required", source)
+    hint = _without_none(_HINTS[key])
     try:
-        if tp is bool:
-            if from_text and isinstance(value, str):
-                low = value.strip().lower()
-                if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError
-                value = low in ("1", "true", "yes", "on")
-            elif not isinstance(value, bool):
-                raise ValueError
-        elif tp is int:
-            if from_text and isinstance(value, str):
-                value = int(value.strip())
-            elif isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError
-        elif tp is float:
-            if from_text and isinstance(value, str):
-                value = float(value.strip())
-            elif isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError
-            value = float(value)
-        elif tp is list:
-            if from_text and isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError
-            value = list(value)
-        elif tp is str:
-            if not isinstance(value, str):
-                raise ValueError
+        value = read_as(_parse_text(tp, value) if from_text and isinstance(value, str) else value, hint, key)
     except ValueError:
-        kind = {bool: "true or false", int: "an integer", float: "a number", list: "a list of strings",
-                str: "a string"}[tp]
-        raise ConfigError(key, f"expected {kind}, got {value!r}", source) from None
+        raise ConfigError(key, f"expected {describe(hint)}, got {value!r}", source) from None
 
     if meta["choices"] and value not in meta["choices"]:
         raise ConfigError(key, f"expected one of {', '.join(meta['choices'])}; got {value!r}", source)

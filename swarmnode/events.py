@@ -10,22 +10,21 @@ dashboard keeps one rebuilt from ``/v1/status``, ``/v1/rounds`` and ``/v1/yardst
 (:meth:`NodeView.from_api`) and follows the stream with the same :meth:`NodeView.apply`.
 
 Lives beside ``records`` under every layer: the swarm exchange, the node and the dashboard
-all build or read these events. Imports nothing of the project but ``records`` and ``gain``.
+all build or read these events. Imports nothing of the project but ``records``, ``gain`` and ``typed``.
 """
 
 from __future__ import annotations
 
 import collections
-import collections.abc
 import dataclasses
 import time
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
 
 from swarmnode.gain import SwarmGain, yardstick_trend
 from swarmnode.records import JsonRecord, RoundRecord, YardstickRecord
+from swarmnode.typed import read_as
 
 ROUNDS_KEPT = 5000  # rounds a NodeView keeps by default (the node's /v1/rounds window)
 
@@ -53,7 +52,7 @@ class NodeEvent:
     @classmethod
     def _from_fields(cls, data: Mapping[str, Any]) -> NodeEvent:
         hints = typing.get_type_hints(cls)
-        return cls(**{f.name: _typed(data[f.name], hints[f.name], f.name)
+        return cls(**{f.name: read_as(data[f.name], hints[f.name], f.name)
                       for f in dataclasses.fields(cls) if f.name != "time"})
 
 
@@ -83,7 +82,7 @@ class RoundFinished(NodeEvent):
 
     @classmethod
     def _from_fields(cls, data: Mapping[str, Any]) -> NodeEvent:
-        return cls(_typed(data["metrics"], RoundRecord, "metrics"))
+        return cls(read_as(data["metrics"], RoundRecord, "metrics"))
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ def parse_event(data: Mapping[str, Any]) -> NodeEvent | None:
     if cls is None:
         return None
     try:
-        return dataclasses.replace(cls._from_fields(data), time=_typed(data["time"], float, "time"))
+        return dataclasses.replace(cls._from_fields(data), time=read_as(data["time"], float, "time"))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -173,25 +172,6 @@ def _plain(value: Any) -> Any:
         return list(value)
     return value
 
-
-def _typed(value: Any, hint: Any, name: str) -> Any:
-    """``value`` read from JSON as ``hint``; ValueError naming ``name`` when it does not fit."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        return _typed(value, next(a for a in args if a is not type(None)), name)
-    if isinstance(hint, type) and issubclass(hint, JsonRecord) and isinstance(value, Mapping):
-        return hint.from_json(value)
-    if origin is tuple and isinstance(value, (list, tuple)):
-        return tuple(_typed(v, args[0], name) for v in value)
-    if origin is collections.abc.Mapping and isinstance(value, Mapping):
-        return {str(k): _typed(v, args[1], name) for k, v in value.items()}
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint in (int, str, bool) and type(value) is hint:
-        return value
-    raise ValueError(f"'{name}' is {value!r}")
 
 
 @dataclass

@@ -2,16 +2,21 @@
 
 Groups are what a round produces, what bundles carry between nodes (minus the rewards,
 which a receiver recomputes), and what GRPO trains on. This module imports nothing of the
-project, so the wire format, the trainer and the node all depend on it and not on each other.
+project but ``typed`` (the one reader of JSON values), so the wire format, the trainer and the
+node all depend on it and not on each other.
 """
 
 from __future__ import annotations
 
+import functools
+import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 from typing_extensions import Self
+
+from swarmnode.typed import read_as
 
 LOCAL = "local"
 
@@ -69,8 +74,7 @@ class Group:
 class JsonRecord:
     """A frozen record that is one JSON line of a log (:class:`swarmnode.node.metrics.MetricsLog`).
 
-    Subclasses are dataclasses of this module (their field annotations are strings, which
-    ``from_json`` reads) and have a ``round``: a log holds one record per round number.
+    Subclasses are dataclasses with a ``round``: a log holds one record per round number.
     """
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # what @dataclass gives each subclass
@@ -83,20 +87,23 @@ class JsonRecord:
     def from_json(cls, row: Mapping[str, Any]) -> Self:
         """The record of a JSON row; keys it does not know (a newer writer's) are ignored.
 
-        Raises ValueError naming the first missing field or the first value of the wrong kind.
+        Raises ValueError naming the first missing field or the first value of the wrong kind
+        (:func:`swarmnode.typed.read_as`: an int where a float is due becomes a float).
         """
         values = {}
+        hints = _field_hints(cls)
         for f in fields(cls):
             if f.name not in row:
                 if f.default is not MISSING or f.default_factory is not MISSING:
                     continue
                 raise ValueError(f"no '{f.name}'")
-            value = row[f.name]
-            assert isinstance(f.type, str), "this module postpones annotations: a field's type is its text"
-            if not _fits(value, f.type):
-                raise ValueError(f"'{f.name}' is {value!r}")
-            values[f.name] = value
+            values[f.name] = read_as(row[f.name], hints[f.name], f.name)
         return cls(**values)
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 R = TypeVar("R", bound=JsonRecord)
@@ -159,14 +166,3 @@ class YardstickRecord(JsonRecord):
     questions: int
     seconds: float
 
-
-def _fits(value: Any, annotation: str) -> bool:
-    if value is None:
-        return annotation.endswith("| None")
-    if annotation.startswith("Mapping"):
-        return isinstance(value, Mapping) and all(isinstance(v, (int, float)) for v in value.values())
-    if isinstance(value, bool):
-        return False
-    if annotation.startswith("int"):
-        return isinstance(value, int)
-    return isinstance(value, (int, float))

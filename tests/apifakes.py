@@ -104,12 +104,13 @@ def make_state() -> NodeState:
 
 def finished_row(r: int, reward: float, by_task: dict[str, float] | None = None, **fields) -> RoundRecord:
     """A finished round's record, as swarmnode.node.round makes them; ``fields`` set others."""
-    return RoundRecord(round=r, started_at=1_750_000_000.0 + 10 * r, seconds=2.0, seconds_generate=1.0,
+    defaults = {"seconds_generate": 1.0, "tokens_generated": 100}
+    return RoundRecord(round=r, started_at=1_750_000_000.0 + 10 * r, seconds=2.0,
                        seconds_score=0.5, seconds_train=0.5, reward_mean=reward,
                        reward_by_task=by_task if by_task is not None else {"basic_arithmetic": reward,
                                                                            "base_conversion": reward / 2},
-                       n_local=4, n_external=0, n_dropped_zero_adv=0, tokens_generated=100, completions=2,
-                       max_new_tokens=8, loss=0.125, peers=0, **fields)
+                       n_local=4, n_external=0, n_dropped_zero_adv=0, completions=2,
+                       max_new_tokens=8, loss=0.125, peers=0, **{**defaults, **fields})
 
 
 def yardstick_row(r: int, score: float, by_family: dict[str, float], questions: int = 6) -> YardstickRecord:

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -45,6 +46,29 @@ def test_bad_file_values_name_the_key(tmp_path, text, key):
     with pytest.raises(ConfigError) as err:
         load_config({}, config_path=f, environ={})
     assert err.value.key == key and key in str(err.value) and str(f) in str(err.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("questions = 'many'\n", "expected an integer, got 'many'"),
+    ("questions = true\n", "expected an integer, got True"),
+    ("temperature = 'hot'\n", "expected a number, got 'hot'"),
+    ("solo = 1\n", "expected true or false, got 1"),
+    ("bootstrap = ['a', 2]\n", "expected a list of strings, got ['a', 2]"),
+    ("swarm = 3\n", "expected a string, got 3"),
+    ("rounds = 'ten'\n", "expected an integer, got 'ten'"),  # an optional key: its type all the same
+])
+def test_a_value_of_the_wrong_type_says_what_the_key_expects(tmp_path, text, says):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_config({}, config_path=f, environ={})
+
+
+def test_a_file_number_is_a_float_where_the_key_is_one(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("temperature = 1\nrounds = 3\n")
+    cfg = load_config({}, config_path=f, environ={}).config
+    assert type(cfg.temperature) is float and cfg.temperature == 1.0 and cfg.rounds == 3
 
 
 def test_bad_env_value_names_the_variable():

@@ -348,8 +348,8 @@ class ExchangeLink(ExchangeBacked, SoloLink):
     def __init__(self, exchange: Exchange):
         self.exchange = exchange
 
-    def draw_external(self, round_no, n, rng, levels=None):
-        return self.exchange.draw(round_no, n, rng, levels)
+    def draw_external(self, round_no, n, rng):
+        return self.exchange.draw(round_no, n, rng)
 
 
 class LengthScorer(Scorer):

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.node import round as round_mod
+from swarmnode.node import yardsticks
 from swarmnode.node.checkpoint import latest_checkpoint, save_checkpoint
-from swarmnode.node.round import Node, RoundAbandoned, signal_rates
+from swarmnode.node.round import ROUND_PHASES, Node, RoundAbandoned, signal_rates
 from swarmnode.node.state import NodeState
-from swarmnode.node.yardsticks import YardstickClock
+from swarmnode.node.yardsticks import YardstickClock, YardstickSchedule
 from swarmnode.paths import NodeHome
 from swarmnode.records import Group, Question, YardstickRecord
 from swarmnode.swarm.link import SoloLink
@@ -43,6 +43,15 @@ class TextHash(Scorer):
         return int(hashlib.sha256(response.encode()).hexdigest(), 16) % 5 / 4
 
 
+def resumed(node: Node, clock: YardstickClock | None = None) -> YardstickSchedule:
+    """Resume ``node`` with its yardstick's schedule following it, as the daemon does."""
+    schedule = YardstickSchedule(node, clock)
+    node.state.listen(schedule)
+    node.resume()
+    schedule.restore()
+    return schedule
+
+
 @pytest.fixture
 def make_node(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))  # the untrained yardstick's cache
@@ -63,14 +72,21 @@ def make_node(tiny_model_dir, tmp_path, monkeypatch):
 
 def test_a_round_records_its_levels_and_a_finished_round_moves_and_checkpoints_them(make_node):
     node = make_node(AlwaysRight())
+    heard: list = []
+    node.state.listen(heard.append)
     start = level_range(FAMILY)[0]
     assert node.levels.level(FAMILY) == start
     row = node.run_round(0)
+    assert [type(e).__name__ for e in heard] == ["RoundStarted", *["PhaseChanged"] * len(ROUND_PHASES)]
+    assert tuple(e.phase for e in heard[1:]) == ROUND_PHASES
     assert row.levels == {FAMILY: start}
     assert row.level_moves == {FAMILY: start + 1}
     assert row.signal_rate == 0.0 and row.signal_rate_local == 0.0 and row.signal_rate_external is None
     assert node.levels.level(FAMILY) == start  # not committed until the round is finished
+    levels = node.levels  # what the exchange's level-aware draw holds
     node.finish_round(row)
+    assert node.levels is levels  # moved in place: that draw reads the new levels
+    assert [type(e).__name__ for e in heard[-2:]] == ["RoundFinished", "LevelsNow"] and heard[-2].record == row
     assert node.levels.level(FAMILY) == start + 1 and node.state.levels == {FAMILY: start + 1}
     assert latest_checkpoint(node.home.checkpoints).state["levels"][FAMILY]["level"] == start + 1
     # a restarted node (kill -9 after the checkpoint) comes back at the level it reached
@@ -106,21 +122,21 @@ def test_a_checkpoint_from_before_levels_resumes_at_the_start_levels(make_node):
 
 def test_the_yardstick_is_recorded_once_per_due_round_and_survives_a_restart(make_node):
     node = make_node()
-    node.resume()
-    assert node.yardstick_due()
-    record = node.run_yardstick()
+    schedule = resumed(node)
+    assert schedule.due()
+    record = schedule.run()
     assert record.round == 0 and record.questions > 0 and 0.0 <= record.score <= 1.0
     low = level_range(FAMILY)[0]
     assert set(record.by_level) == {f"{FAMILY}:{lv}" for lv in range(low, low + yardstick.LEVELS)}
     assert record.questions == yardstick.LEVELS * yardstick.PER_LEVEL
-    assert not node.yardstick_due() and node.state.yardstick == [record.to_json()]
-    assert node.run_yardstick() is None  # nothing due
+    assert not schedule.due() and node.state.yardstick == [record.to_json()]
+    assert schedule.run() is None  # nothing due
     assert YardstickRecord.from_json(json.loads(node.home.yardstick_file.read_text())) == record
     # same adapter, greedy decoding: the same score
     assert yardstick.score_yardstick(node.policy, node.scorer, yardstick.yardstick_questions(node.tasks.spec)
                                      )["by_level"] == record.by_level
     again = make_node()
-    again.resume()
+    resumed(again)
     assert [r["round"] for r in again.state.yardstick] == [0]
 
 
@@ -154,28 +170,28 @@ def test_swarmnode_eval_scores_the_newest_checkpoint_or_the_untrained_policy(mak
 
 def test_a_stop_request_abandons_the_yardstick_and_records_nothing(make_node):
     node = make_node()
-    node.resume()
-    assert node.run_yardstick(should_stop=lambda: True) is None
-    assert node.state.yardstick == [] and node.yardstick_due() and not node.home.yardstick_file.exists()
+    schedule = resumed(node)
+    assert schedule.run(should_stop=lambda: True) is None
+    assert node.state.yardstick == [] and schedule.due() and not node.home.yardstick_file.exists()
 
 
 def test_the_untrained_yardstick_is_measured_once_per_model_and_task_mix(make_node, tmp_path, tiny_model_dir,
                                                                          monkeypatch):
     first = make_node(TextHash())
-    first.resume()
-    measured = first.run_yardstick()
-    assert measured.round == 0 and not first.yardstick_cached
+    first_schedule = resumed(first)
+    measured = first_schedule.run()
+    assert measured.round == 0 and not first_schedule.cached
     assert len(list((tmp_path / "cache" / "yardsticks").glob("untrained-*.json"))) == 1
 
     again = make_node(TextHash(), home="other")
-    again.resume()
+    schedule = resumed(again)
 
     def no_decoding(*args, **kwargs):
         raise AssertionError("the untrained score was in the cache")
 
     monkeypatch.setattr(again.policy, "generate", no_decoding)
-    kept = again.yardstick_between_rounds()  # before round 0, with no yardstick time earned yet
-    assert again.yardstick_cached and (kept.round, kept.by_level, kept.score) == (0, measured.by_level, measured.score)
+    kept = schedule.between_rounds()  # before round 0, with no yardstick time earned yet
+    assert schedule.cached and (kept.round, kept.by_level, kept.score) == (0, measured.by_level, measured.score)
     assert [r["round"] for r in again.state.yardstick] == [0]
 
 
@@ -218,16 +234,15 @@ class OneQuestionAGap(YardstickClock):
 def test_a_yardstick_is_taken_in_pieces_between_rounds_of_the_adapter_it_was_due_for(make_node, monkeypatch):
     monkeypatch.setattr(yardstick, "MAX_NEW_TOKENS", 8)  # the tiny model never closes its answer: keep it short
     node = make_node(TextHash(), eval_every=8, learning_rate=0.05)
-    node.resume()
-    node.yardstick_clock = OneQuestionAGap()
+    schedule = resumed(node, OneQuestionAGap())
     questions = yardstick.yardstick_questions(node.tasks.spec)
     reference = {0: yardstick.score_yardstick(node.policy, node.scorer, questions)}
     records, pieces = {}, []
     for r in range(2 * 8):
         if node.next_round == 8:
             reference[8] = yardstick.score_yardstick(node.policy, node.scorer, questions)
-        record = node.yardstick_between_rounds()
-        pieces.append(node.yardstick_pending)
+        record = schedule.between_rounds()
+        pieces.append(schedule.pending)
         if record is not None:
             records[record.round] = record
         node.finish_round(node.run_round(r))
@@ -241,12 +256,13 @@ def test_a_yardstick_is_taken_in_pieces_between_rounds_of_the_adapter_it_was_due
 
 def test_the_yardstick_waits_for_time_earned_by_rounds(make_node):
     node = make_node(eval_every=1)
-    node.resume()
-    assert node.yardstick_between_rounds() is None  # round 0 does not wait: no yardstick time earned yet
-    assert (node.yardstick_pending, node.yardstick_clock.spent_s) == (0, 0.0)
-    node.finish_round(node.run_round(0))
-    node.yardstick_between_rounds()
-    assert node.yardstick_clock.spent_s > 0  # earned by round 0: at least one question
+    schedule = resumed(node)
+    assert schedule.between_rounds() is None  # round 0 does not wait: no yardstick time earned yet
+    assert (schedule.pending, schedule.clock.spent_s) == (0, 0.0)
+    node.finish_round(node.run_round(0))  # its RoundFinished earns the schedule's clock its share
+    assert schedule.clock.rounds_s > 0
+    schedule.between_rounds()
+    assert schedule.clock.spent_s > 0  # earned by round 0: at least one question
 
 
 def test_the_yardstick_clock_gives_a_share_of_the_rounds_time_and_caps_each_gap():
@@ -269,27 +285,27 @@ def test_a_yardstick_that_cannot_run_is_one_warning_and_the_node_trains_on(make_
     def broken(families):
         raise RuntimeError("generator exploded")
 
-    monkeypatch.setattr(round_mod, "yardstick_questions", broken)
+    monkeypatch.setattr(yardsticks, "yardstick_questions", broken)
     node = make_node()
-    node.resume()
+    schedule = resumed(node)
     with caplog.at_level(logging.WARNING):
-        assert node.yardstick_between_rounds() is None
-        assert node.yardstick_between_rounds() is None
+        assert schedule.between_rounds() is None
+        assert schedule.between_rounds() is None
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "yardstick after 0 rounds not taken: its questions could not be made (RuntimeError: generator exploded)"]
-    assert not node.yardstick_due()
+    assert not schedule.due()
     node.finish_round(node.run_round(0))
     assert node.next_round == 1
 
 
 def test_a_stop_while_a_yardstick_is_pending_is_one_warning(make_node, caplog):
     node = make_node()
-    node.resume()
-    node.yardstick_between_rounds()
-    assert node.yardstick_pending == 0
+    schedule = resumed(node)
+    schedule.between_rounds()
+    assert schedule.pending == 0
     with caplog.at_level(logging.WARNING):
-        node.abandon_yardstick()
-        node.abandon_yardstick()
+        schedule.abandon()
+        schedule.abandon()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "not finished: the node stopped" in warnings[0]
-    assert node.yardstick_pending is None and node.state.yardstick == []
+    assert schedule.pending is None and node.state.yardstick == []

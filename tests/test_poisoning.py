@@ -15,6 +15,7 @@ import pytest
 
 from swarmnode.config import NodeConfig
 from swarmnode.records import Group, Question
+from swarmnode.sampling import RewardWeighted, Uniform
 from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
@@ -68,7 +69,7 @@ def test_fabricated_rewards_are_replaced_and_never_drawn():
     assert next(r for r in ex.peer_rows() if r["peer_id"] == LIAR.peer_id)["left_out_by_reason"] == {"no_answer": 8}
     assert not any(g.has_signal() for g in pooled)
     for seed in range(20):
-        for mode in ("uniform", "reward-weighted"):
+        for mode in (Uniform(), RewardWeighted()):
             assert ex.pool.sample(4, random.Random(seed), exclude=NODE.peer_id, mode=mode) == []
     row = next(r for r in ex.peer_rows() if r["peer_id"] == LIAR.peer_id)
     assert row["reported_mean_reward"] == 1.0  # the claim is shown in the peer table, and only there

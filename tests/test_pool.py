@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
+from types import SimpleNamespace
 
 import pytest
 
 from swarmnode.records import Group, Question
+from swarmnode.sampling import MODES, SamplingMode, level_weight, sampling_mode
 from swarmnode.swarm.identity import name_from_peer_id
-from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, OwnRewards, PeerTable, display_text, level_weight
+from swarmnode.swarm.pool import MAX_MODEL_CHARS, ExternalPool, OwnRewards, PeerTable, display_text
+
+
+def mode(name: str, *, levels: Mapping[str, int] | None = None, own: Mapping[str, float] | None = None,
+         best: Mapping[str, float] | None = None) -> SamplingMode:
+    """Mode ``name`` as the exchange builds it, for a node of these levels, own recent mean
+    rewards (``own``) and best means (``best``, default ``own``)."""
+    rewards = SimpleNamespace(means=lambda: own or {}, bests=lambda: best if best is not None else own or {})
+    return sampling_mode(name, SimpleNamespace(levels=levels or {}), rewards)
 
 
 def group(peer: str, tag: str = "", rewards: list[float] | None = None) -> Group:
@@ -97,9 +108,9 @@ def test_sampling_is_deterministic_given_the_rng():
     pool = ExternalPool()
     for peer in "ABCDE":
         pool.add(1, groups(peer, 5))
-    for mode in ("uniform", "reward-weighted", "level-aware", "above-own", "above-best"):
-        a = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
-        b = pool.sample(6, random.Random(42), mode=mode, own={"chain_sum": 0.2})
+    for name in MODES:
+        a = pool.sample(6, random.Random(42), mode=mode(name, own={"chain_sum": 0.2}))
+        b = pool.sample(6, random.Random(42), mode=mode(name, own={"chain_sum": 0.2}))
         assert [g.question for g in a] == [g.question for g in b]
 
 
@@ -109,9 +120,9 @@ def test_reward_weighted_prefers_higher_rewards():
     pool.add(1, [group(f"Q{i}", "lo", rewards=[0.0, 0.1]) for i in range(10)])
     rng = random.Random(7)
     counts = {"uniform": Counter(), "reward-weighted": Counter()}
-    for mode in counts:
+    for name in counts:
         for _ in range(300):
-            counts[mode].update(g.question.question.rsplit("-", 1)[1] for g in pool.sample(2, rng, mode=mode))
+            counts[name].update(g.question.question.rsplit("-", 1)[1] for g in pool.sample(2, rng, mode=mode(name)))
     # Weights 0.95 vs 0.10: about 90% "hi" picks for the first draw; uniform stays near half.
     assert counts["reward-weighted"]["hi"] / 600 > 0.75
     assert 0.4 < counts["uniform"]["hi"] / 600 < 0.6
@@ -139,10 +150,10 @@ def test_level_aware_draws_groups_near_this_nodes_level():
     pool.add(1, [leveled(f"F{i}", "far", 9, [0.0, 0.0, 1.0, 1.0]) for i in range(10)])
     rng = random.Random(3)
     counts = {"uniform": Counter(), "level-aware": Counter()}
-    for mode in counts:
+    for name in counts:
+        drawing = mode(name, levels={"chain_sum": 2})
         for _ in range(300):
-            counts[mode].update(g.question.question.rsplit("-", 1)[1]
-                                for g in pool.sample(2, rng, mode=mode, levels={"chain_sum": 2}))
+            counts[name].update(g.question.question.rsplit("-", 1)[1] for g in pool.sample(2, rng, mode=drawing))
     # Weights 0.55 vs 0.069 (seven levels away): about 89% "near" for the first draw.
     assert counts["level-aware"]["near"] / 600 > 0.75
     assert 0.4 < counts["uniform"]["near"] / 600 < 0.6
@@ -158,7 +169,7 @@ def test_above_own_draws_only_groups_better_than_this_nodes_own_and_prefers_the_
     def tags(own, n=2, draws=300):
         rng = random.Random(5)
         return Counter(g.question.question.rsplit("-", 1)[1] for _ in range(draws)
-                       for g in pool.sample(n, rng, mode="above-own", own=own))
+                       for g in pool.sample(n, rng, mode=mode("above-own", own=own)))
 
     weak_node = tags({"chain_sum": 0.05, "gcd": 0.6})
     assert weak_node["other"] == 0  # gcd at 0.25 is below this node's own 0.6
@@ -177,7 +188,8 @@ def test_above_own_is_strictly_above_and_never_takes_a_group_without_signal():
     pool.add(1, [leveled(f"B{i}", "better", None, [0.0, 1.0, 1.0, 1.0]) for i in range(5)])  # mean 0.75
     rng = random.Random(11)
     drawn = Counter(g.question.question.rsplit("-", 1)[1] for _ in range(200)
-                    for g in pool.sample(4, rng, mode="above-own", own={"chain_sum": 0.5}, max_peer_share=1.0))
+                    for g in pool.sample(4, rng, mode=mode("above-own", own={"chain_sum": 0.5}),
+                                               max_peer_share=1.0))
     assert set(drawn) == {"better"} and drawn["better"] == 800  # every slot it could fill, nothing else
 
 
@@ -187,7 +199,7 @@ def test_above_own_weighs_a_peer_by_its_groups_mean_weight_not_their_number():
     pool.add(1, [leveled("ONE", "0", None, [0.0, 1.0, 1.0, 1.0])])
     pool.add(1, [leveled("LOW", str(i), None, [0.0, 0.0, 0.0, 1.0]) for i in range(20)])  # 0.25 each
     rng = random.Random(2)
-    first = Counter(pool.sample(1, rng, mode="above-own", own={"chain_sum": 0.2})[0].source for _ in range(3000))
+    first = Counter(pool.sample(1, rng, mode=mode("above-own", own={"chain_sum": 0.2}))[0].source for _ in range(3000))
     # Peer weights 0.60, 0.60 and 0.10 (difference plus the floor): 46 %, 46 %, 8 %.
     assert abs(first["MANY"] - first["ONE"]) < 250
     assert 0.04 < first["LOW"] / 3000 < 0.12
@@ -198,7 +210,7 @@ def test_above_own_keeps_the_per_peer_cap():
     pool.add(1, [leveled("STRONG", str(i), None, [0.0, 1.0, 1.0, 1.0]) for i in range(20)])
     pool.add(1, [leveled("PEER", "0", None, [0.0, 1.0, 1.0, 1.0])])
     for seed in range(20):
-        got = Counter(g.source for g in pool.sample(6, random.Random(seed), mode="above-own", own={},
+        got = Counter(g.source for g in pool.sample(6, random.Random(seed), mode=mode("above-own"),
                                                     max_peer_share=0.5))
         assert got == Counter({"STRONG": 3, "PEER": 1})  # the other two slots go to the node's own groups
 
@@ -234,14 +246,57 @@ def test_above_best_takes_only_groups_above_the_bar_it_is_given():
     pool = ExternalPool()
     pool.add(1, [leveled(f"W{i}", "weak", None, [0.0, 0.0, 0.0, 1.0]) for i in range(5)])  # mean 0.25
     pool.add(1, [leveled(f"S{i}", "strong", None, [0.0, 1.0, 1.0, 1.0]) for i in range(5)])  # mean 0.75
-    drawn = [g for seed in range(20) for g in pool.sample(4, random.Random(seed), mode="above-best",
-                                                           own={"chain_sum": 0.5}, max_peer_share=1.0)]
+    above_best = mode("above-best", own={"chain_sum": 0.1}, best={"chain_sum": 0.5})
+    drawn = [g for seed in range(20) for g in pool.sample(4, random.Random(seed), mode=above_best, max_peer_share=1.0)]
     assert drawn and {g.question.question.rsplit("-", 1)[1] for g in drawn} == {"strong"}
+
+
+# What the pool drew for each mode before modes were strategy objects (the mode a string the
+# pool dispatched on, levels and own rewards passed to each draw), from the pool of
+# ``_varied_pool``, 4 groups a draw, seeds 0-4: the strategies must draw the same.
+DRAWS_BEFORE = {
+    "uniform": "F2 E2 C3 B2|A1 F1 E3 B4|F4 F2 A2 A0|B3 D0 C0 D4|B0 A1 C3 A4",
+    "reward-weighted": "F2 E2 C3 B2|A2 F1 E3 B3|F4 F2 A2 A0|B3 D0 C0 D4|B0 A1 C3 A4",
+    "level-aware": "F2 E3 C2 B2|A2 F2 E3 B4|F4 F2 A2 A1|B3 D0 C0 D4|B0 A2 C3 A4",
+    "above-own": "E2 E1 B3 B0|A2 E2 E4 B3|F4 F2 A2 A0|B3 D0 C0 D4|B0 A0 C3 A4",
+    "above-best": "E2 E1 B3 B2|A0 E2 E1 B3|F4 F0 A0 A4|B3 C0 C1 D4|B2 A0 C1 A4",
+}
+
+
+def _varied_pool() -> ExternalPool:
+    """Six peers of five groups each: two families, levels 0-4 or none, five reward patterns."""
+    patterns = ([0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0], [1.0] * 4, [0.0, 0.5, 1.0, 1.0])
+    pool = ExternalPool()
+    for i, peer in enumerate("ABCDEF"):
+        pool.add(1, [Group(Question("gcd" if (i + k) % 3 == 0 else "chain_sum", f"{peer}{k}", "1", {},
+                                    None if k == 4 else (i + k) % 5), ["a", "b", "c", "d"],
+                           patterns[(i * 2 + k) % len(patterns)], source=peer) for k in range(5)])
+    return pool
+
+
+def test_every_mode_draws_what_it_drew_before_it_was_a_strategy():
+    assert list(DRAWS_BEFORE) == list(MODES)
+    for name in MODES:
+        drawing = mode(name, levels={"chain_sum": 2, "gcd": 4}, own={"chain_sum": 0.3, "gcd": 0.2},
+                       best={"chain_sum": 0.5, "gcd": 0.2})
+        pool = _varied_pool()
+        got = "|".join(" ".join(g.question.question for g in pool.sample(4, random.Random(seed), mode=drawing))
+                       for seed in range(5))
+        assert got == DRAWS_BEFORE[name], name
+
+
+def test_a_level_aware_mode_reads_the_levels_as_they_move():
+    levels = SimpleNamespace(levels={"chain_sum": 2})
+    drawing = sampling_mode("level-aware", levels, OwnRewards())
+    near, far = leveled("P", "a", 2, [0.0, 1.0, 0.0, 1.0]), leveled("P", "b", 6, [0.0, 1.0, 0.0, 1.0])
+    assert drawing.weigher()(near) > drawing.weigher()(far)
+    levels.levels = {"chain_sum": 6}  # the node's Levels after a round moved them
+    assert drawing.weigher()(near) < drawing.weigher()(far)
 
 
 def test_bad_mode_and_caps():
     with pytest.raises(ValueError, match="uniform"):
-        ExternalPool().sample(1, random.Random(0), mode="best")
+        mode("best")
     with pytest.raises(ValueError):
         ExternalPool(max_total=0)
 

@@ -262,3 +262,31 @@ def test_a_childs_cpu_time_counts_as_the_nodes_own():
     finally:
         child.communicate("")
     assert _own_cpu_s() - before >= 0.5  # ended and reaped: still counted
+
+
+def test_the_policy_follows_the_rounds_events_as_the_round_called_it():
+    """At each of the round's phases a shed comes at once; after a round it is judged on the
+    round's decode throughput (a rise that decoded slower is undone)."""
+    from apifakes import finished_row
+    from swarmnode.events import PhaseChanged, RoundFinished
+    from swarmnode.node.round import ROUND_PHASES
+    from swarmnode.node.roundthreads import RoundThreads
+    from swarmnode.node.state import NodeState
+
+    m = FakeMachine()
+    policy, rec = started(m, others=0.0)
+    state = NodeState()
+    state.listen(RoundThreads(policy))
+    m.run(5.0, others=1.0, own=2)  # another program takes a core mid-round
+    state.emit(PhaseChanged("idle"))  # the daemon's, between rounds: no reading taken
+    assert policy.count == 2 and rec.set_calls == []
+    state.emit(PhaseChanged(ROUND_PHASES[1]))
+    assert policy.count == 1 and rec.set_calls == [1]
+    # the core is free again: the round whose window held the load, then rounds confirming it; a rise is tried
+    for _ in range(1 + policy.confirm):
+        m.run(10.0, others=0.0)
+        state.emit(RoundFinished(finished_row(0, 0.5, tokens_generated=1000, seconds_generate=10.0)))
+    assert policy.count == 2
+    m.run(10.0, others=0.0, own=2)
+    state.emit(RoundFinished(finished_row(0, 0.5, tokens_generated=500, seconds_generate=10.0)))  # half: undone
+    assert policy.count == 1 and "decoded 50 tok/s against 100" in policy.choice.reason

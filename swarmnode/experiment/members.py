@@ -54,9 +54,8 @@ class InProcessLink(ExchangeBacked):
                 if other is not self.exchange:
                     other.receive(data)
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random,
-                      levels: Mapping[str, int] | None = None) -> list[Group]:
-        self.drawn = self.exchange.draw(round_no, n, rng, levels)
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        self.drawn = self.exchange.draw(round_no, n, rng)
         return self.drawn
 
     def peer_count(self) -> int:

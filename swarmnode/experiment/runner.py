@@ -161,12 +161,13 @@ class Experiment:
                 scorer = self.scorer_factory(self.families)
                 # The harness receives on the thread that samples: the check reads the model's own tokenizer.
                 scorer.budget = TokenBudget(base.tokenizer, cfg.max_new_tokens, cfg.prefill_answer_tag)
-                exchange = Exchange(identity, cfg, scorer, base.name, families=self.families)
+                levels = self._levels(cfg)
+                exchange = Exchange(identity, cfg, scorer, base.name, families=self.families, levels=levels)
                 exchanges.append(exchange)
                 link = InProcessLink(exchange, exchanges, sharing=arm.external > 0)
                 node = Node(cfg, self._node_home(seed, arm, k), policy,
                             TaskSource(self.families, derive_seed(f"tasks:{k}")), scorer, link, NodeState(),
-                            seed=derive_seed(f"node:{seed}:{k}"), levels=self._levels(cfg))
+                            seed=derive_seed(f"node:{seed}:{k}"), levels=levels)
                 members.append(Member(arm, k, cohort, node, link, dict(node.levels.levels)))
         self.members = members
         for model in self.bases:  # each base's active adapter a new one, so deleting the old ones is safe

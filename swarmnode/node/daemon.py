@@ -3,11 +3,12 @@
 One asyncio event loop owns the schedule (and, once started, networking and the local
 API); model work, which holds the CPU or GPU for seconds, runs in one worker thread of its
 own (:class:`~swarmnode.node.threads.ModelThread`, which sets the node's thread count before
-each job) so the loop stays responsive. Between rounds the node takes a piece of its
-yardstick, within the time its rounds earn (:mod:`swarmnode.node.yardsticks`), so round 0
-never waits for it. The first SIGINT or SIGTERM asks the round in flight to stop at the next
-phase boundary (an abandoned round leaves no trace and runs again on restart); the second
-forces an immediate exit.
+each job) so the loop stays responsive. The daemon registers what follows the round on the
+node's events: the thread policy (:mod:`swarmnode.node.roundthreads`) and the yardstick's
+schedule. Between rounds the node takes a piece of its yardstick, within the time its rounds
+earn (:mod:`swarmnode.node.yardsticks`), so round 0 never waits for it. The first SIGINT or
+SIGTERM asks the round in flight to stop at the next phase boundary (an abandoned round leaves
+no trace and runs again on restart); the second forces an immediate exit.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from swarmnode.node.logs import report_a_slow_stop
 from swarmnode.node.metrics import MetricsError
 from swarmnode.node.priority import apply_priority
 from swarmnode.node.round import Node, RoundAbandoned, derive_seed
+from swarmnode.node.roundthreads import RoundThreads
 from swarmnode.node.state import NodeInfo, NodeState
 from swarmnode.node.threads import ModelThread, ThreadChoice, ThreadPolicy, confine_library_threads
+from swarmnode.node.yardsticks import YardstickSchedule
 from swarmnode.paths import NodeHome
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity, IdentityError
@@ -58,10 +61,12 @@ class Daemon:
         self._unpaused: asyncio.Event | None = None
         self._signals = 0
         self.node: Node | None = None
+        self.yardstick: YardstickSchedule | None = None
         self.link: NetworkLink | None = None
         self.priority = "normal"
         self.threads = ThreadPolicy(cfg.threads, on_change=self._threads_changed)
         self.model = ModelThread(self.threads)
+        self.state.listen(RoundThreads(self.threads))
 
     # ---- control (the local API calls these) --------------------------------------------
     def request_stop(self) -> None:
@@ -138,8 +143,9 @@ class Daemon:
         log.info("threads: %d (%s)", choice.count, choice.reason)
         return identity, policy, families, seed, levels
 
-    async def _build_node(self) -> Node:
-        """The node, its swarm link open (unless solo) and its last checkpoint restored."""
+    async def _build_node(self) -> tuple[Node, YardstickSchedule]:
+        """The node, its swarm link open (unless solo), its yardstick's schedule following it and
+        its last checkpoint restored."""
         try:
             identity, policy, families, seed, levels = await self.model.run(self._load)
         except (ModelError, IdentityError) as exc:
@@ -148,21 +154,27 @@ class Daemon:
         # that check reads a copy of the tokenizer of its own.
         scorer = Scorer(families, budget=TokenBudget(copy.deepcopy(policy.tokenizer), self.cfg.max_new_tokens,
                                                      self.cfg.prefill_answer_tag))
-        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name, families)
+        swarm = SoloLink() if self.cfg.solo else await self._join(identity, scorer, policy.model_name, families,
+                                                                  levels)
         node = Node(self.cfg, self.home, policy, TaskSource(families, seed), scorer, swarm, self.state, seed,
-                    threads=self.threads, levels=levels)
+                    levels=levels)
+        yardstick = YardstickSchedule(node)
+        self.state.listen(yardstick)
         try:
             await self.model.run(node.resume)
+            await self.model.run(yardstick.restore)
         except (CheckpointError, MetricsError) as exc:
             raise StartupError(str(exc)) from None
-        return node
+        return node, yardstick
 
-    async def _join(self, identity: Identity, scorer: Scorer, model_name: str, families: dict) -> NetworkLink:
+    async def _join(self, identity: Identity, scorer: Scorer, model_name: str, families: dict,
+                    levels: Levels) -> NetworkLink:
         """Open the transport; the node trains alone (and keeps retrying) while no peer answers.
-        Peers' groups of other ``families`` than this node's are dropped on arrival."""
+        Peers' groups of other ``families`` than this node's are dropped on arrival; ``levels``
+        (the node's) steer a level-aware draw."""
         transport = transport_for(self.cfg, identity)
         exchange = Exchange(identity, self.cfg, scorer, model_name, state=self.state, on_ban=transport.block,
-                            credits_dir=self.home.credits, families=families)
+                            credits_dir=self.home.credits, families=families, levels=levels)
         self.link = NetworkLink(exchange, transport, self.state, asyncio.get_running_loop())
         try:
             await self.link.start()
@@ -193,29 +205,29 @@ class Daemon:
         except OSError as exc:  # ApiServer.start's messages say what failed and what to do
             raise StartupError(f"local API: {exc}") from None
         try:
-            self.node = await self._build_node()
+            self.node, self.yardstick = await self._build_node()
             log.info("running: %s (%s), API on http://127.0.0.1:%d; watch it with `swarmnode tui --home %s`",
                      self.state.info.name, self.state.info.peer_id, port, self.home.root)
             if not self._stop.is_set():
-                await self._rounds(self.node)
+                await self._rounds(self.node, self.yardstick)
         finally:
             report_a_slow_stop(self.home)
-            if self.node is not None:
-                self.node.abandon_yardstick()
+            if self.yardstick is not None:
+                self.yardstick.abandon()
             if self.link is not None:
                 await self.link.stop()
             await api.stop()
             self.model.close()
         return 0
 
-    async def _rounds(self, node: Node) -> None:
+    async def _rounds(self, node: Node, yardstick: YardstickSchedule) -> None:
         unpaused = self._unpaused
         assert unpaused is not None, "run() makes the event before the rounds start"
         done = 0
         while not self._stop.is_set():
             if self.cfg.rounds is not None and done >= self.cfg.rounds:
                 break
-            await self._yardstick(node)
+            await self._yardstick(yardstick)
             self.state.emit(PhaseChanged("idle"))
             await unpaused.wait()
             if self._stop.is_set():
@@ -233,19 +245,19 @@ class Daemon:
                      record.n_dropped_zero_adv, "n/a" if record.loss is None else f"{record.loss:.4f}",
                      record.tokens_generated, record.seconds, record.threads)
 
-    async def _yardstick(self, node: Node) -> None:
+    async def _yardstick(self, schedule: YardstickSchedule) -> None:
         """Take the piece of the yardstick the node's yardstick clock allows in this gap between
         rounds (:mod:`swarmnode.node.yardsticks`), so no round waits on it for long and round
         timings leave it out. A failure costs the record, not the node."""
         if self._stop.is_set():
             return
         try:
-            record = await self.model.run(node.yardstick_between_rounds, self._stop.is_set)
+            record = await self.model.run(schedule.between_rounds, self._stop.is_set)
         except MetricsError as exc:
             log.warning("yardstick not recorded: %s", exc)
             return
         if record is not None:
             log.info("yardstick after %d rounds: %s on %d held-out questions (%s)", record.round,
                      "n/a" if record.score is None else f"{record.score:.3f}", record.questions,
-                     "kept from an earlier node of this model and task mix" if node.yardstick_cached
+                     "kept from an earlier node of this model and task mix" if schedule.cached
                      else f"{record.seconds:.1f} s between rounds")

@@ -4,6 +4,11 @@
 Algorithm 1) then :meth:`Node.update` (steps 4-6), on one screen; :meth:`Node.finish_round`
 writes its metrics line and checkpoint; :meth:`Node.resume` puts a restarted node back where it
 was. Everything here runs in the daemon's worker thread, never on the event loop.
+
+The round reports itself as events through its ``NodeState``: RoundStarted, a PhaseChanged at
+each of :data:`ROUND_PHASES`, RoundFinished and LevelsNow once saved. What follows the round
+listens to them, registered by whoever builds it: the thread policy
+(:mod:`swarmnode.node.roundthreads`) and the yardstick's schedule (:mod:`swarmnode.node.yardsticks`).
 """
 
 from __future__ import annotations
@@ -21,29 +26,22 @@ from typing import Any
 import torch
 
 from swarmnode.config import NodeConfig
-from swarmnode.events import LevelsNow, PhaseChanged, RoundFinished, RoundStarted, YardstickScored
+from swarmnode.events import LevelsNow, PhaseChanged, RoundFinished, RoundStarted
 from swarmnode.node.budget import RoundBudget
 from swarmnode.node.checkpoint import latest_checkpoint, restore, save_checkpoint
 from swarmnode.node.metrics import MetricsLog
 from swarmnode.node.state import NodeState
-from swarmnode.node.threads import ThreadPolicy
-from swarmnode.node.yardsticks import YardstickClock
 from swarmnode.paths import NodeHome
-from swarmnode.records import Group, Question, RoundRecord, YardstickRecord
+from swarmnode.records import Group, Question, RoundRecord
 from swarmnode.swarm.link import SwarmLink
 from swarmnode.train.curriculum import DORMANT_WEIGHT, Levels
 from swarmnode.train.policy import Generation, Policy
 from swarmnode.train.tasks import Scorer, TaskSource, full_response
-from swarmnode.train.yardstick import (
-    YardstickRun,
-    cached_untrained,
-    store_untrained,
-    untrained_key,
-    untrained_weights,
-    yardstick_questions,
-)
 
 log = logging.getLogger(__name__)
+
+# The phases of a round, in order; a stop request is honoured at each boundary.
+ROUND_PHASES = ("generating", "scoring", "sharing", "training")
 
 
 class RoundAbandoned(Exception):
@@ -127,14 +125,10 @@ class Rollout:
 
 class Node:
     def __init__(self, cfg: NodeConfig, home: NodeHome, policy: Policy, tasks: TaskSource, scorer: Scorer,
-                 swarm: SwarmLink, state: NodeState, seed: int, threads: ThreadPolicy | None = None,
-                 levels: Levels | None = None):
+                 swarm: SwarmLink, state: NodeState, seed: int, levels: Levels | None = None):
         self.cfg, self.home, self.policy, self.tasks, self.scorer = cfg, home, policy, tasks, scorer
         self.swarm, self.state, self.seed = swarm, state, seed
-        # None leaves torch's thread count alone (the experiment runs several nodes in one process)
-        self.threads = threads
         self.metrics = MetricsLog(home.metrics_file)
-        self.yardstick_log = MetricsLog(home.yardstick_file, YardstickRecord)
         self.next_round = 0
         self.budget = RoundBudget(cfg)
         # Levels of the families (None: every family at its task-file config, no ladder).
@@ -142,19 +136,11 @@ class Node:
         # The levels a finished round leads to, committed by finish_round: an abandoned round
         # must leave the levels as they were.
         self._levels_after: tuple[int, Levels] | None = None
-        # The yardstick being taken between rounds, with the untrained score's cache key (round 0 only).
-        self.yardstick_clock = YardstickClock()
-        self._yardstick: tuple[YardstickRun, str | None] | None = None
-        self._yardstick_passed: set[int] = set()  # rounds whose yardstick is skipped or failed
-        self.yardstick_cached = False  # whether the last record came from the cache
 
     def _phase(self, phase: str, should_stop: Callable[[], bool]) -> None:
         if should_stop():
             raise RoundAbandoned()
-        log.debug("phase %s", phase)  # tests read the phase a crash hit from the log
         self.state.emit(PhaseChanged(phase))
-        if self.threads is not None:
-            self.threads.check_phase()
 
     def run_round(self, r: int, should_stop: Callable[[], bool] = lambda: False) -> RoundRecord:
         """One SAPO round. Raises RoundAbandoned on a stop request.
@@ -173,7 +159,7 @@ class Node:
         questions = self.tasks.sample(r, cfg.questions, levels, self.levels.focus())
         # 2. Generate L completions per question with the local policy.
         self._phase("generating", should_stop)
-        n_threads = torch.get_num_threads()  # what decoding runs with, after _phase applied the policy
+        n_threads = torch.get_num_threads()  # what decoding runs with (the thread policy listens to the phase)
         completions, max_new_tokens = self.budget.plan()
         gen = self.policy.generate([self.policy.prompt(q.question) for q in questions], completions,
                                    max_new_tokens=max_new_tokens, temperature=cfg.temperature,
@@ -193,7 +179,7 @@ class Node:
         cfg, r, t0 = self.cfg, rollout.round, time.perf_counter()
         rng = random.Random(f"{self.seed}:{r}:train")
         # 4. Training set: I local + J external groups (external ones re-scored on arrival).
-        external = self.swarm.draw_external(r, cfg.external, rng, rollout.levels)
+        external = self.swarm.draw_external(r, cfg.external, rng)
         train, dropped = select_training_set(rollout.groups, external, cfg.local, cfg.external, rng)
         # 6. One GRPO update.
         self._phase("training", should_stop)
@@ -208,8 +194,6 @@ class Node:
         by_task: dict[str, list[float]] = defaultdict(list)
         for g in rollout.groups:
             by_task[g.question.family].extend(g.rewards)
-        if self.threads is not None:
-            self.threads.end_round(rollout.tokens / rollout.seconds_generate if rollout.seconds_generate > 0 else None)
         return RoundRecord(
             round=r, started_at=rollout.started_at,
             seconds=round(rollout.seconds_generate + rollout.seconds_score + seconds_train, 3),
@@ -227,7 +211,6 @@ class Node:
         """Persist a finished round: metrics line first, then the checkpoint (see :mod:`swarmnode.node.metrics`)."""
         log.debug("round %d: saving", record.round)
         self.metrics.append(record)
-        self.yardstick_clock.round_done(record.seconds)
         self.budget.observe(record.seconds, record.tokens_generated, self.cfg.questions * record.completions)
         self.commit_levels(record.round)
         save_checkpoint(self.home.checkpoints, record.round, self.policy,
@@ -242,7 +225,7 @@ class Node:
         """Take the levels finished round ``r`` led to (``update`` only proposes them)."""
         if self._levels_after is not None and self._levels_after[0] == r:
             before = set(self.levels.dormant())
-            self.levels = self._levels_after[1]
+            self.levels.take(self._levels_after[1])
             after = set(self.levels.dormant())
             for family in sorted(after - before):
                 log.info("%s: no signal at the end of its ladder (level %d), drawn at %.0f%% of its weight until it"
@@ -263,8 +246,6 @@ class Node:
             log.info("resumed from %s: next round is %d", ckpt.path, ckpt.round + 1)
             self.next_round = ckpt.round + 1
         self.state.restore_rounds(records)
-        for yardstick in self.yardstick_log.truncate_after(self.next_round):
-            self.state.emit(YardstickScored(yardstick))
         self.state.emit(LevelsNow(dict(self.levels.levels), tuple(self.levels.dormant())))
         return self.next_round
 
@@ -275,119 +256,3 @@ class Node:
             self.swarm.restore_peer_state(state)
         except ValueError as exc:
             log.warning("the peer table's groups kept, with signal and dropped start again: %s", exc)
-
-    # ---- the yardstick (see swarmnode.node.yardsticks for when, swarmnode.train.yardstick for how) ----
-    def yardstick_due(self) -> bool:
-        """True when the policy as of ``next_round`` should be scored on the yardstick and is not yet."""
-        every, r = self.cfg.eval_every, self.next_round
-        return bool(every) and r % every == 0 and r not in self._yardstick_passed and not any(
-            row["round"] == r for row in self.state.yardstick)
-
-    @property
-    def yardstick_pending(self) -> int | None:
-        """The round whose yardstick is being taken, if one is."""
-        return None if self._yardstick is None else self._yardstick[0].round
-
-    def _start_yardstick(self) -> YardstickRecord | None:
-        """Begin the due yardstick: a copy of the adapter as it is now (round 0: the base model's,
-        whose score may come from the cache, which returns its record at once)."""
-        r = self.next_round
-        try:
-            questions = yardstick_questions(self.tasks.spec)
-        except Exception as exc:  # noqa: BLE001 - reasoning-gym's generators are third-party code
-            self._yardstick_passed.add(r)
-            log.warning("yardstick after %d rounds not taken: its questions could not be made (%s: %s)",
-                        r, type(exc).__name__, exc)
-            return None
-        key = None
-        if r == 0:
-            key = untrained_key(self.policy, questions)
-            cached = cached_untrained(key)
-            try:
-                record = None if cached is None else YardstickRecord.from_json(
-                    {**cached, "round": 0, "started_at": time.time()})
-            except ValueError as exc:
-                log.debug("cached untrained yardstick ignored: %s", exc)
-                record = None
-            if record is not None:
-                return self._record_yardstick(record, cached=True)
-            weights = untrained_weights(self.policy)
-        else:
-            weights = [p.detach().clone() for p in self.policy.params]
-        self._yardstick = (YardstickRun(r, questions, weights), key)
-        return None
-
-    def _record_yardstick(self, record: YardstickRecord, cached: bool = False) -> YardstickRecord:
-        self.yardstick_cached = cached
-        self.yardstick_log.append(record)
-        self.state.emit(YardstickScored(record))
-        return record
-
-    def _advance_yardstick(self, budget_s: float, should_stop: Callable[[], bool]) -> YardstickRecord | None:
-        """One :meth:`YardstickRun.step` of the pending yardstick; its record once it is complete."""
-        assert self._yardstick is not None
-        run, key = self._yardstick
-        self.state.emit(PhaseChanged("evaluating"))
-        before = run.seconds
-        try:
-            done = run.step(self.policy, self.scorer, budget_s, should_stop)
-        except Exception as exc:  # noqa: BLE001 - a yardstick failure costs the record, never the node
-            self._yardstick = None
-            self._yardstick_passed.add(run.round)
-            log.warning("yardstick after %d rounds not taken: %s: %s", run.round, type(exc).__name__, exc)
-            return None
-        finally:
-            self.yardstick_clock.spent(run.seconds - before)
-        if not done:
-            return None
-        self._yardstick = None
-        result = run.result()
-        if key is not None:
-            store_untrained(key, result)
-        return self._record_yardstick(YardstickRecord(round=run.round, started_at=run.started_at, **result))
-
-    def yardstick_between_rounds(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
-        """Take what the yardstick clock allows of the pending or due yardstick; its record once complete.
-
-        A yardstick due while another is still being taken is skipped (one log line), so its
-        cost stays within the clock's share however slow it is.
-        """
-        if self.yardstick_due():
-            if self._yardstick is None:
-                record = self._start_yardstick()
-                if record is not None:
-                    return record
-            elif self._yardstick[0].round != self.next_round:
-                self._yardstick_passed.add(self.next_round)
-                log.info("yardstick after %d rounds skipped: the one after %d rounds is still being taken",
-                         self.next_round, self._yardstick[0].round)
-        if self._yardstick is None or not self.yardstick_clock.may_run(self._yardstick[0].next_cost(self.policy)):
-            return None
-        return self._advance_yardstick(self.yardstick_clock.gap(), should_stop)
-
-    def run_yardstick(self, should_stop: Callable[[], bool] = lambda: False) -> YardstickRecord | None:
-        """Take the pending or due yardstick to its end now; record and return it.
-
-        Its row's ``round`` is the number of rounds trained when its adapter was copied. A stop
-        request ends it with nothing recorded (None); it is taken again on restart while due.
-        """
-        if self._yardstick is None:
-            if not self.yardstick_due():
-                return None
-            record = self._start_yardstick()
-            if record is not None or self._yardstick is None:
-                return record
-        while self._yardstick is not None:
-            record = self._advance_yardstick(float("inf"), should_stop)
-            if should_stop():
-                return None
-            if record is not None:
-                return record
-        return None
-
-    def abandon_yardstick(self) -> None:
-        """Drop the yardstick being taken (the node stops), with one warning."""
-        if self._yardstick is not None:
-            log.warning("yardstick after %d rounds not finished: the node stopped (%d of %d questions scored)",
-                        self._yardstick[0].round, self._yardstick[0].scored, len(self._yardstick[0].questions))
-            self._yardstick = None

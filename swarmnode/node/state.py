@@ -2,24 +2,36 @@
 
 The round runs in a worker thread and the API on the event loop, so every change goes
 through :meth:`NodeState.emit`, which is safe to call from any thread: it applies the event
-(:meth:`swarmnode.events.NodeView.apply`, the reducer the dashboard uses too) under a lock
-and hands it to the loop, where subscribers' queues are fed in order. Subscribers that fall
-behind lose their oldest events rather than growing memory.
+(:meth:`swarmnode.events.NodeView.apply`, the reducer the dashboard uses too) under a lock,
+calls the node's listeners (:meth:`NodeState.listen`) in the emitting thread, and hands it to
+the loop, where subscribers' queues are fed in order. Subscribers that fall behind lose their
+oldest events rather than growing memory.
+
+Listeners are how the parts that follow the round learn of it: the round
+(:mod:`swarmnode.node.round`) only emits its phases and its end; whoever builds it registers
+the thread policy's and the yardstick's followers (``node/roundthreads.py``,
+``node/yardsticks.py``). Each PhaseChanged is logged at DEBUG here ("phase generating"): a
+crashed node's log says which phase the crash hit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmnode.events import NodeEvent, NodeView
+from swarmnode.events import NodeEvent, NodeView, PhaseChanged
 from swarmnode.records import RoundRecord
 
+log = logging.getLogger(__name__)
+
 _SUBSCRIBER_QUEUE = 1000
+
+Listener = Callable[[NodeEvent], None]
 
 
 @dataclass
@@ -48,15 +60,27 @@ class NodeState(NodeView):
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: set[asyncio.Queue] = set()
+        self._listeners: list[Listener] = []
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver events on ``loop`` from now on (the daemon calls this once)."""
         self._loop = loop
 
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener`` with every event from now on, in the thread that emits it, after the
+        view took it and in the order listeners were registered. Register before the events
+        flow (the round's are emitted in the node's model thread); a listener must not raise."""
+        self._listeners.append(listener)
+
     def emit(self, event: NodeEvent) -> None:
-        """Apply ``event`` and deliver it to subscribers (as its JSON); callable from any thread."""
+        """Apply ``event``, call the listeners, deliver it to subscribers (as its JSON); callable
+        from any thread."""
         with self._lock:
             self.apply(event)
+        if isinstance(event, PhaseChanged):
+            log.debug("phase %s", event.phase)
+        for listener in self._listeners:
+            listener(event)
         loop = self._loop
         if loop is None or loop.is_closed():
             return

@@ -36,6 +36,7 @@ from typing import Callable, Mapping, Protocol
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
+from swarmnode.sampling import LevelSource, sampling_mode
 from swarmnode.swarm import receipt
 from swarmnode.swarm.bundle import (
     SIGNING_DOMAINS,
@@ -79,14 +80,16 @@ class Exchange:
     def __init__(self, identity: Identity, cfg: NodeConfig, scorer: Rescorer, model_name: str, *,
                  state: EventSink | None = None, limits: BundleLimits = BundleLimits(),
                  on_ban: Callable[[str, float], None] | None = None, pool: ExternalPool | None = None,
-                 credits_dir: Path | None = None, families: Collection[str] | None = None):
+                 credits_dir: Path | None = None, families: Collection[str] | None = None,
+                 levels: LevelSource | None = None):
         """``on_ban(peer_id, seconds)`` runs once per ban the guard imposes (the daemon passes
         the transport's ``block``, so a banned flooder is dropped before any check). Without
         ``pool``, the exchange keeps a default-sized one that holds newcomers to
         ``cfg.newcomer_share``. ``credits_dir`` holds the node's receipt ledger (without it,
         receipts addressed to this node are ignored; the node still sends its own).
         ``families``: the task families this node runs (a peer's group of another is dropped);
-        None takes any its verifier scores."""
+        None takes any its verifier scores. ``levels``: this node's family levels as they move
+        (its ``Levels``), which ``level-aware`` sampling reads."""
         self.identity = identity
         self.cfg = cfg
         self.scorer = scorer
@@ -100,6 +103,7 @@ class Exchange:
         self.pool = pool
         self.peers = PeerTable()
         self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
+        self.sampling = sampling_mode(cfg.external_sampling, levels, self.own)
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
         self._warned_newer = False
         self.ledger = None if credits_dir is None else Ledger(credits_dir, self.standing.is_established)
@@ -258,17 +262,15 @@ class Exchange:
             received, self._received = self._received, {}
         return {f: (n, total) for f, (n, total) in received.items()}
 
-    def draw(self, round_no: int, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Group]:
-        """Up to ``n`` external groups for the round's training set (see ExternalPool.sample).
-        ``round_no`` is this node's round: it is the clock of peers' probation. ``levels``:
-        this node's family levels, for ``level-aware`` sampling."""
+    def draw(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        """Up to ``n`` external groups for the round's training set, drawn by this node's
+        sampling mode (see ExternalPool.sample). ``round_no`` is this node's round: it is the
+        clock of peers' probation."""
         self.standing.advance(round_no)
         if self.ledger is not None:
             self.ledger.promote()
-        mode = self.cfg.external_sampling
-        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=mode,
-                                max_peer_share=self.cfg.max_peer_share, levels=levels,
-                                own=self.own.bests() if mode == "above-best" else self.own.means())
+        return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.sampling,
+                                max_peer_share=self.cfg.max_peer_share)
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and

@@ -28,10 +28,9 @@ class SwarmLink(Protocol):
         """Offer this round's local groups to the swarm; must return at once (never blocks a round)."""
         ...
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random,
-                      levels: Mapping[str, int] | None = None) -> list[Group]:
-        """Up to ``n`` peers' groups, already re-scored by this node's own verifier; ``levels``
-        (this node's family levels) steer ``level-aware`` sampling."""
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        """Up to ``n`` peers' groups, already re-scored by this node's own verifier, drawn by
+        its sampling mode (:mod:`swarmnode.sampling`)."""
         ...
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
@@ -72,8 +71,7 @@ class SoloLink:
     def share(self, round_no: int, groups: list[Group]) -> None:
         pass
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random,
-                      levels: Mapping[str, int] | None = None) -> list[Group]:
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
         return []
 
     def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
@@ -199,9 +197,8 @@ class NetworkLink(ExchangeBacked):
         data = self.exchange.outgoing(round_no, groups)
         asyncio.run_coroutine_threadsafe(self.transport.publish(round_no, data), self.loop)
 
-    def draw_external(self, round_no: int, n: int, rng: random.Random,
-                      levels: Mapping[str, int] | None = None) -> list[Group]:
-        return self.exchange.draw(round_no, n, rng, levels)
+    def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
+        return self.exchange.draw(round_no, n, rng)
 
     def peer_count(self) -> int:
         return len(self._known_peers)

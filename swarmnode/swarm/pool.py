@@ -12,10 +12,9 @@ Room and draws are split over peers by :class:`~swarmnode.swarm.standing.PeerSha
 :class:`~swarmnode.swarm.standing.Standing`, peers without a record (newcomers) hold at most
 ``newcomer_share`` of the pool and get at most that share of a round's draws, together. The
 J external groups of a round are drawn peer first (each eligible peer equally likely, or
-weighted by the mean weight of its eligible groups: by reward in ``reward-weighted`` mode, by
-nearness to this node's own level and by signal in ``level-aware`` mode, by how far its reward
-is above this node's own in the ``above-`` modes), then one group of that peer (uniform, or by the
-same weights), with a cap on any one peer's share. ``above-own`` draws only groups whose mean
+weighted by the mean weight of its eligible groups), then one group of that peer by the same
+weights, with a cap on any one peer's share; which groups are eligible and what each weighs is
+the node's sampling mode (:mod:`swarmnode.sampling`). ``above-own`` draws only groups whose mean
 reward, as this node scored them, is above this node's own recent mean reward on their family
 (:class:`OwnRewards`): a weak node learns from peers that do better than it does, and a strong
 one leaves the slots of groups worse than its own to its own groups. That bar falls when the
@@ -46,16 +45,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from swarmnode.records import Group
+from swarmnode.sampling import SamplingMode, Uniform
 from swarmnode.swarm.bundle import BundleRejected, group_fields, parse_group
 from swarmnode.swarm.identity import name_from_peer_id
 from swarmnode.swarm.standing import PeerShare, Standing
 
-SAMPLING_MODES = ("uniform", "reward-weighted", "level-aware", "above-own", "above-best")
-# The modes whose bar is this node's own reward on a family (see OwnRewards).
-BAR_MODES = ("above-own", "above-best")
-# Added to every group's mean reward in reward-weighted sampling, so a group whose responses
-# all scored low (yet differ) can still be drawn.
-REWARD_FLOOR = 0.05
 UNKNOWN_PEER = "unknown"
 # Longest model name the peer table keeps: a stranger's string, shown in a narrow column.
 MAX_MODEL_CHARS = 40
@@ -76,17 +70,6 @@ class _Entry:
     round_no: int  # as the sender declared it: for display and ``min_round`` only, never for age
     seq: int  # arrival order at this node
     group: Group
-
-
-def level_weight(group: Group, levels: Mapping[str, int]) -> float:
-    """A group's weight in ``level-aware`` sampling: ``1 / (1 + |its level - this node's level
-    of its family|)`` (0.5 where either is unknown, as one level apart), times its signal for
-    this node, the spread of its re-scored rewards (population standard deviation, at most 0.5
-    for rewards in [0, 1]) plus :data:`REWARD_FLOOR`. A sender's level claim only steers what
-    this node draws; its rewards here are this node's own."""
-    own = levels.get(group.question.family)
-    near = 0.5 if own is None or group.level is None else 1.0 / (1.0 + abs(group.level - own))
-    return near * (statistics.pstdev(group.rewards) + REWARD_FLOOR)
 
 
 class OwnRewards:
@@ -137,6 +120,9 @@ class OwnRewards:
 
 def _mean(group: Group) -> float:
     return sum(group.rewards) / len(group.rewards)
+
+
+UNIFORM = Uniform()
 
 
 class ExternalPool:
@@ -208,48 +194,34 @@ class ExternalPool:
         if not self._by_round[entry.round_no]:
             del self._by_round[entry.round_no]
 
-    def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: str = "uniform",
-               max_peer_share: float = 0.5, min_round: int | None = None,
-               levels: Mapping[str, int] | None = None, own: Mapping[str, float] | None = None) -> list[Group]:
+    def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: SamplingMode = UNIFORM,
+               max_peer_share: float = 0.5, min_round: int | None = None) -> list[Group]:
         """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
         :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
         newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
 
-        ``uniform`` draws each eligible peer with equal chance, then one of its eligible groups
-        with equal chance; ``reward-weighted`` weights a group by its mean (receiver) reward
-        plus :data:`REWARD_FLOOR` and a peer by the mean weight of its eligible groups (so
-        sending more groups never raises a peer's chance); ``level-aware`` likewise, a group
-        weighing :func:`level_weight` against this node's ``levels`` (family -> level);
-        ``above-own`` and ``above-best`` take only groups whose mean reward is above ``own``
-        (family -> this node's bar: its own recent mean reward, or the best of them; 0 for a
-        family it lacks) and weight them by the difference plus :data:`REWARD_FLOOR`.
+        ``mode`` (:mod:`swarmnode.sampling`) says which groups are eligible and what each
+        weighs; a peer is drawn with equal chance (``uniform``) or by the mean weight of its
+        eligible groups (so sending more groups never raises a peer's chance), then one of its
+        groups by their weights.
         """
-        if mode not in SAMPLING_MODES:
-            raise ValueError(f"sampling mode must be one of {', '.join(SAMPLING_MODES)}, not {mode!r}")
-        own = own or {}
-
-        def above(g: Group) -> float:
-            return _mean(g) - own.get(g.question.family, 0.0)
-
+        weigh = mode.weigher()
         with self._lock:
             candidates: dict[str, list[Group]] = {}
+            weights: dict[str, list[float]] = {}
             for peer, queue in self._by_peer.items():
                 if peer == exclude:
                     continue
-                eligible = [e.group for e in queue
+                eligible = [(e.group, w) for e in queue
                             if (min_round is None or e.round_no >= min_round) and e.group.has_signal()
-                            and (mode not in BAR_MODES or above(e.group) > 0)]
+                            and (w := weigh(e.group)) is not None]
                 if eligible:
-                    candidates[peer] = eligible
+                    candidates[peer] = [g for g, _ in eligible]
+                    weights[peer] = [w for _, w in eligible]
             established = {p: self._established(p) for p in candidates}
-        weigh = {"uniform": lambda g: 1.0,
-                 "reward-weighted": lambda g: max(_mean(g), 0.0) + REWARD_FLOOR,
-                 "level-aware": lambda g: level_weight(g, levels or {}),
-                 **dict.fromkeys(BAR_MODES, lambda g: above(g) + REWARD_FLOOR)}[mode]
-        weights = {p: [weigh(g) for g in gs] for p, gs in candidates.items()}
         share = PeerShare(max_peer_share=max_peer_share, newcomer_share=self.newcomer_share)
         peers = share.pick(n, {p: len(gs) for p, gs in candidates.items()}, established.__getitem__, rng,
-                           None if mode == "uniform" else {p: sum(w) / len(w) for p, w in weights.items()})
+                           {p: sum(w) / len(w) for p, w in weights.items()} if mode.WEIGHS_PEERS else None)
         out: list[Group] = []
         for peer in peers:
             i = rng.choices(range(len(candidates[peer])), weights[peer])[0]

@@ -221,6 +221,11 @@ class Levels:
         other.quiet = dict(self.quiet)
         return other
 
+    def take(self, other: Levels) -> None:
+        """Become ``other`` (a copy a finished round moved), staying this object: what reads a
+        node's levels (its level-aware draw) holds this one for the node's life."""
+        self.levels, self.recent, self.quiet = other.levels, other.recent, other.quiet
+
     def observe(self, results: Iterable[tuple[str, Sequence[float]]]) -> dict[str, int]:
         """Feed ``(family, completion rewards)`` of this round's local groups; returns
         ``{family: new level}`` for the families that moved (nothing when not adaptive)."""
