@@ -52,7 +52,8 @@ async def _serve(args: argparse.Namespace, home: Path) -> None:
 
     identity = identity_for(args.seed)
     # Probation of one round and no caps per peer: three nodes trade every group they can.
-    cfg = NodeConfig(swarm=args.swarm, solo=False, probation_rounds=1, max_peer_share=1.0, newcomer_share=1.0)
+    cfg = NodeConfig(swarm=args.swarm, solo=False, probation_rounds=1, max_peer_share=1.0, newcomer_share=1.0,
+                     external_sampling="uniform")  # every pooled group may be drawn, whatever its reward
     exchange = Exchange(identity, cfg, Scorer(), "receipts", credits_dir=home / "credits")
     transport = create_transport(args.transport, identity, args.swarm, bootstrap=args.bootstrap, listen=args.listen)
 

@@ -40,7 +40,8 @@ def signal_groups(n: int, first: int = 0) -> list[Group]:
 
 def exchange(who: Identity, tmp_path, probation: int = 1) -> Exchange:
     # One peer may fill every slot here: the tests count exactly what was drawn.
-    cfg = NodeConfig(swarm=SWARM, solo=False, probation_rounds=probation, max_peer_share=1.0, newcomer_share=1.0)
+    cfg = NodeConfig(swarm=SWARM, solo=False, probation_rounds=probation, max_peer_share=1.0, newcomer_share=1.0,
+                     external_sampling="uniform")  # every pooled group may be drawn, whatever its reward
     return Exchange(who, cfg, Scorer(), "m", credits_dir=tmp_path / who.name)
 
 
