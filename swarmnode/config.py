@@ -175,11 +175,11 @@ class NodeConfig:
                                              "'above-own' (only groups whose reward, as this node scores them, is "
                                              "above its own recent reward on their family), or 'above-best' (above "
                                              "the best recent reward it has reached on their family: a bar that "
-                                             "does not fall when its own reward does). 'above-best' is the default because it is the one "
-                                             "draw measured to gain with confidence, and the one that kept a strong "
-                                             "node's reward beside weaker peers (docs/experiments/mixed/ab: SmolLM2 "
-                                             "nodes 1.39x alone, 95 % interval 1.25 to 1.54, the Qwen node beside them "
-                                             "0.99x; uniform 1.25x and 0.87x).",
+                                             "does not fall when its own reward does). 'above-best' is the default: "
+                                             "the one draw measured to gain with confidence, and the one that kept "
+                                             "a strong node's reward beside weaker peers (docs/experiments/mixed/ab: "
+                                             "SmolLM2 nodes 1.39x alone, 95 % interval 1.25 to 1.54, the Qwen node "
+                                             "beside them 0.99x; uniform 1.25x and 0.87x).",
                                   choices=tuple(MODES),
                                   section="swarm")
     max_peer_share: float = _key(0.5, "Largest share of the J external groups drawn from one peer.",
