@@ -130,7 +130,9 @@ class ReceiptSide:
         from swarmnode.train.tasks import Scorer
 
         self.receipt = receipt
-        self.cfg = NodeConfig(swarm=transport.swarm)  # type: ignore[arg-type]
+        # Uniform: every node draws its J groups each round, so receipts cost what they cost at
+        # most (above-best, the default, draws only groups better than the node's own best).
+        self.cfg = NodeConfig(swarm=transport.swarm, external_sampling="uniform")  # type: ignore[arg-type]
         self.events: Counter[str] = Counter()
         self.exchange = Exchange(transport.identity, self.cfg, Scorer(), "contract", credits_dir=home,
                                  state=self)

@@ -86,7 +86,9 @@ def main() -> None:
         return announced.get(author, (None, 0.0))[0]
 
     def note_counts(round_no: int) -> None:
-        reported = call(dhts[1], calls.counters)
+        stores = call(dhts[1], calls.counters).announce_stores
+        reported = {"announce_direct": stores.direct, "announce_traversal": stores.traversal,
+                    "announce_direct_failed": stores.direct_failed}
         rule = call(dhts[1], partial(rule_counts, key=key))
         out[f"reported after round {round_no}"] = [reported[k] for k in rule]
         out[f"reported after round {round_no} is the rule's"] = {k: reported[k] for k in rule} == rule
