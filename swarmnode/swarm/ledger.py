@@ -243,7 +243,8 @@ def summarize(lines: list[_Line], now: float) -> dict:
     first) and ``by_peer`` (most groups first, each with its ``name`` and ``last`` receipt time)."""
     by_hour: list[list[_Line]] = [[] for _ in range(24)]  # the last 24 hours, oldest first
     for ln in lines:
-        ago = int((now - ln.at) // 3600)
+        # A line's time is rounded to the millisecond, so one written just now can lie ahead of now.
+        ago = int(max(0.0, now - ln.at) // 3600)
         if 0 <= ago < 24:
             by_hour[23 - ago].append(ln)
     peers: dict[str, list[_Line]] = {}
