@@ -4,11 +4,12 @@ A node starting (``hivemind.DHT``) brings up p2pd first and registers the DHT pr
 later, longer on a loaded machine; a peer that dials in between gets a connection but no DHT
 reply. Run as::
 
-    python tests/halfstarted_peer.py --seed 0 --listen /ip4/127.0.0.1/tcp/PORT
+    python tests/halfstarted_peer.py --seed 0 --listen /ip4/127.0.0.1/tcp/PORT --spool DIR
 
 It prints ``{"event": "ready", ...}`` with only p2pd running; the line ``dht`` on stdin then
 starts the DHT on that same p2pd, publishes one signed bundle as a swarmnode node does, and
-prints ``{"event": "published", "digest": ...}``. It runs until stdin closes.
+prints ``{"event": "published", "digest": ...}``. It runs until stdin closes. Its key and bundle
+are written in DIR (the test's temporary directory: the test kills it, so it cleans nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,9 +39,8 @@ def _emit(obj: dict) -> None:
     sys.stdout.flush()
 
 
-async def _serve(seed: int, listen: str) -> None:
+async def _serve(seed: int, listen: str, spool: str) -> None:
     identity = identity_for(seed)
-    spool = tempfile.mkdtemp(prefix="halfpeer-")
     key_file = os.path.join(spool, "identity.key")
     Path(key_file).write_bytes(identity.private_key_protobuf())
     p2p = await P2P.create(host_maddrs=[listen], identity_path=key_file)
@@ -68,8 +67,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--listen", required=True)
+    parser.add_argument("--spool", required=True)
     args = parser.parse_args()
-    asyncio.run(_serve(args.seed, args.listen))
+    asyncio.run(_serve(args.seed, args.listen, args.spool))
 
 
 if __name__ == "__main__":

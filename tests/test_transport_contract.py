@@ -142,7 +142,7 @@ def test_joins_a_bootstrap_peer_whose_dht_answers_after_its_p2pd(spawn, tmp_path
     rather than take the connection for a join and never exchange a record."""
     port = free_port()
     half = subprocess.Popen([PYTHON, str(ROOT / "tests" / "halfstarted_peer.py"), "--seed", "0",
-                             "--listen", f"/ip4/127.0.0.1/tcp/{port}"],
+                             "--listen", f"/ip4/127.0.0.1/tcp/{port}", "--spool", str(tmp_path)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         boot_id = json.loads(half.stdout.readline())["peer_id"]
