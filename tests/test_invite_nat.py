@@ -16,19 +16,16 @@ the seconds from home 2's first start to the first bundle across each way.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from natlab import HOME_IP, PUBLIC_IP, NatLab, built_or_skip
-from nodeproc import start_argv, write_signal_tasks
+from nodeproc import cli, cli_json, start_argv, write_signal_tasks
 from swarmnode.swarm.invite import decode_invite
 from test_nat import start_relay
 from transport_node import SWARM, ProcNode
@@ -55,22 +52,10 @@ def _daemon(prefix: list[str], home: Path, model: Path, tasks: Path, *flags: str
                             stderr=open(home / "stderr.txt", "w"), start_new_session=True)
 
 
-def _cli(prefix: list[str], home: Path, *args: str) -> subprocess.CompletedProcess:
-    """``swarmnode ARGS --home HOME`` in a home's namespace, as a user there runs it."""
-    return subprocess.run([*prefix, sys.executable, "-m", "swarmnode", *args, "--home", str(home)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-
-
 def _invite(prefix: list[str], home: Path) -> str | None:
     """``swarmnode invite`` against ``home``'s node: its code, or None while it has none to give."""
-    out = _cli(prefix, home, "invite")
+    out = cli(home, "invite", prefix=prefix)
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _cli_json(prefix: list[str], command: str, home: Path) -> Any:
-    """``swarmnode COMMAND --json`` against ``home``'s running node (None while it gives no answer)."""
-    out = _cli(prefix, home, command, "--json")
-    return json.loads(out.stdout) if out.returncode == 0 else None
 
 
 def _log_tail(home: Path) -> str:
@@ -107,16 +92,16 @@ def test_a_second_home_joins_through_an_invite_and_a_relay(lab, transport, tiny_
                           stderr_path=tmp_path / "second.err", prefix=h2)
         nodes.append(second)
         second.ready(90)
-        d1_id = _cli_json(h1, "status", homes["d1"])["peer_id"]
-        d2_id = wait_until(lambda: (_cli_json(h2, "status", homes["d2"]) or {}).get("peer_id"), 90, "the joiner's API",
-                           interval=1.0, procs=daemons, context=lambda: _log_tail(homes["d2"]))
+        d1_id = cli_json(homes["d1"], "status", prefix=h1)["peer_id"]
+        d2_id = wait_until(lambda: (cli_json(homes["d2"], "status", prefix=h2) or {}).get("peer_id"), 90,
+                           "the joiner's API", interval=1.0, procs=daemons, context=lambda: _log_tail(homes["d2"]))
         home1 = {d1_id, first.peer_id}
         crossed: dict[str, float] = {}
         round_no = 0
 
         def accepted_by_joiner() -> set[str]:
             """The peers whose bundles the joiner accepted, as `swarmnode peers` shows a user."""
-            return {p["peer_id"] for p in _cli_json(h2, "peers", homes["d2"]) or [] if p["accepted"]}
+            return {p["peer_id"] for p in cli_json(homes["d2"], "peers", prefix=h2) or [] if p["accepted"]}
 
         def arrived() -> dict[str, set[str]]:
             """Whose bundles reached whom: home 1's nodes' at ``second`` and at the joiner, theirs
@@ -141,7 +126,7 @@ def test_a_second_home_joins_through_an_invite_and_a_relay(lab, transport, tiny_
             return "\n".join([_log_tail(h) for h in homes.values()]
                              + [f"{n.stderr_path.name}: {n.stderr_path.read_text()[-1500:]}" for n in nodes]
                              + [f"arrived: {arrived()}; home 1 {home1}, joiner {d2_id}, second {second.peer_id}",
-                                f"the joiner's peers: {_cli_json(h2, 'peers', homes['d2'])}"])
+                                f"the joiner's peers: {cli_json(homes['d2'], 'peers', prefix=h2)}"])
 
         wait_until(both_ways, 90, "bundles both ways between home 1 and each node of home 2", interval=1.0,
                    procs=daemons + [relay], context=context)
