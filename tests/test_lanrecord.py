@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.lanrecord import (
     MAX_FAILURES,
@@ -22,8 +21,8 @@ from swarmnode.swarm.lanrecord import (
     decode_txt,
     encode_txt,
 )
-from swarmnode.swarm.transport.base import Transport
 from swarmnode.swarm.transport.lan import LanDiscovery
+from test_rejoin import _FakeTransport
 
 
 def pid(n: int) -> str:
@@ -279,33 +278,11 @@ class _QuietLan(LanDiscovery):
         self.records.append(record)
 
 
-class _LanOnly(Transport):
+class _LanOnly(_FakeTransport):
     """A node with no bootstrap list; a dial answers when the test put the peer ``up``."""
 
-    name = "fake"
-
     def __init__(self) -> None:
-        super().__init__(Identity.from_seed(b"\x02" * 32), "home")
-        self.connected: list[str] = []
-        self.up: set[str] = set()
-
-    async def _start(self) -> None:
-        pass
-
-    async def _stop(self) -> None:
-        pass
-
-    async def _publish(self, round_no: int, data: bytes) -> None:
-        pass
-
-    async def _dial(self, maddr: str) -> bool:
-        if peer_id_of(maddr) in self.up:
-            self.connected.append(peer_id_of(maddr) or "")
-            return True
-        return False
-
-    def peers(self) -> list[str]:
-        return list(self.connected)
+        super().__init__([])
 
     def addresses(self) -> list[str]:
         return [] if self.private else [f"/ip4/192.168.1.2/tcp/4102/p2p/{self.identity.peer_id}"]
