@@ -159,7 +159,6 @@ class Transport(ABC):
         self._join_task: asyncio.Task | None = None
         self.lan: LanDiscovery | None = None
         self._follow: FollowLan | None = None
-        self._switch: asyncio.Future | None = None  # _become_private, once started
         self._lan_dials: set[asyncio.Task] = set()  # at most LAN_DIALS
         self._started = False
         self._stopped = False
@@ -225,8 +224,6 @@ class Transport(ABC):
         if self._join_task is not None:
             self._join_task.cancel()
             await asyncio.gather(self._join_task, return_exceptions=True)
-        if self._switch is not None:
-            await asyncio.gather(self._switch, return_exceptions=True)
         for task in list(self._lan_dials):
             task.cancel()
         await asyncio.gather(*self._lan_dials, return_exceptions=True)
@@ -359,13 +356,10 @@ class Transport(ABC):
         private = self._follow(self.bootstrap, way.behind_nat)
         log.info("%s transport: joining the wider swarm through the way in a node on the local network "
                  "advertises (%s)%s", self.name, ", ".join(self.bootstrap),
-                 "; it is behind NAT, so this node is taken for one too" if private and not self.private else "")
+                 "; this node is taken for one behind NAT" if private and not self.private else "")
         if private and not self.private:
-            # Shielded: stop() cancels the join loop, then waits for the restart to finish
-            # before it closes what the restart opened.
-            self._switch = asyncio.ensure_future(self._become_private())
             try:
-                await asyncio.shield(self._switch)
+                await self._become_private()
             except Exception:  # the transport's own recovery takes over; the join loop goes on
                 log.exception("%s transport: restarting as a node behind NAT failed", self.name)
         await lan.advertise(self.addresses(), self.bootstrap)
