@@ -11,7 +11,9 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # One round of the tiny model on one core: about 0.1 s generating, 0.1-0.3 s training.
 FAST_ROUND = ["--questions", "2", "--completions", "4", "--max-new-tokens", "8", "--threads", "1",
@@ -53,6 +55,18 @@ def start_argv(home: Path, model: Path, *extra: str) -> list[str]:
     """``swarmnode start`` for a node in ``home`` on ``model`` with fast rounds."""
     return [sys.executable, "-m", "swarmnode", "start", "--home", str(home), "--model", str(model),
             *FAST_ROUND, *extra]
+
+
+def cli(home: Path, *args: str, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """``swarmnode ARGS --home HOME`` as a user runs it (``prefix``: ``ip netns exec NS``)."""
+    return subprocess.run([*prefix, sys.executable, "-m", "swarmnode", *args, "--home", str(home)],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=60)
+
+
+def cli_json(home: Path, command: str, prefix: Sequence[str] = ()) -> Any:
+    """``swarmnode COMMAND --json`` against ``home``'s running node (None while it gives no answer)."""
+    out = cli(home, command, "--json", prefix=prefix)
+    return json.loads(out.stdout) if out.returncode == 0 else None
 
 
 def metric_rows(home: Path) -> list[dict]:

@@ -6,7 +6,7 @@ process boundaries anyway, so each node of a real transport runs this script in 
 process::
 
     python tests/transport_node.py --transport libp2p --seed 0 [--listen MA] [--bootstrap MA ...]
-        [--reachability private] [--lan] [--swarm-key KEY]
+        [--reachability private|auto] [--lan] [--swarm-key KEY]
 
 It prints ``{"event": "ready", "peer_id": ..., "addresses": [...], "start_s": ...}`` once
 ``Transport.start`` returns, ``{"event": "message", ...}`` for every message its handler
@@ -69,6 +69,7 @@ from swarmnode.records import (
 )
 from swarmnode.swarm.bundle import encode_bundle, open_envelope  # noqa: E402
 from swarmnode.swarm.identity import Identity  # noqa: E402
+from swarmnode.swarm.reachability import follow_lan  # noqa: E402
 from swarmnode.swarm.sealing import sealer_for  # noqa: E402
 from swarmnode.swarm.transport import Transport, create_transport  # noqa: E402
 from swarmnode.swarm.transport.lan import LanDiscovery  # noqa: E402
@@ -300,8 +301,11 @@ class ProcNode:
     def __init__(self, transport: str, seed: int, bootstrap: Sequence[str] = (), listen: str | None = None,
                  stderr_path: Path | None = None, private: bool = False, prefix: Sequence[str] = (),
                  signal_grace: float = 0.0, program: Sequence[str] = (), env: dict[str, str] | None = None,
-                 lan: bool = False, receipts: Path | None = None, swarm_key: str | None = None):
-        """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``;
+                 lan: bool = False, receipts: Path | None = None, swarm_key: str | None = None,
+                 auto: bool = False):
+        """``prefix`` wraps the command (``ip netns exec NS``); ``private``: ``--reachability private``,
+        ``auto``: ``--reachability auto`` (with ``lan`` and no bootstrap list: it may take a LAN
+        neighbour's way in and go private);
         ``signal_grace``: ``--signal-grace``; ``program``: the interpreter and script to run instead
         of this one (another release's copy of it, which speaks these commands too), with ``env``;
         ``lan``: ``--lan``, ``receipts``: ``--receipts DIR``, ``swarm_key``: ``--swarm-key`` (a private
@@ -309,8 +313,8 @@ class ProcNode:
         program = program or (sys.executable, str(self.SCRIPT))
         args = [*prefix, *program, "--transport", transport, "--seed", str(seed),
                 "--signal-grace", str(signal_grace)]
-        if private:
-            args += ["--reachability", "private"]
+        if private or auto:
+            args += ["--reachability", "private" if private else "auto"]
         if lan:
             args.append("--lan")
         if receipts is not None:
@@ -472,7 +476,8 @@ async def _serve(args: argparse.Namespace) -> dict[str, Any]:
                                  private=args.reachability == "private",
                                  sealer=sealer_for(args.swarm, args.swarm_key))
     if args.lan:
-        transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id))
+        transport.use_lan(LanDiscovery(args.swarm, args.transport, transport.identity.peer_id),
+                          follow_lan(args.reachability, announce=None, bootstrap=args.bootstrap, listen=args.listen))
     driver = NodeDriver(transport, emit, ReceiptSide(transport, Path(args.receipts)) if args.receipts else None)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -512,7 +517,8 @@ def main() -> None:
     parser.add_argument("--swarm", default=SWARM)
     parser.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0")
     parser.add_argument("--bootstrap", action="append", default=[])
-    parser.add_argument("--reachability", choices=("public", "private"), default="public")
+    parser.add_argument("--reachability", choices=("public", "private", "auto"), default="public",
+                        help="auto: public, unless --lan finds a way in behind NAT (reachability.follow_lan)")
     parser.add_argument("--lan", action="store_true", help="advertise and find peers on the local network")
     parser.add_argument("--receipts", metavar="DIR",
                         help="make, send and count receipts as a real node does, its ledger in DIR")

@@ -13,7 +13,13 @@ has no ``announce`` address, every IPv4 address of its own is in a private range
 carrier-grade NAT 100.64/10, link-local), and at least one bootstrap peer has a public
 address, which is the situation of a desktop behind NAT joining an Internet swarm. A LAN
 or single-machine swarm (bootstrap peers on private or loopback addresses) stays public, and
-so does a node with no bootstrap peer: it is the one others join through.
+so does a node with no bootstrap peer: it is the one others join through, unless its LAN says
+otherwise. A node with no bootstrap peer that finds, on its local network, a node of its swarm
+advertising a way in (its bootstrap peers) joins through it, and decides again
+(:func:`follow_lan`): private when that neighbour is behind NAT (they share its router), or
+when the way in makes ``auto`` say so; the transport then restarts as a private one. That
+decision can come only after the transport started (the neighbour may start later), so it is
+made there, once (:class:`~swarmnode.swarm.transport.base.Transport`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import ipaddress
 from collections.abc import Sequence
 
 from swarmnode.swarm.address import ip4_of
-from swarmnode.swarm.transport.base import local_ipv4_addresses
+from swarmnode.swarm.transport.base import FollowLan, local_ipv4_addresses
 
 CHOICES = ("auto", "public", "private")
 
@@ -55,3 +61,18 @@ def is_private(setting: str, *, announce: str | None, bootstrap: Sequence[str], 
     if not own or any(is_public_ip(a) for a in own):
         return False
     return any(is_public_ip(ip) for ip in (ip4_of(b) for b in bootstrap) if ip)
+
+
+def follow_lan(setting: str, *, announce: str | None, bootstrap: Sequence[str], listen: str | None,
+               local_addresses: Sequence[str] | None = None) -> FollowLan | None:
+    """For a node that may take a LAN neighbour's way in (``auto``, no ``announce``, no
+    bootstrap peer of its own): the rule that decides, given that way in and whether the
+    neighbour is behind NAT, whether this node is private; None for any other node, whose
+    reachability :func:`is_private` decided for good."""
+    if setting != "auto" or announce or bootstrap:
+        return None
+
+    def private(way_in: Sequence[str], neighbour_behind_nat: bool) -> bool:
+        return neighbour_behind_nat or is_private("auto", announce=None, bootstrap=way_in, listen=listen,
+                                                  local_addresses=local_addresses)
+    return private

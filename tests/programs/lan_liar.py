@@ -20,7 +20,7 @@ from zeroconf.asyncio import AsyncZeroconf
 
 from swarmnode.swarm.address import parse_multiaddr
 from swarmnode.swarm.identity import Identity
-from swarmnode.swarm.lanrecord import SERVICE_TYPE, LanRecord, encode_txt
+from swarmnode.swarm.lanrecord import LAN_VERSION, SERVICE_TYPE, LanRecord, encode_txt
 
 
 def fake_id(n: int) -> str:
@@ -32,7 +32,7 @@ def service(peer_id: str, ip: str, port: int, txt: bytes) -> ServiceInfo:
                        server=f"{peer_id}.local.", addresses=[socket.inet_aton(ip)])
 
 
-def txt_of(swarm: str, transport: str, peer_id: str, ip: str, port: int, version: int = 1) -> bytes:
+def txt_of(swarm: str, transport: str, peer_id: str, ip: str, port: int, version: int = LAN_VERSION) -> bytes:
     return encode_txt(LanRecord(swarm, transport, peer_id, (f"/ip4/{ip}/tcp/{port}/p2p/{peer_id}",), version))
 
 
@@ -43,7 +43,7 @@ async def main(swarm: str, transport: str, target: str, flood: int) -> None:
     infos = [service(fake_id(0), ip, port, txt_of(swarm, transport, fake_id(0), ip, port)),
              service(fake_id(1), ip, port, txt_of(swarm + "-other", transport, fake_id(1), ip, port)),
              service(fake_id(2), ip, port, txt_of(swarm, "carrier-pigeon", fake_id(2), ip, port)),
-             service(fake_id(3), ip, port, txt_of(swarm, transport, fake_id(3), ip, port, version=2)),
+             service(fake_id(3), ip, port, txt_of(swarm, transport, fake_id(3), ip, port, version=LAN_VERSION + 1)),
              service(fake_id(4), ip, port, b"".join(bytes([200]) + b"x=" + b"y" * 198 for _ in range(8)))]
     infos += [service(fake_id(10 + i), liar_ip, 4001, txt_of(swarm, transport, fake_id(10 + i), liar_ip, 4001))
               for i in range(flood)]

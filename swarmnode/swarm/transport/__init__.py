@@ -64,10 +64,12 @@ def create_transport(name: str, identity: NodeIdentity, swarm: str, *, bootstrap
 def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Transport:
     """The transport a node's config asks for (``transport``, ``swarm``, bootstrap, ``listen``,
     ``announce``, ``reachability`` resolved by :func:`swarmnode.swarm.reachability.is_private`,
-    discovery on the local network unless ``lan`` is off, sealed under ``swarm_key`` if set).
+    discovery on the local network unless ``lan`` is off (with ``auto`` and no bootstrap list,
+    the way in a neighbour there advertises: :func:`~swarmnode.swarm.reachability.follow_lan`),
+    sealed under ``swarm_key`` if set).
     Raises ConfigError for a bad bootstrap entry or swarm key, TransportError as above."""
     from swarmnode.swarm.bootstrap import resolve_bootstrap
-    from swarmnode.swarm.reachability import is_private
+    from swarmnode.swarm.reachability import follow_lan, is_private
     from swarmnode.swarm.sealing import config_sealer, lan_name
 
     bootstrap = resolve_bootstrap(cfg)
@@ -82,5 +84,6 @@ def transport_for(cfg: NodeConfig, identity: NodeIdentity, **extra: Any) -> Tran
     if cfg.lan:
         from swarmnode.swarm.transport.lan import LanDiscovery
 
-        transport.use_lan(LanDiscovery(lan_name(cfg), cfg.transport, identity.peer_id))
+        transport.use_lan(LanDiscovery(lan_name(cfg), cfg.transport, identity.peer_id),
+                          follow_lan(cfg.reachability, announce=cfg.announce, bootstrap=bootstrap, listen=cfg.listen))
     return transport

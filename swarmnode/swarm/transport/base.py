@@ -13,7 +13,12 @@ it hands over still goes through :class:`swarmnode.swarm.bundle.BundleVerifier`.
 * :meth:`Transport.stop` is idempotent and leaves no thread, process or socket behind.
 * With :meth:`Transport.use_lan`, the join loop also dials the nodes of its swarm that
   :class:`~swarmnode.swarm.transport.lan.LanDiscovery` finds on the local network, through the
-  same ``_dial`` (whose handshake holds an address to its PeerID).
+  same ``_dial`` (whose handshake holds an address to its PeerID). A node with no bootstrap
+  list of its own whose reachability is ``auto`` (``follow``) takes the first way in a LAN
+  neighbour advertises as its bootstrap list, and goes private when ``follow`` says so
+  (:meth:`Transport._become_private`): the transport's reachability is decided again then,
+  once, instead of only before it starts, because what decides it (the neighbour's NAT) can be
+  known only after.
 
 hivemind and py-libp2p cannot be imported into one process, so this module imports neither;
 :func:`swarmnode.swarm.transport.create_transport` imports only the implementation asked for.
@@ -38,6 +43,7 @@ from swarmnode.swarm.transport.counters import TransportCounters
 from swarmnode.swarm.transport.joining import JoinLoop, bootstrap_in_reach
 
 if TYPE_CHECKING:
+    from swarmnode.swarm.lanrecord import WayIn
     from swarmnode.swarm.transport.lan import LanDiscovery
 
 LAN_DIALS = 4  # dials of LAN-found peers in flight: each holds worker threads (hivemind's DHT calls) for seconds
@@ -47,6 +53,8 @@ log = logging.getLogger("swarmnode.swarm.transport")
 MessageHandler = Callable[[bytes], None]
 # (authenticated author PeerID, reason code): a message the transport itself dropped.
 RejectHandler = Callable[[str, str], None]
+# (a LAN neighbour's way in, whether that neighbour is behind NAT) -> whether this node is private.
+FollowLan = Callable[[Sequence[str], bool], bool]
 
 DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
 # Enough for BundleLimits.max_bytes (256 KiB) plus framing.
@@ -130,6 +138,7 @@ class Transport(ABC):
     name: ClassVar[str]
     # False for transports whose peers find each other without bootstrap addresses.
     uses_bootstrap: ClassVar[bool] = True
+    private: bool = False  # behind NAT: advertises no address (each transport's __init__ sets it)
 
     def __init__(self, identity: NodeIdentity, swarm: str, bootstrap: Sequence[str] = (),
                  listen: str | None = None, announce: str | None = None):
@@ -149,6 +158,7 @@ class Transport(ABC):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_task: asyncio.Task | None = None
         self.lan: LanDiscovery | None = None
+        self._follow: FollowLan | None = None
         self._lan_dials: set[asyncio.Task] = set()  # at most LAN_DIALS
         self._started = False
         self._stopped = False
@@ -171,10 +181,16 @@ class Transport(ABC):
         Without it such a transport takes the peers it has received from or routes to."""
         self._established = established
 
-    def use_lan(self, discovery: LanDiscovery) -> None:
+    def use_lan(self, discovery: LanDiscovery, follow: FollowLan | None = None) -> None:
         """Advertise this node on the local network and join the peers of its swarm found there
-        (call before :meth:`start`; a transport without bootstrap peers ignores it)."""
+        (call before :meth:`start`; a transport without bootstrap peers ignores it).
+
+        ``follow``, for a node with no bootstrap list whose reachability is ``auto``
+        (:func:`swarmnode.swarm.reachability.follow_lan`): given the way in a neighbour
+        advertises and whether it is behind NAT, whether this node is private. The node then
+        takes that way in as its bootstrap list (see the module doc)."""
         self.lan = discovery
+        self._follow = follow if not self.bootstrap else None
 
     def lan_peers(self) -> set[str]:
         """PeerIDs of peers found on the local network that a handshake vouched for: this node
@@ -248,6 +264,11 @@ class Transport(ABC):
             log.warning("%s transport: publishing round %d failed: %r", self.name, round_no, exc)
         else:
             self.stats.published += 1
+
+    async def _become_private(self) -> None:
+        """Stop advertising any address from now on (the transport restarts what it must). A
+        failure is logged; the transport recovers from it as from any other."""
+        self.private = True
 
     @abstractmethod
     def peers(self) -> list[str]:
@@ -327,6 +348,22 @@ class Transport(ABC):
         if ok:
             log.info("%s transport: joined %s, found on the local network", self.name, maddr)
 
+    async def _take_way_in(self, lan: LanDiscovery, way: WayIn) -> None:
+        """Join through a LAN neighbour's way in; go private if ``follow`` says so; advertise
+        what changed."""
+        assert self._follow is not None
+        self.bootstrap = [a for a in way.addresses if peer_id_of(a) != self.identity.peer_id]
+        private = self._follow(self.bootstrap, way.behind_nat)
+        log.info("%s transport: joining the wider swarm through the way in a node on the local network "
+                 "advertises (%s)%s", self.name, ", ".join(self.bootstrap),
+                 "; this node is taken for one behind NAT" if private and not self.private else "")
+        if private and not self.private:
+            try:
+                await self._become_private()
+            except Exception:  # the transport's own recovery takes over; the join loop goes on
+                log.exception("%s transport: restarting as a node behind NAT failed", self.name)
+        await lan.advertise(self.addresses(), self.bootstrap)
+
     async def _keep_joined(self) -> None:
         """Dial the bootstrap peers until one answers; again whenever no bootstrap peer is
         connected (:class:`~swarmnode.swarm.transport.joining.JoinLoop`). Beside them, each
@@ -334,7 +371,7 @@ class Transport(ABC):
         (:meth:`~swarmnode.swarm.lanrecord.LanPeers.to_dial`), once the LAN discovery started
         here (zeroconf's start takes a second or two: not in :meth:`start`'s way)."""
         if self.lan is not None:
-            await self.lan.start(self.addresses())
+            await self.lan.start(self.addresses(), self.bootstrap)
         lan = self.lan if self.lan is not None and self.lan.running else None
         if not self.bootstrap:
             if lan is None:
@@ -351,6 +388,11 @@ class Transport(ABC):
             if lan is not None:
                 lan.changed.clear()
             peers = self.peers()
+            way = lan.table.take_way_in(peers) if lan is not None and self._follow is not None else None
+            if way is not None:
+                assert lan is not None
+                await self._take_way_in(lan, way)
+                loop, peers = JoinLoop(self.bootstrap), self.peers()
             dial = loop.to_dial(bootstrap_in_reach(peers, self.bootstrap)) if self.bootstrap else []
             for maddr in lan.to_dial(peers, LAN_DIALS - len(self._lan_dials)) if lan is not None else []:
                 assert lan is not None

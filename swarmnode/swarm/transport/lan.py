@@ -29,12 +29,14 @@ from collections.abc import Collection
 from typing import Any
 
 from swarmnode.swarm.address import ip4_of, parse_multiaddr
-from swarmnode.swarm.lanrecord import SERVICE_TYPE, LanPeers, LanRecord, advertised, encode_txt
+from swarmnode.swarm.lanrecord import MAX_WAY_IN, SERVICE_TYPE, LanPeers, LanRecord, advertised, encode_txt
+from swarmnode.swarm.transport.base import local_ipv4_addresses
 
 log = logging.getLogger("swarmnode.swarm.transport.lan")
 
 MAX_NAMES = 512  # service names held (looked up or waiting); more are dropped and counted as "flood"
 LOOKUP_MS = 2000
+TTL_S = 60  # of the advertisement's records: a node gone without a goodbye drops out of caches within a minute
 
 
 class LanDiscovery:
@@ -49,6 +51,7 @@ class LanDiscovery:
         self.changed = asyncio.Event()
         self.running = False
         self._zc: Any = None
+        self._info: Any = None  # the ServiceInfo registered now
         self._browser: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._names: set[str] = set()
@@ -56,12 +59,14 @@ class LanDiscovery:
         self._wake = asyncio.Event()
         self._resolver: asyncio.Task | None = None
         self._opening: asyncio.Future | None = None
+        self._advertising: asyncio.Future | None = None
 
-    async def start(self, addresses: Collection[str]) -> None:
-        """Advertise ``addresses`` (loopback left out; none: browse only) and start browsing."""
+    async def start(self, addresses: Collection[str], way_in: Collection[str] = ()) -> None:
+        """Advertise ``addresses`` and ``way_in`` (this node's bootstrap peers) (loopback left out;
+        neither: browse only) and start browsing."""
         self._loop = asyncio.get_running_loop()
         # Shielded: a stop while zeroconf starts waits for it in stop(), then closes what it opened.
-        self._opening = asyncio.ensure_future(asyncio.to_thread(self._open, advertised(addresses)))
+        self._opening = asyncio.ensure_future(asyncio.to_thread(self._open, self._record(addresses, way_in)))
         try:
             await asyncio.shield(self._opening)
         except Exception as exc:  # no multicast here: the node joins the other ways
@@ -71,20 +76,57 @@ class LanDiscovery:
         self.running = True
         self._resolver = asyncio.create_task(self._resolve(), name="lan-resolve")
 
-    def _open(self, addresses: tuple[str, ...]) -> None:
+    def _record(self, addresses: Collection[str], way_in: Collection[str]) -> LanRecord | None:
+        """This node's advertisement, None when it has nothing to give."""
+        own, way = advertised(addresses), advertised(way_in, MAX_WAY_IN)
+        if not own and not way:
+            return None
+        return LanRecord(self.table.swarm, self.table.transport, self.peer_id, own, way_in=way)
+
+    def _open(self, record: LanRecord | None) -> None:
         """In a worker thread: zeroconf makes its own loop thread only when none runs in the caller's."""
-        from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
+        from zeroconf import IPVersion, ServiceBrowser, Zeroconf
 
         self._zc = Zeroconf(ip_version=IPVersion.V4Only)
-        if addresses:
-            ips = sorted({ip for a in addresses if (ip := ip4_of(a))})
-            port = next((p for a in addresses if (p := parse_multiaddr(a).tcp_port)), 0)
-            record = LanRecord(self.table.swarm, self.table.transport, self.peer_id, addresses)
-            info = ServiceInfo(SERVICE_TYPE, f"{self.peer_id}.{SERVICE_TYPE}", port=port,
-                               properties=encode_txt(record), server=f"{self.peer_id}.local.",
-                               addresses=[socket.inet_aton(ip) for ip in ips])
-            self._zc.register_service(info, ttl=60)
+        self._register(record)
         self._browser = ServiceBrowser(self._zc, SERVICE_TYPE, handlers=[self._on_change])
+
+    def _register(self, record: LanRecord | None) -> None:
+        """In a worker thread: advertise ``record`` in place of what was (None: nothing). A
+        changed record is announced under the same name, so browsers see it updated."""
+        from zeroconf import ServiceInfo
+
+        if record is None:
+            if self._info is not None:
+                self._zc.unregister_service(self._info)
+                self._info = None
+            return
+        # zeroconf resolves no service without a host address, though the TXT record is all a
+        # node reads: a node behind NAT gives the host's own.
+        ips = sorted({ip for a in record.addresses if (ip := ip4_of(a))}) or [
+            ip for ip in local_ipv4_addresses() if not ip.startswith("127.")]
+        port = next((p for a in record.addresses if (p := parse_multiaddr(a).tcp_port)), 0)
+        info = ServiceInfo(SERVICE_TYPE, f"{self.peer_id}.{SERVICE_TYPE}", port=port,
+                           properties=encode_txt(record), server=f"{self.peer_id}.local.",
+                           addresses=[socket.inet_aton(ip) for ip in ips], host_ttl=TTL_S, other_ttl=TTL_S)
+        if self._info is None:
+            self._zc.register_service(info)
+        else:
+            self._zc.update_service(info)
+        self._info = info
+
+    async def advertise(self, addresses: Collection[str], way_in: Collection[str]) -> None:
+        """Advertise ``addresses`` and ``way_in`` from now on (after the node changed its
+        reachability or bootstrap list); nothing when discovery is not running. Never raises:
+        a failure is logged, and the node's neighbours still reach it the other ways."""
+        if not self.running:
+            return
+        # Shielded as the start is: stop() waits for it before it closes zeroconf.
+        self._advertising = asyncio.ensure_future(asyncio.to_thread(self._register, self._record(addresses, way_in)))
+        try:
+            await asyncio.shield(self._advertising)
+        except Exception as exc:
+            log.warning("LAN discovery: the new advertisement could not be registered: %r", exc)
 
     def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
         """On zeroconf's browser thread: hand the name to the node's loop."""
@@ -156,8 +198,7 @@ class LanDiscovery:
             self._resolver.cancel()
             await asyncio.gather(self._resolver, return_exceptions=True)
             self._resolver = None
-        if self._opening is not None:
-            await asyncio.gather(self._opening, return_exceptions=True)
+        await asyncio.gather(*(f for f in (self._opening, self._advertising) if f is not None), return_exceptions=True)
         await asyncio.to_thread(self._close)
 
     def _close(self) -> None:
@@ -165,6 +206,7 @@ class LanDiscovery:
         if self._browser is not None:
             self._browser.cancel()
             self._browser = None
+        self._info = None
         if zc is not None:
             zc.unregister_all_services()
             zc.close()

@@ -224,7 +224,10 @@ class HivemindTransport(Transport):
                 if self._stopped:  # stop() cancels this task next; its DHT going away is no news
                     return
                 dht = self._dht
-                if dht is not None and not dht.is_alive():
+                if dht is None:  # _become_private replaces it
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                if not dht.is_alive():
                     await self._relaunch(dht)
                     continue
                 if not self._poll_failed:  # one line per outage, not one per second
@@ -237,8 +240,21 @@ class HivemindTransport(Transport):
     async def _relaunch(self, dead: hivemind.DHT) -> None:
         """Replace a DHT process that died; the join loop then finds the swarm again."""
         log.error("hivemind transport: the DHT process exited (code %s); starting a new one", dead.exitcode)
+        await self._replace(dead)
+
+    async def _become_private(self) -> None:
+        """A DHT server cannot become a client: the DHT process starts again in client mode,
+        on the same key and listen address (a few seconds without a DHT; a publish then
+        fails and is counted)."""
+        self.private = True
+        if self._dht is not None:
+            await self._replace(self._dht)
+
+    async def _replace(self, old: hivemind.DHT) -> None:
+        """Stop ``old`` and start a DHT process in its place, as :attr:`private` says now,
+        retrying with backoff until one starts."""
         self._dht, self._peers = None, []
-        await _shutdown(dead)
+        await _shutdown(old)
         backoff = Backoff()
         while self._dht is None:
             try:

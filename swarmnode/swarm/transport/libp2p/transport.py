@@ -112,6 +112,7 @@ class Libp2pTransport(Libp2pHost, Transport):
         self._bridge = TrioThread("swarmnode-libp2p", "libp2p transport: the host")
         self._host_args: tuple[multiaddr.Multiaddr, list[multiaddr.Multiaddr] | None] | None = None
         self._host_started = 0.0
+        self._restarting = asyncio.Lock()  # _restart_host's; the pull loop revives no host while it is held
         self._revive_backoff = Backoff(1.0, REVIVE_MAX_PAUSE)
         self._host: Any = None
         self._pull_task: asyncio.Task | None = None
@@ -164,14 +165,29 @@ class Libp2pTransport(Libp2pHost, Transport):
         pause = self._revive_backoff.next_delay()
         log.warning("libp2p transport: starting the host again in %.0f s", pause)
         await asyncio.sleep(pause)
-        await self._bridge.stop(STOP_TIMEOUT)
-        self._peers = []
-        try:
-            await self._start_host()
-        except TransportError as exc:
+        if not self._bridge.running():  # else _become_private started one meanwhile
+            await self._restart_host()
+
+    async def _become_private(self) -> None:
+        """The host starts again advertising no address and without the hold protocol (a
+        private node holds nothing for others); its stores and pull plan stay. A host that
+        fails to start is revived by the pull loop."""
+        self.private = True
+        assert self._host_args is not None, "the join loop runs only after start()"
+        self._host_args = (self._host_args[0], [])
+        await self._restart_host()
+
+    async def _restart_host(self) -> None:
+        """Stop the host and start a new one on :attr:`_host_args`, one restart at a time."""
+        async with self._restarting:
             await self._bridge.stop(STOP_TIMEOUT)
-            log.warning("libp2p transport: %s", exc)
-            return
+            self._peers = []
+            try:
+                await self._start_host()
+            except TransportError as exc:
+                await self._bridge.stop(STOP_TIMEOUT)
+                log.warning("libp2p transport: %s", exc)
+                return
         log.info("libp2p transport: the host runs again, listening on %s", ", ".join(self.addresses()) or "nothing")
 
     async def _stop(self) -> None:
@@ -249,7 +265,7 @@ class Libp2pTransport(Libp2pHost, Transport):
 
     async def _pull_loop(self) -> None:
         while True:
-            if not self._bridge.running():
+            if not self._bridge.running() and not self._restarting.locked():
                 await self._revive()
                 continue
             try:
