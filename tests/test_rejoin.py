@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+from nodeproc import free_port, home_peer_id, metric_rows, start_argv, write_signal_tasks
 from swarmnode.swarm.address import peer_id_of
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.transport import joining
@@ -144,8 +144,7 @@ def test_bootstrap_and_peer_leave_and_return_while_nodes_train(tmp_path, tiny_mo
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
     port = free_port()
     b_home = tmp_path / "B"
-    b_id = Identity.load_or_create(b_home / "identity.key")
-    b_addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{b_id.peer_id}"
+    b_addr = f"/ip4/127.0.0.1/tcp/{port}/p2p/{home_peer_id(b_home)}"
     common = ["--transport", transport, "--swarm", SWARM, "--tasks", str(tasks), "--external", "2"]
     b = Node("B", b_home, start_argv(b_home, tiny_model_dir, *common, "--listen", f"/ip4/127.0.0.1/tcp/{port}"),
              tmp_path)
