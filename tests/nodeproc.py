@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from swarmnode.paths import NodeHome
+from swarmnode.swarm.identity import Identity
+
 # One round of the tiny model on one core: about 0.1 s generating, 0.1-0.3 s training.
 FAST_ROUND = ["--questions", "2", "--completions", "4", "--max-new-tokens", "8", "--threads", "1",
               "--local", "2", "--external", "0"]
@@ -44,6 +47,12 @@ def stop_all(*procs: subprocess.Popen | None) -> None:
         if p is not None and p.poll() is None:
             p.terminate()
             p.wait(30)
+
+
+def home_peer_id(home: Path) -> str:
+    """The PeerID of the node in ``home``, its key made first when it has none yet (as
+    ``swarmnode identity`` would, without a process)."""
+    return Identity.load_or_create(NodeHome.resolve(home).identity_file).peer_id
 
 
 def write_signal_tasks(path: Path) -> Path:

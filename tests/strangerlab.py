@@ -28,7 +28,7 @@ import psutil
 
 import programs
 from eventproc import EventProcess
-from nodeproc import free_port, start_argv, write_signal_tasks
+from nodeproc import free_port, home_peer_id, start_argv, write_signal_tasks
 from transport_node import ProcNode
 from waiting import wait_until
 
@@ -36,12 +36,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SWARM = "contract-test"  # transport_node.py's swarm: the honest pair is in it
 HONEST_SIZE = 8_000      # bytes of an honest bundle: a few questions of realistic completions
-
-
-def _identity(home: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "swarmnode", "identity", "--home", str(home), "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(out.stdout)["peer_id"]
 
 
 def _listening(port: int) -> bool:
@@ -76,7 +70,7 @@ class Target:
             tasks = write_signal_tasks(home.parent / f"{home.name}-tasks.toml")
             argv = start_argv(home, model, "--tasks", str(tasks), "--transport", transport, "--swarm", SWARM,
                               "--listen", listen, "--bootstrap-file", str(none), "--external", "2")
-        self.address = f"{listen}/p2p/{_identity(home)}"
+        self.address = f"{listen}/p2p/{home_peer_id(home)}"
         self._stderr = open(stderr, "w") if stderr else subprocess.DEVNULL
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
                                      start_new_session=True)

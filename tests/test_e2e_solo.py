@@ -1,7 +1,9 @@
 """`swarmnode start --solo` on the embedded model, as separate OS processes: rounds, adapter, resume."""
 
+import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,19 +44,23 @@ def test_solo_rounds_adapter_and_resume_after_kill(tmp_path):
     assert (home / "identity.key").stat().st_mode & 0o077 == 0
     assert list((home / "logs").glob("swarmnode.log*"))
 
-    # The saved adapter loads with plain PEFT in a fresh process.
-    adapter = home / "checkpoints" / "round-000001" / "adapter"
-    assert int(output("load_adapter", adapter, timeout=300).splitlines()[-1]) > 0
+    # The saved adapter loads with plain PEFT in a fresh process, while the next run goes on (a
+    # copy of it: that run may prune round 1's checkpoint once it has written two newer ones).
+    adapter = tmp_path / "adapter-round-1"
+    shutil.copytree(home / "checkpoints" / "round-000001" / "adapter", adapter)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        lora_parameters = pool.submit(output, "load_adapter", adapter, timeout=300)
 
-    # Kill -9 in the middle of the next run's second round, then restart: numbering continues.
-    victim = subprocess.Popen(_start(home, "--rounds", "10"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while len(_rounds(home)) < 3 and time.time() < deadline and victim.poll() is None:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait()
+        # Kill -9 in the middle of the next run's second round, then restart: numbering continues.
+        victim = subprocess.Popen(_start(home, "--rounds", "10"), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while len(_rounds(home)) < 3 and time.time() < deadline and victim.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        assert int(lora_parameters.result().splitlines()[-1]) > 0
     done_before = _rounds(home)
     assert done_before[:3] == [0, 1, 2]
 

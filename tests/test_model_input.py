@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 
 from swarmnode.catalogue import SMOLLM2
@@ -27,6 +28,10 @@ def env(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
     monkeypatch.setenv("SWARMNODE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, when first imported, which an earlier test of
+    # this process may have done: without this, a hub id goes to the network and waits out
+    # its retries (about 20 s here, with no internet) before it fails
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield tmp_path

@@ -1,24 +1,16 @@
 """Three `swarmnode start` processes on 127.0.0.1 form a swarm and train on each other's rollouts."""
 
-import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from nodeproc import free_port, metric_rows, start_argv, write_signal_tasks
+from nodeproc import free_port, home_peer_id, metric_rows, start_argv, write_signal_tasks
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-
-
-def _peer_id(home) -> str:
-    out = subprocess.run([sys.executable, "-m", "swarmnode", "identity", "--home", str(home), "--json"],
-                         capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(out.stdout)["peer_id"]
 
 
 def _node(home, model, tasks, transport, *extra):
@@ -56,7 +48,7 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
     homes = [tmp_path / f"n{i}" for i in range(3)]
     port = free_port()
-    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(homes[0])}"
+    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{home_peer_id(homes[0])}"
     (tmp_path / "none.txt").write_text("# this node is the bootstrap\n")
     procs = [_node(homes[0], tiny_model_dir, tasks, transport, "--listen", f"/ip4/127.0.0.1/tcp/{port}",
                    "--bootstrap-file", str(tmp_path / "none.txt"))]
@@ -77,7 +69,7 @@ def test_three_nodes_share_rollouts_through_a_bootstrap_node(tmp_path, tiny_mode
         swarmed = [r for r in rows if r["n_external"]]
         assert all(sum(r["drawn_by_peer"].values()) == r["n_external"] == sum(r["trained_external_by_family"].values())
                    for r in swarmed)
-        assert {p for r in swarmed for p in r["drawn_by_peer"]} <= {_peer_id(o) for o in homes if o != h}
+        assert {p for r in swarmed for p in r["drawn_by_peer"]} <= {home_peer_id(o) for o in homes if o != h}
         assert any(r["peer_groups_by_family"] for r in rows)
 
 
@@ -85,7 +77,7 @@ def test_unreachable_bootstrap_trains_solo_then_joins(tmp_path, tiny_model_dir):
     tasks = write_signal_tasks(tmp_path / "tasks.toml")
     boot_home, home = tmp_path / "boot", tmp_path / "node"
     port = free_port()
-    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{_peer_id(boot_home)}"
+    bootstrap = f"/ip4/127.0.0.1/tcp/{port}/p2p/{home_peer_id(boot_home)}"
     (tmp_path / "none.txt").write_text("")
     node = _node(home, tiny_model_dir, tasks, "hivemind", "--bootstrap", bootstrap)
     procs = [node]
