@@ -1,4 +1,5 @@
-"""The previous release and this one in one swarm, over each transport: bundles flow both ways.
+"""The previous release and this one in one swarm, over each transport: bundles flow both ways,
+through a bootstrap peer and between two nodes that found each other on a LAN.
 
 Community nodes upgrade at different times, so a release must exchange with the one before
 it (docs/protocol.md: messages say their version, a node reads the previous release's). The
@@ -21,14 +22,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from natlab import SwitchLab, built_or_skip  # noqa: E402
 from nodeproc import free_port  # noqa: E402
 from transport_node import ProcNode, identity_for  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # The release before this one: main as it was released, with libp2p protocol 3 (announcements
-# with ``addrs``), hivemind DHT layout 2 and bundle version 2.
-PREVIOUS_RELEASE = "ab0518b"
+# with ``addrs``), hivemind DHT layout 2, bundle version 2 and LAN advertisement version 1.
+PREVIOUS_RELEASE = "74bef5a"
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
@@ -90,6 +92,51 @@ def test_the_previous_release_and_this_one_exchange_bundles_both_ways(previous_r
                        f"{node.stderr_path.stem} to receive the other nodes' bundles",
                        context=lambda: "\n".join(f"{n.stderr_path.stem}: {n.stderr_path.read_text()[-1500:]}"
                                                  for n in nodes))
+        assert {n.stderr_path.stem: n.rejected() for n in nodes} == {n.stderr_path.stem: [] for n in nodes}, \
+            "neither release drops the other's messages"
+        for node in nodes:
+            node.stop()
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+@pytest.fixture
+def lan():
+    with built_or_skip(SwitchLab(2, multicast=True)) as built:
+        yield built
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
+def test_the_previous_release_and_this_one_find_each_other_on_a_lan(previous_release, lan, transport, tmp_path):
+    """The LAN advertisement changed version (docs/protocol.md, section 4). An old node and a new
+    one, each alone in a namespace on one bridge (root only, tests/natlab.py), with no bootstrap
+    list, must find each other by mDNS and exchange bundles both ways, with nothing dropped: the
+    old node ignores the new record, the new one reads the old record and dials its advertiser,
+    and that one connection is the join."""
+    program, env = previous_release
+    old = ProcNode(transport, 0, listen=f"/ip4/{lan.address(0)}/tcp/0", lan=True, stderr_path=tmp_path / "old0.err",
+                   prefix=lan.exec_prefix(0), program=program, env=env)
+    new = ProcNode(transport, 1, listen=f"/ip4/{lan.address(1)}/tcp/0", lan=True, stderr_path=tmp_path / "new1.err",
+                   prefix=lan.exec_prefix(1))
+    nodes = [old, new]
+    try:
+        for node in nodes:
+            node.ready()
+        round_no = 0
+
+        def both_ways() -> bool:
+            nonlocal round_no
+            round_no += 1
+            for node in nodes:  # every poll: a bundle published before the join reaches no one
+                node.send(cmd="publish", round=round_no, size=2000)
+            return all(sender.peer_id in {m["sender"] for m in receiver.messages()}
+                       for sender, receiver in ((old, new), (new, old)))
+
+        wait_until(both_ways, 60, "a bundle each way between the releases on one LAN", interval=1.0,
+                   context=lambda: "\n".join(f"{n.stderr_path.stem}: {n.stderr_path.read_text()[-1500:]}"
+                                             for n in nodes))
         assert {n.stderr_path.stem: n.rejected() for n in nodes} == {n.stderr_path.stem: [] for n in nodes}, \
             "neither release drops the other's messages"
         for node in nodes:
