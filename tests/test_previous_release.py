@@ -67,6 +67,18 @@ def previous_release(tmp_path_factory) -> tuple[list[str], dict[str, str]]:
     return [python, str(tree / "tests" / "transport_node.py")], env
 
 
+def _tails(nodes: list[ProcNode]) -> str:
+    return "\n".join(f"{n.stderr_path.stem}: {n.stderr_path.read_text()[-1500:]}" for n in nodes)
+
+
+def _stop_having_dropped_nothing(nodes: list[ProcNode]) -> None:
+    """Neither release dropped a message of the other; then each node stops cleanly."""
+    assert {n.stderr_path.stem: n.rejected() for n in nodes} == {n.stderr_path.stem: [] for n in nodes}, \
+        "neither release drops the other's messages"
+    for node in nodes:
+        node.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_the_previous_release_and_this_one_exchange_bundles_both_ways(previous_release, transport, tmp_path):
@@ -90,12 +102,8 @@ def test_the_previous_release_and_this_one_exchange_bundles_both_ways(previous_r
             expected = {d for sender, d in sent.items() if sender != node.peer_id}
             wait_until(lambda: {m["digest"] for m in node.messages()} >= expected, 45,
                        f"{node.stderr_path.stem} to receive the other nodes' bundles",
-                       context=lambda: "\n".join(f"{n.stderr_path.stem}: {n.stderr_path.read_text()[-1500:]}"
-                                                 for n in nodes))
-        assert {n.stderr_path.stem: n.rejected() for n in nodes} == {n.stderr_path.stem: [] for n in nodes}, \
-            "neither release drops the other's messages"
-        for node in nodes:
-            node.stop()
+                       context=lambda: _tails(nodes))
+        _stop_having_dropped_nothing(nodes)
     finally:
         for node in nodes:
             node.kill()
@@ -135,12 +143,8 @@ def test_the_previous_release_and_this_one_find_each_other_on_a_lan(previous_rel
                        for sender, receiver in ((old, new), (new, old)))
 
         wait_until(both_ways, 60, "a bundle each way between the releases on one LAN", interval=1.0,
-                   context=lambda: "\n".join(f"{n.stderr_path.stem}: {n.stderr_path.read_text()[-1500:]}"
-                                             for n in nodes))
-        assert {n.stderr_path.stem: n.rejected() for n in nodes} == {n.stderr_path.stem: [] for n in nodes}, \
-            "neither release drops the other's messages"
-        for node in nodes:
-            node.stop()
+                   context=lambda: _tails(nodes))
+        _stop_having_dropped_nothing(nodes)
     finally:
         for node in nodes:
             node.kill()
