@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Arms of the mixed swarm run apart (each in its own --out, or one seed per --out) put in one
-# directory that `swarmnode experiment --report` reads (with the runs' flags and --configs
-# naming every arm). Every arm is cut, seed by seed, to the rounds all of them finished in
-# that seed; the untrained model's rows come from the first directory.
+# Arms or seeds of an experiment run apart (each arm in its own --out, or one seed per --out)
+# put in one directory that `swarmnode experiment --report` reads (with the runs' flags and
+# --configs naming every arm). Every table a run wrote is joined (rounds.csv, external.csv,
+# yardstick.csv, and groups.csv where every run has it); every arm is cut, seed by seed, to
+# the rounds all of them finished in that seed; the untrained model's rows come from the first
+# directory.
 # Usage: combine.sh OUT_DIR RUN_DIR [RUN_DIR ...]
 set -euo pipefail
 OUT=$1; shift
 rm -rf "$OUT"; mkdir -p "$OUT"
 python3 - "$OUT" "$@" <<'PY'
-import csv, json, sys
+import csv, json, os, sys
 out, runs = sys.argv[1], sys.argv[2:]
 tables = {}
-for name in ("rounds.csv", "external.csv", "yardstick.csv"):
+names = ["rounds.csv", "external.csv", "yardstick.csv"]
+names += ["groups.csv"] if all(os.path.exists(f"{run}/groups.csv") for run in runs) else []
+for name in names:
     header, rows = None, []
     for i, run in enumerate(runs):
         with open(f"{run}/{name}", newline="") as fh:
