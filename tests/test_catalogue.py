@@ -158,8 +158,10 @@ def test_models_command_json_and_text(tmp_path, monkeypatch, capsys, bf16_cpu):
     assert rows["smollm2-135m"]["precision"] == ("bfloat16" if bf16_cpu else "float32")
     assert rows["smollm2-135m"]["path"] == str(ready)
     assert rows["smollm2-135m"]["aliases"] == ["embedded"]
+    assert rows["smollm2-135m"]["round"]["tasks"] == "short" and rows["qwen2.5-coder-0.5b"]["round"] == {}
     assert rows["qwen2.5-coder-0.5b"]["download_bytes"] == QWEN25_CODER.download_bytes
     assert out["auto"]["accelerator"] == "cpu" and out["auto"]["name"] in CATALOGUE and out["auto"]["reason"]
     assert main(["models", "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     assert "auto picks" in text and "Alibaba Cloud / Qwen team" in text and "478 MB" in text
+    assert "its round, for the keys a config leaves at their defaults: " in text

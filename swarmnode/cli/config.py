@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from swarmnode.catalogue import AUTO, catalogue_entry, model_round
 from swarmnode.cli.flags import add_config_flags, add_home_flag, given_flags
 from swarmnode.config import ConfigError, LoadedConfig, load_config
 from swarmnode.docsgen import SECTION_TITLES, KeyDoc, key_docs, toml_value
@@ -73,9 +74,25 @@ def show_text(loaded: LoadedConfig) -> str:
     return "\n".join(lines)
 
 
+def with_model_round(loaded: LoadedConfig) -> LoadedConfig:
+    """``loaded`` with the round of the catalogue model it names (source ``model:<name>``) for
+    the keys it leaves at their defaults, as ``swarmnode start`` runs them. With ``auto`` the
+    model is known only on the machine that starts (``swarmnode models``), and nothing changes."""
+    taken = model_round(loaded.config.model, loaded.sources)
+    if not taken:
+        return loaded
+    entry = catalogue_entry(loaded.config.model)
+    source = f"model:{entry.name if entry else loaded.config.model}"
+    return LoadedConfig(dataclasses.replace(loaded.config, **taken), {**loaded.sources, **dict.fromkeys(taken, source)},
+                        loaded.file)
+
+
 def run_show(args: argparse.Namespace) -> int:
-    loaded = load_config(given_flags(args), config_path=args.config)
+    loaded = with_model_round(load_config(given_flags(args), config_path=args.config))
     print(json.dumps(show_data(loaded), indent=2) if args.json else show_text(loaded))
+    if loaded.config.model == AUTO and not args.json:
+        print(f"\nmodel {AUTO}: the model is picked at start (`swarmnode models` says which, here); its round then "
+              "sets the keys above left at their defaults (docs/configuration.md, 'The round each model runs').")
     return 0
 
 

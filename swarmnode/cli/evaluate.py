@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    cfg = load_config(given_flags(args), config_path=args.config).config
+    loaded = load_config(given_flags(args), config_path=args.config)
+    cfg = loaded.config
     # torch comes with these: imported only when eval runs (see cli/start.py)
     from swarmnode.node.evaluate import evaluate
     from swarmnode.node.modelchoice import prepare
@@ -31,7 +32,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     try:
         load_task_file(cfg.tasks)  # a bad task file is said before a model is fetched
-        record = evaluate(prepare(cfg), NodeHome.resolve(cfg.home), untrained=args.untrained)
+        # the node's own tasks: those of its model's round where the config sets none
+        record = evaluate(prepare(cfg, loaded.sources), NodeHome.resolve(cfg.home), untrained=args.untrained)
     except (TaskConfigError, ModelError) as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 1

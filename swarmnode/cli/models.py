@@ -9,6 +9,7 @@ from typing import Any
 from swarmnode.catalogue import ALIASES, AUTO_RULE, CATALOGUE
 from swarmnode.cli.flags import command_summary
 from swarmnode.config import load_config
+from swarmnode.docsgen import toml_value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def cmd_models(args: argparse.Namespace) -> int:
              license=m.license, license_url=m.license_url, attribution=m.attribution,
              cached=is_ready(m, precision), path=str(model_dir(m, precision)), precision=precision,
              sha256=m.sha256, packages=[p.spec for p in m.packages],
-             aliases=[a for a, n in ALIASES.items() if n == m.name])
+             aliases=[a for a, n in ALIASES.items() if n == m.name], round=dict(m.round))
         for m in CATALOGUE.values()]
     if args.json:
         print(json.dumps({"models": rows, "auto": {"name": choice.name, "reason": choice.reason,
@@ -55,7 +56,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['name']:<{width}}  {r['parameters'] / 1e6:>8.0f} M  {_mb(r['download_bytes']):>8}  "
               f"{r['license']:<{lic}}  {'yes' if r['cached'] else 'no'}")
-    print(f"\nauto picks {choice.name} on this machine: {choice.reason}\n")
+    print(f"\nauto picks {choice.name} on this machine: {choice.reason}")
+    picked = dict(CATALOGUE[choice.name].round)
+    print("its round, for the keys a config leaves at their defaults: "
+          + (", ".join(f"{k} = {toml_value(v)}" for k, v in picked.items()) if picked else "the defaults")
+          + " (docs/configuration.md says why)\n")
     for m in CATALOGUE.values():
         print(f"{m.name}: {m.notice}")
     return 0

@@ -107,7 +107,8 @@ def _start_with_dashboard(args: argparse.Namespace, home: NodeHome) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    cfg = apply_invite(load_config(given_flags(args), config_path=args.config))
+    loaded = load_config(given_flags(args), config_path=args.config)
+    cfg = apply_invite(loaded)
     home = created_home(cfg.home, "node")
     if home is None:
         return 1
@@ -124,7 +125,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from swarmnode.train.tasks import TaskConfigError
 
     try:
-        cfg = prepare(cfg)  # before the node: a model that cannot be had is bad input (exit 2)
+        cfg = prepare(cfg, loaded.sources)  # before the node: a model that cannot be had is bad input (exit 2)
     except ModelError as exc:
         print(f"swarmnode: {exc}", file=sys.stderr)
         return 2

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from swarmnode.catalogue import AUTO, AutoChoice, auto_model, catalogue_entry
+from swarmnode.catalogue import AUTO, AutoChoice, auto_model, catalogue_entry, model_round
 from swarmnode.config import NodeConfig
+from swarmnode.docsgen import toml_value
 from swarmnode.node.threads import physical_cores
 from swarmnode.train.model import pick_device, pick_dtype, prepare_model
 
@@ -65,13 +67,20 @@ def resolve_model(spec: str, device_spec: str) -> tuple[str, str | None]:
     return (entry.name if entry else spec), None
 
 
-def prepare(cfg: NodeConfig) -> NodeConfig:
+def prepare(cfg: NodeConfig, sources: Mapping[str, str] | None = None) -> NodeConfig:
     """``cfg`` with its model resolved, fetched and converted (a catalogue model not cached yet)
     or checked (any other), ready for the loader; logs the model's name, license and
-    attribution. Raises ModelError with one line naming the problem."""
+    attribution. With ``sources`` (the loaded config's), the keys left at their defaults take
+    the model's round (:func:`swarmnode.catalogue.model_round`), which the log names. Raises
+    ModelError with one line naming the problem."""
     spec, why = resolve_model(cfg.model, cfg.device)
     if why:
         log.info("model auto picked %s: %s", spec, why)
+    taken = model_round(spec, sources) if sources is not None else {}
+    if taken:
+        log.info("the round of %s (docs/configuration.md; set a key to change it): %s", spec,
+                 ", ".join(f"{key} = {toml_value(value)}" for key, value in taken.items()))
+        cfg = dataclasses.replace(cfg, **taken)
     source = prepare_model(spec, cfg.model_file, node_dtype(cfg))
     if source.entry is not None:
         log.info("model %s: %s", source.name, source.entry.notice)

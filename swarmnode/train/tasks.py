@@ -54,16 +54,17 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-# Task sets shipped in the package, by the name a user gives instead of a file path. "laptop"
-# exists because the embedded 135M model scores zero at the default difficulties (nothing
-# learns); on these easy tasks its reward rises within minutes on two CPU cores.
-PACKAGED_TASK_SETS = {"laptop": "tasks-laptop.toml"}
+# Task sets shipped in the package, by the name a user gives instead of a file path. The
+# embedded 135M model scores about zero at the default nine families' difficulties: on "laptop"
+# its reward rises within minutes on two CPU cores, and "short" is the set its nodes were shown
+# to gain on by sharing (the round it runs by default: swarmnode.catalogue, SMOLLM2).
+PACKAGED_TASK_SETS = {"laptop": "tasks-laptop.toml", "short": "tasks-short.toml"}
 
 
 def load_task_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """Families from a task TOML file, or a packaged set by name (``None``: the packaged default).
 
-    ``path`` may be a name of :data:`PACKAGED_TASK_SETS` (``"laptop"``). Returns
+    ``path`` may be a name of :data:`PACKAGED_TASK_SETS` (``"laptop"``, ``"short"``). Returns
     ``{family: {"weight": w, "config": {...}}}``. Unknown families and bad weights raise
     :class:`TaskConfigError`.
     """
