@@ -39,6 +39,15 @@ def test_save_restore_round_trip_and_pruning(tmp_path, policy):
     assert torch.equal(torch.rand(3), expected_draw)
 
 
+def test_a_restart_trains_with_the_configs_learning_rate_not_the_saved_one(tmp_path, policy, tiny_model_dir):
+    save_checkpoint(tmp_path, 0, policy, {}, keep=2)  # saved at the default 1e-4, no weight decay
+    other = Policy(load_base_model(str(tiny_model_dir), torch.device("cpu")),
+                   NodeConfig(lora_r=2, lora_alpha=4, learning_rate=2e-4, weight_decay=0.01))
+    restore(latest_checkpoint(tmp_path), other)
+    assert [(g["lr"], g["weight_decay"]) for g in other.optimizer.param_groups] == \
+        [(2e-4, 0.01)] * len(other.optimizer.param_groups)
+
+
 def test_damaged_newest_checkpoint_falls_back_to_previous(tmp_path, policy, caplog):
     save_checkpoint(tmp_path, 0, policy, {}, keep=3)
     newest = save_checkpoint(tmp_path, 1, policy, {}, keep=3)

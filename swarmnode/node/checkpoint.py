@@ -149,6 +149,10 @@ def restore(checkpoint: Checkpoint, policy) -> None:
     policy.load_adapter_weights(checkpoint.path / "adapter")
     opt = torch.load(checkpoint.path / "optimizer.pt", map_location=policy.device, weights_only=True)
     policy.optimizer.load_state_dict(opt)
+    # load_state_dict brings back the saved learning rate and weight decay too: the config's
+    # win, so a node restarted with other values (or its model's round) trains with them.
+    for group in policy.optimizer.param_groups:
+        group["lr"], group["weight_decay"] = policy.cfg.learning_rate, policy.cfg.weight_decay
     rng = torch.load(checkpoint.path / "rng.pt", weights_only=True)
     torch.set_rng_state(rng["torch"])
     np_state = rng["numpy"]
