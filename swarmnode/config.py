@@ -60,9 +60,10 @@ class NodeConfig:
                                   "metrics, logs). Default: the platform's user data directory.", section="node")
     log_level: str = _key("info", "Log level for stderr and the log file.",
                           choices=("debug", "info", "warning", "error"), section="node")
-    priority: str = _key("background", "CPU priority of the node: 'background' (nice 19 on Linux, the background "
-                                       "band on macOS, idle class on Windows) lets the programs you use beside "
-                                       "it come first; 'normal' competes with them.",
+    priority: str = _key("background", "CPU priority of the node: 'background' (nice 19 on Linux, and on its "
+                                       "session where the kernel groups the CPU by session, as with --tui or "
+                                       "a service; the background band on macOS, idle class on Windows) lets "
+                                       "the programs you use beside it come first; 'normal' competes with them.",
                          choices=("background", "normal"), section="node")
 
     # the model

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from programs import output
+from programs import argv, output
 from swarmnode.node import priority
 
 
@@ -18,7 +21,7 @@ from swarmnode.node import priority
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux keeps a nice value per thread")
 def test_background_renices_every_thread_and_later_ones_inherit_it():
     result = json.loads(output("priority_threads").splitlines()[-1])
-    assert result["what"] == "background (nice 19)"
+    assert result["what"].startswith("background (nice 19")
     assert len(result["tasks"]) >= 2 and set(result["tasks"]) == {19}
     assert result["later"] == 19
 
@@ -63,3 +66,50 @@ def test_describe_names_what_would_be_set(monkeypatch):
     monkeypatch.setattr(sys, "platform", "linux")
     assert "nice 19" in priority.describe_priority("background")
     assert priority.describe_priority("normal").startswith("normal")
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not priority._autogroups_on(), reason="the kernel does not group sessions (autogroup is off "
+                    "or absent), so nice alone orders every thread of the machine")
+def test_a_node_leading_its_session_lowers_the_session_so_other_sessions_come_first():
+    """Two busy loops on one CPU, each in a session of its own: the background one gets a small
+    part of what the other gets (nice 19 on its threads alone would leave them even)."""
+    cpu = min(os.sched_getaffinity(0))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    procs = [subprocess.Popen(argv("priority_session", cpu, p), stdout=subprocess.PIPE, text=True,
+                              start_new_session=True, env=env) for p in ("background", "normal")]
+    try:
+        said = [json.loads(p.stdout.readline() if p.stdout else "") for p in procs]
+        before = [_cpu_ticks(p.pid) for p in procs]
+        time.sleep(3)
+        background, normal = (_cpu_ticks(p.pid) - b for p, b in zip(procs, before))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    print(f"\nticks in 3 s on CPU {cpu}: background {background}, normal {normal}; {said}")
+    assert said[0]["what"] == "background (nice 19, its session 19)" and said[0]["autogroup"].endswith("nice 19")
+    assert said[1]["what"] == "normal" and said[1]["autogroup"].endswith("nice 0")
+    assert background * 5 < normal, (background, normal)
+
+
+def test_a_session_leader_lowers_its_autogroup_and_anything_else_leaves_it(tmp_path, monkeypatch, caplog):
+    autogroup, enabled = tmp_path / "autogroup", tmp_path / "enabled"
+    autogroup.write_text("/autogroup-7 nice 0\n")
+    enabled.write_text("1\n")
+    monkeypatch.setattr(os, "getsid", lambda pid: 4242)
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    with caplog.at_level(logging.INFO, logger="swarmnode.node.priority"):
+        assert priority._lower_session(19, autogroup, enabled) == " within its session"
+    assert autogroup.read_text() == "/autogroup-7 nice 0\n"
+    assert "--tui" in caplog.text and "service install" in caplog.text
+    monkeypatch.setattr(os, "getpid", lambda: 4242)
+    assert priority._lower_session(19, autogroup, enabled) == ", its session 19"
+    assert autogroup.read_text() == "19"
+    enabled.write_text("0\n")
+    assert priority._lower_session(19, autogroup, enabled) == ""
