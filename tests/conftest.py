@@ -26,6 +26,10 @@ from tinymodel import build_tiny_model
 # reach this machine's own network, and any other test's nodes there. tests/test_lan.py turns
 # discovery on inside its namespaces.
 os.environ.setdefault("SWARMNODE_LAN", "false")
+# Nodes that tests start in sessions of their own stand for other machines: at background
+# priority each would lower its session (node/priority.py) and, where the kernel groups the CPU
+# by session, get almost nothing beside the test workers. tests/test_priority.py checks that.
+os.environ.setdefault("SWARMNODE_PRIORITY", "normal")
 
 _PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.posix_spawnp",
                              "os.spawn", "os.system", "os.exec"})
