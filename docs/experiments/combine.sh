@@ -4,7 +4,7 @@
 # --configs naming every arm). Every table a run wrote is joined (rounds.csv, external.csv,
 # yardstick.csv, and groups.csv where every run has it); every arm is cut, seed by seed, to
 # the rounds all of them finished in that seed; the untrained model's rows come from the first
-# directory.
+# directory. A column only some runs have (a later code's) is left empty in the others' rows.
 # Usage: combine.sh OUT_DIR RUN_DIR [RUN_DIR ...]
 set -euo pipefail
 OUT=$1; shift
@@ -16,11 +16,11 @@ tables = {}
 names = ["rounds.csv", "external.csv", "yardstick.csv"]
 names += ["groups.csv"] if all(os.path.exists(f"{run}/groups.csv") for run in runs) else []
 for name in names:
-    header, rows = None, []
+    header, rows = {}, []
     for i, run in enumerate(runs):
         with open(f"{run}/{name}", newline="") as fh:
             r = csv.DictReader(fh)
-            header = header or r.fieldnames
+            header.update(dict.fromkeys(r.fieldnames or ()))
             rows += [x for x in r if x["config"] != "base" or i == 0]
     tables[name] = header, rows
 finished = {}  # (config, seed) -> rounds finished
@@ -35,7 +35,7 @@ for name, (header, rows) in tables.items():
     last = (lambda r, n: r <= n) if name == "yardstick.csv" else (lambda r, n: r < n)
     kept = [x for x in rows if x["config"] == "base" or last(int(x["round"]), done.get(x["seed"], 0))]
     with open(f"{out}/{name}", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=header); w.writeheader(); w.writerows(kept)
+        w = csv.DictWriter(fh, fieldnames=list(header), restval=""); w.writeheader(); w.writerows(kept)
 s = json.load(open(f"{runs[-1]}/experiment.json"))
 s["settings"]["configs"] = ",".join(configs)
 json.dump(s, open(f"{out}/experiment.json", "w"), indent=2)
