@@ -87,17 +87,16 @@ SMOLLM2 = CatalogueModel(
     round_why="the four packaged families with short numeric answers (`short`), levels as the file sets them, "
               "8 questions x 4 completions x 8 new tokens after a prefilled `<answer>`, learning rate 2e-4: the "
               "round on which four SmolLM2 nodes sharing 4/4 with the above-best draw were ahead of four alone "
-              "in every seed of two runs (cumulative reward 1.35x, 95 % interval 0.40 to 2.31, after 17-18 "
+              "in every seed of two runs (cumulative reward 1.49x, 95 % interval -0.00 to 2.99, after 30-33 "
               "rounds of 3 seeds; 1.33x, 1.19 to 1.46, after 20 in a run on earlier code) with a held-out "
-              "yardstick of 0.180 against 0.121 alone after round 10 (untrained 0.071) "
-              "([experiments/equal](experiments/equal/README.md), partial), and beside a Qwen node 1.39x "
-              "(1.25 to 1.54, 30 rounds; [experiments/mixed/ab](experiments/mixed/ab/README.md)). At the nine "
+              "yardstick of 0.230 against 0.124 alone after round 30 (untrained 0.071) "
+              "([experiments/equal](experiments/equal/README.md), partial), and beside a Qwen node 1.28x "
+              "(1.05 to 1.51, 30 rounds; [experiments/mixed/ab](experiments/mixed/ab/README.md)). At the nine "
               "packaged families its groups carry almost no signal (a fresh node's rewards 0.03-0.07) and "
               "sharing showed no gain (0.87x, 0.25 to 1.49; [experiments](experiments/README.md)). A round takes "
-              "seconds on a CPU core "
-              "where the nine families at 8 x 8 x 256 take minutes. A node on another model's defaults runs "
-              "none of these families, and a node drops peers' groups of families it does not run: to share "
-              "with SmolLM2 nodes, give a node `tasks = \"short\"`",
+              "seconds on a CPU core where the nine families at 8 x 8 x 256 take minutes. A node on another "
+              "model's defaults runs none of these families, and a node drops peers' groups of families it does "
+              "not run: to share with SmolLM2 nodes, give a node `tasks = \"short\"`",
 )
 
 QWEN25_CODER = CatalogueModel(
@@ -116,9 +115,10 @@ QWEN25_CODER = CatalogueModel(
     tie_output=True,
     round_why="the paper's round, on which it measured 1.94x for eight Qwen2.5-0.5B nodes sharing 4/4: the nine "
               "families at 8 questions x 8 completions x 256 new tokens. SmolLM2's round does not teach it: its "
-              "yardstick there was 0.542 untrained and 0.544 after 30 rounds alone "
-              "([experiments/mixed/ab](experiments/mixed/ab/README.md)); here no run has gone past one round of the "
-              "paper's ([experiments/qwen-cuda](experiments/qwen-cuda/README.md))",
+              "yardstick there was 0.542 untrained and 0.544 after 30 rounds alone, and 0.533 beside three SmolLM2 "
+              "nodes sharing 4/4 (its reward 0.98x alone; [experiments/mixed/ab](experiments/mixed/ab/README.md)); "
+              "here no run has gone past one round of the paper's "
+              "([experiments/qwen-cuda](experiments/qwen-cuda/README.md))",
 )
 
 GEMMA3 = CatalogueModel(
