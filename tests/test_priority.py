@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from programs import argv, output
+from swarm_scale import cpu_s
 from swarmnode.node import priority
 
 
@@ -68,11 +68,6 @@ def test_describe_names_what_would_be_set(monkeypatch):
     assert priority.describe_priority("normal").startswith("normal")
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not priority._autogroups_on(), reason="the kernel does not group sessions (autogroup is off "
                     "or absent), so nice alone orders every thread of the machine")
@@ -80,19 +75,18 @@ def test_a_node_leading_its_session_lowers_the_session_so_other_sessions_come_fi
     """Two busy loops on one CPU, each in a session of its own: the background one gets a small
     part of what the other gets (nice 19 on its threads alone would leave them even)."""
     cpu = min(os.sched_getaffinity(0))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     procs = [subprocess.Popen(argv("priority_session", cpu, p), stdout=subprocess.PIPE, text=True,
-                              start_new_session=True, env=env) for p in ("background", "normal")]
+                              start_new_session=True) for p in ("background", "normal")]
     try:
         said = [json.loads(p.stdout.readline() if p.stdout else "") for p in procs]
-        before = [_cpu_ticks(p.pid) for p in procs]
+        before = [cpu_s(p.pid) for p in procs]
         time.sleep(3)
-        background, normal = (_cpu_ticks(p.pid) - b for p, b in zip(procs, before))
+        background, normal = (cpu_s(p.pid) - b for p, b in zip(procs, before))
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    print(f"\nticks in 3 s on CPU {cpu}: background {background}, normal {normal}; {said}")
+    print(f"\nCPU seconds in 3 s on CPU {cpu}: background {background:.2f}, normal {normal:.2f}; {said}")
     assert said[0]["what"] == "background (nice 19, its session 19)" and said[0]["autogroup"].endswith("nice 19")
     assert said[1]["what"] == "normal" and said[1]["autogroup"].endswith("nice 0")
     assert background * 5 < normal, (background, normal)

@@ -6,8 +6,8 @@
   made later inherit it from the thread that makes them). Where the kernel schedules sessions
   as groups (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled``), nice orders threads
   only within their session, and busy sessions share the CPU evenly: two busy loops on one
-  CPU, each in a session of its own, got 150 and 150 ticks in 3 s at nice 19 and nice 0, and
-  4 against 294 with the nice 19 one's session lowered too (``pytest -s tests/test_priority.py``
+  CPU, each in a session of its own, got 1.50 and 1.50 CPU-seconds in 3 s at nice 19 and nice
+  0, and 0.04 against 2.94 with the nice 19 one's session lowered too (``pytest -s tests/test_priority.py``
   measures the latter). So a node that leads its session (``start --tui``, a service) lowers
   the session too; one started in a terminal's session leaves it (the user's shell's) alone
   and says so;
