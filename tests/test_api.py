@@ -524,7 +524,7 @@ async def test_every_endpoint_of_a_real_daemon(tmp_path, tiny_model_dir, monkeyp
             assert status["round"] >= first + 1 and status["device"] == "cpu" and status["peers"] == 0
             assert isinstance(status["last_reward"], float)
             assert status["threads"]["count"] == 1 and status["threads"]["pinned"]  # RealDaemon pins 1
-            assert status["priority"].startswith("background")
+            assert status["priority"] == "normal"  # the flag reaches the status
             rows = (await api.rounds(since=first))[:2]
             assert [r["round"] for r in rows] == [first, first + 1] and [r["threads"] for r in rows] == [1, 1]
             assert status["levels"] and all(isinstance(v, int) for v in status["levels"].values())
