@@ -1,0 +1,82 @@
+"""The lowest bar (this folder's 4/4:ab run) against the current-mean bar (../equal's 4/4:ab),
+both against ../equal's 8/0, over the rounds every table has per seed: cumulative reward, the
+yardstick after the last round both measured, and how many of the peers' groups a node drew
+were more than 3 nats below its own groups' mean that round.
+
+Run: ``python docs/experiments/bar/compare.py [FOLDER]`` (the lowest-bar run's tables, this
+folder by default).
+"""
+
+import collections
+import csv
+import math
+import os
+import statistics as st
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EQUAL = os.path.join(HERE, "..", "equal")
+T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}
+
+
+def load(folder: str, table: str, config: str) -> list[dict]:
+    with open(os.path.join(folder, f"{table}.csv")) as f:
+        return [r for r in csv.DictReader(f) if r["config"] == config]
+
+
+def interval(values: list[float], fmt: str = ".2f") -> str:
+    m, sd = st.mean(values), st.stdev(values)
+    half = T95[len(values)] * sd / math.sqrt(len(values))
+    return f"{m:{fmt}} (95 % CI {m - half:{fmt}} to {m + half:{fmt}})"
+
+
+def main() -> None:
+    folder = sys.argv[1] if len(sys.argv) > 1 else HERE
+    arms = {"lowest": (folder, "4/4:ab"), "current": (EQUAL, "4/4:ab"), "alone": (EQUAL, "8/0")}
+    rewards = {name: collections.defaultdict(dict) for name in arms}
+    for name, (where, config) in arms.items():
+        for r in load(where, "rounds", config):
+            rewards[name][r["seed"]].setdefault(int(r["round"]), []).append(float(r["reward_mean"]))
+    seeds = sorted(set.intersection(*(set(v) for v in rewards.values())))
+    ratio = collections.defaultdict(list)
+    for seed in seeds:
+        n = min(max(rewards[name][seed]) for name in arms) + 1
+        cum = {name: sum(st.mean(rewards[name][seed][r]) for r in range(n)) for name in arms}
+        for name in ("lowest", "current"):
+            ratio[name].append(cum[name] / cum["alone"])
+        ratio["lowest/current"].append(cum["lowest"] / cum["current"])
+        print(f"seed {seed}: rounds 0-{n - 1}, cumulative reward a node: lowest {cum['lowest']:.3f}, "
+              f"current {cum['current']:.3f}, alone {cum['alone']:.3f}")
+    for name, values in ratio.items():
+        print(f"cumulative reward {name}{'' if '/' in name else ' / alone'}: {interval(values)}, "
+              f"per seed {' / '.join(f'{v:.2f}' for v in values)}")
+
+    scores = {name: collections.defaultdict(dict) for name in arms}
+    for name, (where, config) in arms.items():
+        for r in load(where, "yardstick", config):
+            scores[name][r["seed"]].setdefault(int(r["round"]), []).append(float(r["score"]))
+    last = {seed: max(set.intersection(*(set(scores[name][seed]) for name in arms)), default=None) for seed in seeds}
+    if all(last.values()):
+        for name in arms:
+            per_seed = [st.mean(scores[name][seed][last[seed]]) for seed in seeds]
+            print(f"yardstick {name} after rounds {sorted(set(last.values()))}: {interval(per_seed, '.3f')}, "
+                  f"per seed {' / '.join(f'{v:.3f}' for v in per_seed)}")
+
+    for name in ("lowest", "current"):
+        where, config = arms[name]
+        own: dict[tuple, list[float]] = collections.defaultdict(list)
+        for r in load(where, "groups", config):
+            if r["logp"]:
+                own[(r["seed"], r["node"], r["round"])].append(float(r["logp"]))
+        n = {seed: min(max(rewards[a][seed]) for a in arms) for seed in seeds}
+        drawn = [r for r in load(where, "external", config) if r["logp"] and r["seed"] in n
+                 and int(r["round"]) <= n[r["seed"]] and own.get((r["seed"], r["node"], r["round"]))]
+        far = [r for r in drawn if float(r["logp"]) < st.mean(own[(r["seed"], r["node"], r["round"])]) - 3]
+        late = [r for r in drawn if int(r["round"]) >= 20]
+        far_late = [r for r in far if int(r["round"]) >= 20]
+        print(f"{name}: peers' groups drawn {len(drawn)}, more than 3 nats below the receiver's own mean "
+              f"{len(far)} ({len(far) / max(len(drawn), 1):.0%}; from round 20 {len(far_late)} of {len(late)})")
+
+
+if __name__ == "__main__":
+    main()
