@@ -23,7 +23,7 @@ The bar is this update's own mean, so it rises as training makes the policy sure
 answers (four SmolLM2-135M nodes sharing: from about -2.0 a token to -0.6 to -0.9 by rounds
 20-29, peers' groups beyond 3 nats from 1-6 % to 7-27 %; docs/experiments/equal/drift.py).
 Holding peers to the lowest mean the node has had instead did not pay (docs/experiments/bar:
-1.03x the cumulative reward, 0.59 to 1.48, and a lower yardstick), and the nodes' text drifted
+1.04x the cumulative reward, 0.59 to 1.48, and a lower yardstick), and the nodes' text drifted
 apart sooner.
 
 Its cost: nothing extra is run. The update already computes every trained token's log-prob
