@@ -1,7 +1,7 @@
 """The lowest bar (this folder's 4/4:ab run) against the current-mean bar (../equal's 4/4:ab),
-both against ../equal's 8/0, over the rounds every table has per seed: cumulative reward, the
-yardstick after the last round both measured, and how many of the peers' groups a node drew
-were more than 3 nats below its own groups' mean that round.
+both against ../equal's 8/0, over the rounds every table has per seed: cumulative reward and
+the yardstick after the last round all three measured. How far peers' groups were from the
+receiver's policy is ``docs/experiments/equal/drift.py``'s, on either folder.
 
 Run: ``python docs/experiments/bar/compare.py [FOLDER]`` (the lowest-bar run's tables, this
 folder by default).
@@ -61,21 +61,6 @@ def main() -> None:
             per_seed = [st.mean(scores[name][seed][last[seed]]) for seed in seeds]
             print(f"yardstick {name} after rounds {sorted(set(last.values()))}: {interval(per_seed, '.3f')}, "
                   f"per seed {' / '.join(f'{v:.3f}' for v in per_seed)}")
-
-    for name in ("lowest", "current"):
-        where, config = arms[name]
-        own: dict[tuple, list[float]] = collections.defaultdict(list)
-        for r in load(where, "groups", config):
-            if r["logp"]:
-                own[(r["seed"], r["node"], r["round"])].append(float(r["logp"]))
-        n = {seed: min(max(rewards[a][seed]) for a in arms) for seed in seeds}
-        drawn = [r for r in load(where, "external", config) if r["logp"] and r["seed"] in n
-                 and int(r["round"]) <= n[r["seed"]] and own.get((r["seed"], r["node"], r["round"]))]
-        far = [r for r in drawn if float(r["logp"]) < st.mean(own[(r["seed"], r["node"], r["round"])]) - 3]
-        late = [r for r in drawn if int(r["round"]) >= 20]
-        far_late = [r for r in far if int(r["round"]) >= 20]
-        print(f"{name}: peers' groups drawn {len(drawn)}, more than 3 nats below the receiver's own mean "
-              f"{len(far)} ({len(far) / max(len(drawn), 1):.0%}; from round 20 {len(far_late)} of {len(late)})")
 
 
 if __name__ == "__main__":
