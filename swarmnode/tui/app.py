@@ -346,11 +346,15 @@ class Dashboard(App):
             table.remove_row(key)
 
     async def _tick(self) -> None:
+        # After each await the app may be shutting down (a quit mid-request): its widgets are
+        # gone then, and there is nothing left to show.
         if self.api is not None and time.monotonic() - self._credits_at >= CREDITS_EVERY_S:
             try:
                 await self._read_credits()
             except NoNodeRunning:
                 return
+        if not self.is_running:
+            return
         self._show_header()
         if self._peers_stale and self.api is not None:
             self._peers_stale = False
@@ -358,7 +362,8 @@ class Dashboard(App):
                 self.peers = await self.api.peers()
             except (NoNodeRunning, ApiError):
                 return
-        self._show_peers()
+        if self.is_running:
+            self._show_peers()
 
     # -- keys --------------------------------------------------------------------------------
 
