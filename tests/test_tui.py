@@ -245,6 +245,41 @@ async def test_q_quits(served):
         assert not app.is_running
 
 
+class AnswersAfterQuit:
+    """A node whose credits and peers answer only once the dashboard has quit and torn down."""
+
+    def __init__(self) -> None:
+        self.calls, self.quit = 0, asyncio.Event()
+
+    async def _after_quit(self, answer):
+        self.calls += 1
+        await self.quit.wait()
+        return answer
+
+    async def credits(self):
+        return await self._after_quit(None)
+
+    async def peers(self):
+        return await self._after_quit([])
+
+
+@pytest.mark.parametrize("awaiting", ["credits", "peers"])
+async def test_a_tick_resumed_after_a_quit_leaves_the_removed_widgets_alone(served, awaiting):
+    home, state, control = served
+    app = Dashboard(home, retry_s=0.05)
+    slow = AnswersAfterQuit()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        app.api, app._peers_stale = slow, awaiting == "peers"
+        app._credits_at = -math.inf if awaiting == "credits" else time.monotonic()
+        tick = asyncio.ensure_future(app._tick())
+        await until(pilot, lambda: slow.calls == 1)
+        await pilot.press("q")
+    slow.quit.set()
+    await asyncio.wait_for(tick, 10)
+    assert slow.calls == 1
+
+
 async def test_screenshot_with_realistic_data(tmp_path):
     """Saves an SVG of the dashboard; SWARMNODE_SCREENSHOT=docs/dashboard.svg keeps a copy."""
     home = NodeHome(tmp_path / "home").create()
