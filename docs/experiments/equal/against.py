@@ -1,10 +1,9 @@
-"""The lowest bar (this folder's 4/4:ab run) against the current-mean bar (../equal's 4/4:ab),
-both against ../equal's 8/0, over the rounds every table has per seed: cumulative reward and
-the yardstick after the last round all three measured. How far peers' groups were from the
-receiver's policy is ``docs/experiments/equal/drift.py``'s, on either folder.
+"""A lever's 4/4:ab run (FOLDER's tables, the equal-nodes flags on patched code) against this
+folder's 4/4:ab (the node as it is) and 8/0 (alone), over the rounds every table has per seed:
+cumulative reward and the yardstick after the last round all three measured. How far peers'
+groups were from the receiver's policy is ``drift.py``'s, on either folder.
 
-Run: ``python docs/experiments/bar/compare.py [FOLDER]`` (the lowest-bar run's tables, this
-folder by default).
+Run: ``python docs/experiments/equal/against.py FOLDER`` (e.g. ``docs/experiments/bar``).
 """
 
 import collections
@@ -15,7 +14,6 @@ import statistics as st
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EQUAL = os.path.join(HERE, "..", "equal")
 T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}
 
 
@@ -31,8 +29,9 @@ def interval(values: list[float], fmt: str = ".2f") -> str:
 
 
 def main() -> None:
-    folder = sys.argv[1] if len(sys.argv) > 1 else HERE
-    arms = {"lowest": (folder, "4/4:ab"), "current": (EQUAL, "4/4:ab"), "alone": (EQUAL, "8/0")}
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    arms = {"lever": (sys.argv[1], "4/4:ab"), "current": (HERE, "4/4:ab"), "alone": (HERE, "8/0")}
     rewards = {name: collections.defaultdict(dict) for name in arms}
     for name, (where, config) in arms.items():
         for r in load(where, "rounds", config):
@@ -42,10 +41,10 @@ def main() -> None:
     for seed in seeds:
         n = min(max(rewards[name][seed]) for name in arms) + 1
         cum = {name: sum(st.mean(rewards[name][seed][r]) for r in range(n)) for name in arms}
-        for name in ("lowest", "current"):
+        for name in ("lever", "current"):
             ratio[name].append(cum[name] / cum["alone"])
-        ratio["lowest/current"].append(cum["lowest"] / cum["current"])
-        print(f"seed {seed}: rounds 0-{n - 1}, cumulative reward a node: lowest {cum['lowest']:.3f}, "
+        ratio["lever/current"].append(cum["lever"] / cum["current"])
+        print(f"seed {seed}: rounds 0-{n - 1}, cumulative reward a node: lever {cum['lever']:.3f}, "
               f"current {cum['current']:.3f}, alone {cum['alone']:.3f}")
     for name, values in ratio.items():
         print(f"cumulative reward {name}{'' if '/' in name else ' / alone'}: {interval(values)}, "
