@@ -27,7 +27,7 @@ answers (four SmolLM2-135M nodes sharing: from about -2.0 a token to -0.6 to -0.
 Holding peers to the lowest mean the node has had instead did not pay (docs/experiments/bar:
 1.04x the cumulative reward, 0.59 to 1.48, and a lower yardstick), and the nodes' text drifted
 apart sooner. What the bound should not leave out is a far completion with a positive
-advantage: in those runs 41-94 % of the peers' far groups held a right answer, and making one
+advantage: in those runs 37-88 % of the peers' far groups held a right answer, and making one
 likelier pulls the node toward its peers instead of away (docs/experiments/far-positive, 30
 rounds of 3 seeds: 1.10x the cumulative reward of leaving them out, 0.79 to 1.41, the
 yardstick after round 30 0.285 against 0.230, peers' groups beyond 3 nats in rounds 20-29 at
