@@ -193,8 +193,7 @@ class NodeConfig:
                                  minimum=0.0, maximum=1.0, section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
-                                               "still be trained on; beyond, only one with a positive advantage "
-                                               "is, the others are left out and counted per peer "
+                                               "still be trained on; beyond, it is left out and counted per peer "
                                                "(far_from_policy). Unset: no bound.",
                                           minimum=0.0, section="swarm")
     probation_rounds: int = _key(3, "Rounds of this node in which a peer's bundles must carry signal (after "

@@ -190,8 +190,7 @@ def test_the_bar_leaves_out_far_completions_and_counts_them():
 
 def test_the_update_weighs_peers_completions_against_its_own(tiny_model_dir):
     """With a gap of 0 a peer's completion stays in only if it is at least as likely, per token,
-    as the node's own on average, or has a positive advantage: the update's own log-probs
-    decide, and the exchange counts it."""
+    as the node's own on average: the update's own log-probs decide, and the exchange counts it."""
     policy = make_policy(tiny_model_dir, True)
     policy.nearness.gap = 0.0
     ex = node_exchange(policy)

@@ -21,7 +21,7 @@ def left_out_families(out: Families, rows: list[dict]) -> None:
     out.counter("swarmnode_peer_responses_left_out_total",
                 "Peers' responses left out of training, by reason: not in the one form this node trains on "
                 "(no_answer, nested_tag, special_token, over_budget, score_changed, unverifiable), or too far "
-                "below this node's own log-probs in the update without a positive advantage (far_from_policy).",
+                "below this node's own log-probs in the update (far_from_policy).",
                 [({"reason": r}, n) for r, n in sorted(left_out.items())]
                 or [({"reason": ""}, 0)])
     out.counter("swarmnode_peer_completions_weighed_total",

@@ -30,8 +30,7 @@ response R (the prefilled tag included, as bundles carry it):
 
 ``far_from_policy`` is the reason the update itself leaves a completion out
 (:meth:`swarmnode.train.policy.Policy.train_step`): its mean token log-prob under this node's
-policy is more than ``peer_logprob_gap`` nats below that of the node's own completions, and
-its advantage is not positive.
+policy is more than ``peer_logprob_gap`` nats below that of the node's own completions.
 """
 
 from __future__ import annotations

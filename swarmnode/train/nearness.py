@@ -5,10 +5,8 @@ it is one answer this node's verifier read. How likely this node's policy was to
 a second bound: the mean log-prob per token of the completion under the policy being updated
 must be at most ``gap`` nats below the mean, over this node's own completions in the same
 update, of theirs (the *bar*; when the update has none of its own with an advantage, the bar
-of the last update that had). Beyond it, a completion with a positive advantage stays in: the
-update makes likelier what this policy would not have written, a peer's answer its verifier
-scored above the group's mean. Any other completion beyond it has its advantage set to zero:
-it moves nothing and is counted, per peer, as ``far_from_policy``. Before the node's first own
+of the last update that had). Beyond it the completion's advantage is set to zero: it moves
+nothing and is counted, per peer, as ``far_from_policy``. Before the node's first own
 completion with an advantage there is no bar, and peers' completions are trained on as they
 are (and not counted as measured).
 

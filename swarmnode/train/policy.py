@@ -270,8 +270,7 @@ class Policy:
         count in the loss's token-level mean (:mod:`swarmnode.train.grpo`). With one update
         per round the old policy is the current one, so each token's log-prob is computed
         once and its detached copy stands for pi_old. A peer's completion too far from this
-        policy is left out unless its advantage is positive (:mod:`swarmnode.train.nearness`;
-        :attr:`nearness` counts them).
+        policy is left out (:mod:`swarmnode.train.nearness`; :attr:`nearness` counts them).
         """
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
