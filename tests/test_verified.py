@@ -179,8 +179,7 @@ def test_the_bar_leaves_out_far_completions_and_counts_them():
     assert near.keep([-9.0], ["p"], [-1.0]) == [True] and not near.measured  # no bar yet: nothing is weighed
     near.own([-1.0, -2.0])
     # A far completion stays in only to be made likelier: one with a positive advantage.
-    kept = near.keep([-2.4, -2.6, -0.1, -7.0], ["p", "p", "q", "q"], [-1.0, -1.0, -1.0, 0.5])
-    assert kept == [True, False, True, True]
+    assert near.keep([-2.4, -2.6, -0.1, -7.0], ["p", "p", "q", "q"], [-1.0, -1.0, -1.0, 0.5]) == [True, False, True, True]
     assert near.measured == {"p": 2, "q": 2} and near.far == {"p": 1, "q": 0}
     near.finish()
     near.start()  # a later update without own completions holds peers to the last bar
