@@ -63,18 +63,17 @@ class Nearness:
         """Mean log-probs per token of this node's own completions in this update."""
         self._own.extend(means)
 
-    def keep(self, means: Sequence[float], sources: Sequence[str], advantages: Sequence[float]) -> list[bool]:
-        """For each peer completion (its mean log-prob per token, its peer, its advantage),
-        whether it stays in: near the bar, or far with a positive advantage."""
+    def keep(self, means: Sequence[float], sources: Sequence[str]) -> list[bool]:
+        """For each peer completion (its mean log-prob per token, its peer), whether it stays in."""
         bar = statistics.fmean(self._own) if self._own else self.bar
         if self.gap is None or bar is None:
             return [True] * len(means)
         out = []
-        for mean, source, advantage in zip(means, sources, advantages):
-            kept = mean >= bar - self.gap or advantage > 0
+        for mean, source in zip(means, sources):
+            near = mean >= bar - self.gap
             self.measured[source] += 1
-            self.far[source] += not kept
-            out.append(kept)
+            self.far[source] += not near
+            out.append(near)
         return out
 
     def finish(self) -> None:

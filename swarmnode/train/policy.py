@@ -308,7 +308,7 @@ class Policy:
                     sums[owner[i]] += lp
                     counts[owner[i]] += int(n)
                 adv = torch.tensor([advs[i] for i in idx], device=logp.device)
-                adv = adv * self._near(idx, sources, advs, [lp / max(n, 1) for lp, n in zip(row_sums, row_tokens)],
+                adv = adv * self._near(idx, sources, [lp / max(n, 1) for lp, n in zip(row_sums, row_tokens)],
                                        logp.device)
                 loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
                 loss.backward()
@@ -326,15 +326,13 @@ class Policy:
         self.last_logprobs = [(g, sums[i] / counts[i] if counts[i] else None) for i, g in enumerate(groups)]
         return total if math.isfinite(total) else None
 
-    def _near(self, idx: list[int], sources: list[str], advs: list[float], means: list[float],
-              device: torch.device) -> torch.Tensor:
+    def _near(self, idx: list[int], sources: list[str], means: list[float], device: torch.device) -> torch.Tensor:
         """1 for each completion of a micro-batch (its mean log-prob per token in ``means``) that
         stays in the update, 0 for a peer's that :attr:`nearness` leaves out; this node's own
         completions set the bar."""
         self.nearness.own([m for m, i in zip(means, idx) if sources[i] == LOCAL])
-        peers = [(m, i) for m, i in zip(means, idx) if sources[i] != LOCAL]
-        kept = iter(self.nearness.keep([m for m, _ in peers], [sources[i] for _, i in peers],
-                                       [advs[i] for _, i in peers]))
+        peers = [(m, sources[i]) for m, i in zip(means, idx) if sources[i] != LOCAL]
+        kept = iter(self.nearness.keep([m for m, _ in peers], [p for _, p in peers]))
         return torch.tensor([1.0 if sources[i] == LOCAL else float(next(kept)) for i in idx], device=device)
 
     # ---- persistence -------------------------------------------------------------------
