@@ -34,7 +34,7 @@ def _t95(df: int) -> float:
     return _T95[max(best)] if df <= 30 else 1.96
 
 
-def _interval(values: Sequence[float]) -> tuple[float, float | None]:
+def interval(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and the half-width of its 95 % t interval (None for fewer than two values)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
@@ -89,7 +89,7 @@ def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
     for (lb, md), c in out["cells"].items():
         base = out["cells"].get((baseline, md), {}).get("cumulative", {})
         ratios = [c["cumulative"][sd] / base[sd] for sd in c["cumulative"] if base.get(sd)]
-        c["ratio"] = _interval(ratios) if ratios else None
+        c["ratio"] = interval(ratios) if ratios else None
         c["cumulative_mean"] = statistics.fmean(c["cumulative"].values())
     return out
 
@@ -117,7 +117,7 @@ def summarize_yardstick(rows: list[dict], rounds_by_seed: dict[int, int]) -> dic
         elif int(r["round"]) == at:
             cells[(r["config"], _model(r))][int(r["seed"])].append(float(r["score"]))
     for key, by_seed in cells.items():
-        out[key] = _interval([statistics.fmean(v) for v in by_seed.values()])
+        out[key] = interval([statistics.fmean(v) for v in by_seed.values()])
     return out
 
 

@@ -8,12 +8,12 @@ Run: ``python docs/experiments/defence/compare.py``.
 import collections
 import csv
 import glob
-import math
 import os
 import statistics as st
 
+from swarmnode.experiment.report import interval as t_interval
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}
 
 
 def load(table: str, gap: int) -> list[dict]:
@@ -27,8 +27,7 @@ def load(table: str, gap: int) -> list[dict]:
 
 
 def interval(values: list[float]) -> str:
-    m, sd = st.mean(values), st.stdev(values)
-    half = T95[len(values)] * sd / math.sqrt(len(values))
+    m, half = t_interval(values)
     return f"{m:.3f} (95 % CI {m - half:.3f} to {m + half:.3f})"
 
 

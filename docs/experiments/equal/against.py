@@ -8,13 +8,13 @@ Run: ``python docs/experiments/equal/against.py FOLDER`` (e.g. ``docs/experiment
 
 import collections
 import csv
-import math
 import os
 import statistics as st
 import sys
 
+from swarmnode.experiment.report import interval as t_interval
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}
 
 
 def load(folder: str, table: str, config: str) -> list[dict]:
@@ -23,8 +23,7 @@ def load(folder: str, table: str, config: str) -> list[dict]:
 
 
 def interval(values: list[float], fmt: str = ".2f") -> str:
-    m, sd = st.mean(values), st.stdev(values)
-    half = T95[len(values)] * sd / math.sqrt(len(values))
+    m, half = t_interval(values)
     return f"{m:{fmt}} (95 % CI {m - half:{fmt}} to {m + half:{fmt}})"
 
 
