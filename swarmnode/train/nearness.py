@@ -29,7 +29,10 @@ apart sooner. Keeping every far completion with a positive advantage paid on hon
 rule: reasoning-gym's verifiers give the key with words spliced in partial credit (0.02-0.07
 for the injected strings of ``benchmarks/peer_nearness.py``), so a peer whose other
 completions score 0 gives such a string a positive advantage, and this bound is what leaves it
-out.
+out. Keeping only the far completions scored fully right paid as much (docs/experiments/far-right:
+1.12x, 0.86 to 1.38) and is not the rule either: the sender sets the answer key, and a key set
+to the words themselves scores them 1 in 10 of the 13 packaged families. What leaves such text
+out is this bound, whatever the key says.
 
 Its cost: nothing extra is run. The update already computes every trained token's log-prob
 for its loss; this takes the masked mean of each micro-batch's (one reduction over tokens
