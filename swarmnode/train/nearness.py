@@ -32,7 +32,9 @@ completions score 0 gives such a string a positive advantage, and this bound is 
 out. Keeping only the far completions scored fully right paid as much (docs/experiments/far-right:
 1.12x, 0.86 to 1.38) and is not the rule either: the sender sets the answer key, and a key set
 to the words themselves scores them 1 in 10 of the 13 packaged families. What leaves such text
-out is this bound, whatever the key says.
+out is this bound, whatever the key says. Holding positive advantages to the first update's bar
+paid on the mean (docs/experiments/first-bar: 1.08x, 0.86 to 1.29) at the price of that margin
+while the node trains, and waits for more seeds.
 
 Its cost: nothing extra is run. The update already computes every trained token's log-prob
 for its loss; this takes the masked mean of each micro-batch's (one reduction over tokens
