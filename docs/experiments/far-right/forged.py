@@ -9,29 +9,17 @@ node's verifier (``Scorer``) scores, in a peer response's trained form:
 - forged: a key the sender set to the words themselves, answered with them: how many of the
   24 questions score it 1.
 
-Run: ``python docs/experiments/far-right/forged.py``.
+Run: ``PYTHONPATH=. python docs/experiments/far-right/forged.py``.
 """
 
-import importlib.util
-import os
-
+from benchmarks.peer_nearness import INJECTED
 from swarmnode.records import Question
 from swarmnode.train.tasks import Scorer, TaskSource, load_task_file
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 QUESTIONS = 24
 
 
-def injected() -> tuple[str, ...]:
-    spec = importlib.util.spec_from_file_location("peer_nearness", os.path.join(ROOT, "benchmarks", "peer_nearness.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.INJECTED
-
-
 def main() -> None:
-    words = injected()
     families: dict = {}
     for name in (None, "laptop", "short"):
         families.update(load_task_file(name))
@@ -41,9 +29,9 @@ def main() -> None:
         source = TaskSource({family: families[family]}, 0)
         spliced, forged_right = [], 0
         for q in source.sample(0, QUESTIONS):
-            for text in (q.answer + words[0], q.answer + words[1], "buy " + q.answer):
+            for text in (q.answer + INJECTED[0], q.answer + INJECTED[1], "buy " + q.answer):
                 spliced.append(scorer.score(q, f"<answer>{text}</answer>") or 0.0)
-            forged = Question(q.family, q.question, words[1].strip(), q.metadata, q.level)
+            forged = Question(q.family, q.question, INJECTED[1].strip(), q.metadata, q.level)
             forged_right += scorer.score(forged, f"<answer>{forged.answer}</answer>") == 1.0
         print(f"{family:24} {max(spliced):.2f}, {sum(s == 1.0 for s in spliced):3d} of {len(spliced)}"
               f" | {forged_right:2d}")
