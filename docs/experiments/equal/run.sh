@@ -1,10 +1,11 @@
 #!/bin/bash
 # The equal-nodes experiment on the code of ef45351 (main as users run it), one process per seed.
-# Rerun to resume each seed from its last checkpoint. ROUNDS=N extends it; nothing else may change.
+# Rerun to resume each seed from its last checkpoint. ROUNDS=N extends it and SEEDS="3 4" adds seeds;
+# nothing else may change.
 # RUN, OUT and CONFIGS let another run of these flags use it (docs/experiments/bar/run.sh).
 RUN=${RUN:-/work/wt/exp-run}
 OUT=${OUT:-/work/exp-out/equal}
-for SEED in 0 1 2; do
+for SEED in ${SEEDS:-0 1 2}; do
   mkdir -p "$OUT/seed-$SEED"
   echo "$(date -u +%FT%TZ) start, code $(git -C $RUN rev-parse --short HEAD), rounds ${ROUNDS:-100}" >> "$OUT/seed-$SEED/starts.log"
   (cd "$RUN" && PYTHONPATH="$RUN" exec nice -n 10 /work/main/.venv/bin/python -m swarmnode experiment \
