@@ -45,7 +45,8 @@ def main() -> None:
         return mean_logprobs(policy, prompt, [f"{t}</answer>" for t in texts])
 
     within, total = 0, 0
-    print("node                      first bar | key  spliced  words alone (mean per token) | words within 3 nats")
+    print("node                      first bar | key  spliced  words alone (mean per token) | "
+          f"words within {gap:g} nats")
     for home in sorted(Path(sys.argv[1]).glob("seed-*/nodes/*/*/node-*")):
         ckpt = latest_checkpoint(home / "checkpoints")
         if ckpt is None or ckpt.state.get("nearness_first") is None:
