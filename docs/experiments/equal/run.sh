@@ -2,7 +2,8 @@
 # The equal-nodes experiment on the code of ef45351 (main as users run it), one process per seed.
 # Rerun to resume each seed from its last checkpoint. ROUNDS=N extends it and SEEDS="3 4" adds seeds;
 # nothing else may change.
-# RUN, OUT and CONFIGS let another run of these flags use it (docs/experiments/bar/run.sh).
+# RUN, OUT and CONFIGS let another run of these flags use it (docs/experiments/bar/run.sh); FLAGS adds
+# flags after them (docs/experiments/hot/run.sh).
 RUN=${RUN:-/work/wt/exp-run}
 OUT=${OUT:-/work/exp-out/equal}
 for SEED in ${SEEDS:-0 1 2}; do
@@ -14,6 +15,6 @@ for SEED in ${SEEDS:-0 1 2}; do
     --tasks "$RUN/docs/experiments/equal/tasks.toml" --no-adaptive-difficulty \
     --questions 8 --completions 4 --max-new-tokens 8 --learning-rate 2e-4 \
     --device cpu --dtype float32 --threads 1 --eval-every 10 \
-    --out "$OUT/seed-$SEED" --no-progress >> "$OUT/seed-$SEED/run.log" 2>&1) &
+    --out "$OUT/seed-$SEED" --no-progress $FLAGS >> "$OUT/seed-$SEED/run.log" 2>&1) &
 done
 wait
