@@ -102,7 +102,7 @@ class NodeConfig:
     temperature: float = _key(1.0, "Sampling temperature. 1.0 samples the policy as it is, which the GRPO "
                                    "update assumes. Over 100 rounds of SmolLM2's round, a node's completions of "
                                    "a question came to agree and carry no advantage; 1.3 then gave 1.4-1.5x "
-                                   "the groups with signal, but 10 rounds of training at 1.3 moved neither "
+                                   "the groups with signal, but 20 rounds of training at 1.3 moved neither "
                                    "reward nor the held-out score (docs/experiments/hot).",
                               minimum=0.01, section="round")
     local: int = _key(4, "Local question groups in the training set (I in the paper).", minimum=0, section="round")
