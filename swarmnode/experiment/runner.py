@@ -87,9 +87,14 @@ def held_out_questions(families: dict, adaptive: bool) -> list[Question]:
     seeded like the yardstick's, which no node's training stream uses."""
     if adaptive:
         return yardstick_questions(families)
-    source = TaskSource(families, YARDSTICK_SEED)
+    return pinned_questions(TaskSource(families, YARDSTICK_SEED), PINNED_PER_FAMILY)
+
+
+def pinned_questions(source: TaskSource, per_family: int) -> list[Question]:
+    """The first ``per_family`` questions of each of ``source``'s families at the task file's
+    config as written (no level), in the task file's order."""
     return [Question(family, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
-            for family in families for e in (source.dataset(family, None)[i] for i in range(PINNED_PER_FAMILY))]
+            for family in source.names for e in (source.dataset(family, None)[i] for i in range(per_family))]
 
 
 class Experiment:

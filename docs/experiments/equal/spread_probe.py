@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import NodeConfig
+from swarmnode.experiment.runner import pinned_questions
 from swarmnode.node.checkpoint import list_checkpoints
 from swarmnode.node.round import derive_seed, score_local
-from swarmnode.records import Question
 from swarmnode.train.answers import TokenBudget
 from swarmnode.train.model import load_base_model, pick_device
 from swarmnode.train.policy import Policy
@@ -46,8 +46,7 @@ def main() -> None:
     scorer = Scorer(families)
     scorer.budget = TokenBudget(base.tokenizer, cfg.max_new_tokens, cfg.prefill_answer_tag)
     source = TaskSource(families, derive_seed("spread-probe"))
-    questions = [Question(f, str(e["question"]), str(e["answer"]), dict(e.get("metadata", {})))
-                 for f in families for e in (source.dataset(f, None)[i] for i in range(PER_FAMILY))]
+    questions = pinned_questions(source, PER_FAMILY)
     prompts = [policy.prompt(q.question) for q in questions]
 
     done = {(r["seed"], r["arm"], r["node"]) for r in map(json.loads, out.read_text().splitlines())} \
