@@ -7,7 +7,7 @@ import json
 import pytest
 
 from swarmnode.experiment.analysis import by_family, forgetting, spread
-from swarmnode.experiment.report import why_lines
+from swarmnode.experiment.report import per_seed_text, why_lines
 
 
 def _row(config: str, node: int, rnd: int, seed: int = 0) -> dict:
@@ -75,3 +75,9 @@ def test_the_summarys_why_sections_appear_only_with_the_tables_they_need():
     assert "| 4/4 | small | gcd | 1.00 | 1.00 | 1.00 | 0.00 | n/a | -1.50 | n/a |" in text
     assert "Right answers spreading" not in text  # no ask after a peer's right answer
     assert why_lines([], [], rows, []) == []
+
+
+def test_per_seed_text_gives_the_mean_its_t_interval_and_each_seed():
+    # mean 2, sd 1, n 3: half-width 4.303 * 1 / sqrt(3) = 2.484
+    assert per_seed_text([1.0, 2.0, 3.0]) == "2.000 (-0.484 to 4.484), per seed 1.000 / 2.000 / 3.000"
+    assert per_seed_text([1.25], 2) == "1.25 (one seed: no interval), per seed 1.25"

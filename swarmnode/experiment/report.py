@@ -156,6 +156,13 @@ def _fmt_interval(value: tuple[float, float | None] | None, suffix: str = "", di
                                           if half is not None else " (one seed: no interval)")
 
 
+def per_seed_text(values: Sequence[float], digits: int = 3) -> str:
+    """``values`` (one per seed) as the experiment scripts print them: the mean with its 95 %
+    interval, then each seed's value."""
+    return (f"{_fmt_interval(interval(values), digits=digits)}, "
+            f"per seed {' / '.join(f'{v:.{digits}f}' for v in values)}")
+
+
 def _describe_nodes(s: Settings) -> str:
     cohorts = s.cohorts
     if len(cohorts) == 1:

@@ -11,7 +11,7 @@ import glob
 import os
 import statistics as st
 
-from swarmnode.experiment.report import interval as t_interval
+from swarmnode.experiment.report import per_seed_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,11 +24,6 @@ def load(table: str, gap: int) -> list[dict]:
             with open(path) as f:
                 rows += list(csv.DictReader(f))
     return rows
-
-
-def interval(values: list[float]) -> str:
-    m, half = t_interval(values)
-    return f"{m:.3f} (95 % CI {m - half:.3f} to {m + half:.3f})"
 
 
 def main() -> None:
@@ -44,7 +39,7 @@ def main() -> None:
         ratios.append(cum_on / cum_off)
         print(f"seed {seed}: {rounds} rounds, cumulative reward on {cum_on:.3f}, off {cum_off:.3f}, "
               f"on/off {cum_on / cum_off:.3f}")
-    print("cumulative reward on/off:", interval(ratios))
+    print("cumulative reward on/off:", per_seed_text(ratios))
 
     last = {}
     for gap in (3, 1000):
@@ -55,7 +50,7 @@ def main() -> None:
         last[gap] = {seed: st.mean(by_round[max(by_round)]) for seed, by_round in scores.items()}
         print(f"yardstick after the last round, gap {gap}:",
               ", ".join(f"seed {s} {x:.4f}" for s, x in sorted(last[gap].items())))
-    print("yardstick on - off:", interval([last[3][s] - last[1000][s] for s in seeds]))
+    print("yardstick on - off:", per_seed_text([last[3][s] - last[1000][s] for s in seeds]))
 
     for gap in (3, 1000):
         own: dict[tuple, list[float]] = collections.defaultdict(list)

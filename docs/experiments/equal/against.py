@@ -12,7 +12,7 @@ import os
 import statistics as st
 import sys
 
-from swarmnode.experiment.report import interval as t_interval
+from swarmnode.experiment.report import per_seed_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -20,11 +20,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def load(folder: str, table: str, config: str) -> list[dict]:
     with open(os.path.join(folder, f"{table}.csv")) as f:
         return [r for r in csv.DictReader(f) if r["config"] == config]
-
-
-def interval(values: list[float], fmt: str = ".2f") -> str:
-    m, half = t_interval(values)
-    return f"{m:{fmt}} (95 % CI {m - half:{fmt}} to {m + half:{fmt}})"
 
 
 def main() -> None:
@@ -46,8 +41,7 @@ def main() -> None:
         print(f"seed {seed}: rounds 0-{n - 1}, cumulative reward a node: lever {cum['lever']:.3f}, "
               f"current {cum['current']:.3f}, alone {cum['alone']:.3f}")
     for name, values in ratio.items():
-        print(f"cumulative reward {name}{'' if '/' in name else ' / alone'}: {interval(values)}, "
-              f"per seed {' / '.join(f'{v:.2f}' for v in values)}")
+        print(f"cumulative reward {name}{'' if '/' in name else ' / alone'}: {per_seed_text(values, 2)}")
 
     scores = {name: collections.defaultdict(dict) for name in arms}
     for name, (where, config) in arms.items():
@@ -57,8 +51,7 @@ def main() -> None:
     if all(last.values()):
         for name in arms:
             per_seed = [st.mean(scores[name][seed][last[seed]]) for seed in seeds]
-            print(f"yardstick {name} after rounds {sorted(set(last.values()))}: {interval(per_seed, '.3f')}, "
-                  f"per seed {' / '.join(f'{v:.3f}' for v in per_seed)}")
+            print(f"yardstick {name} after rounds {sorted({v for v in last.values() if v})}: {per_seed_text(per_seed)}")
 
 
 if __name__ == "__main__":

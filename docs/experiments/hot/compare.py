@@ -13,16 +13,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from swarmnode.experiment.report import interval as t_interval
+from swarmnode.experiment.report import per_seed_text
 from swarmnode.experiment.tables import read_rows
 
 ARMS = ("8/0", "4/4:ab")
-
-
-def interval(values: list[float], fmt: str = ".3f") -> str:
-    m, half = t_interval(values)
-    spread = f" ({m - half:{fmt}} to {m + half:{fmt}})" if half is not None else ""
-    return f"{m:{fmt}}{spread}, per seed {' / '.join(f'{v:{fmt}}' for v in values)}"
 
 
 def by_seed(rows: list[dict], first: int) -> dict[tuple, dict[int, list[dict]]]:
@@ -56,14 +50,14 @@ def main() -> None:
                                                                for r in rows))
     for arm in ARMS:
         for name in folders:
-            print(f"{name} {arm}: cumulative reward a node {interval(cumulative[(name, arm)])}; own groups "
-                  f"with signal a round {interval(cumulative[(name, arm, 'local')], '.2f')}; rounds with no "
-                  f"update {interval(cumulative[(name, arm, 'idle')], '.2f')}")
+            print(f"{name} {arm}: cumulative reward a node {per_seed_text(cumulative[(name, arm)])}; own groups "
+                  f"with signal a round {per_seed_text(cumulative[(name, arm, 'local')], 2)}; rounds with no "
+                  f"update {per_seed_text(cumulative[(name, arm, 'idle')], 2)}")
         ratios = [h / b for h, b in zip(cumulative[("hot", arm)], cumulative[("base", arm)])]
-        print(f"{arm} cumulative reward hot / base: {interval(ratios, '.2f')}")
+        print(f"{arm} cumulative reward hot / base: {per_seed_text(ratios, 2)}")
     for name in folders:
         ratios = [s / a for s, a in zip(cumulative[(name, ARMS[1])], cumulative[(name, ARMS[0])])]
-        print(f"{name} cumulative reward {ARMS[1]} / {ARMS[0]}: {interval(ratios, '.2f')}")
+        print(f"{name} cumulative reward {ARMS[1]} / {ARMS[0]}: {per_seed_text(ratios, 2)}")
 
     scores: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for name, folder in folders.items():
@@ -78,8 +72,8 @@ def main() -> None:
             continue
         per = {name: [st.fmean(scores[(name, arm, seed)][done]) for seed in seeds] for name in folders}
         for name in folders:
-            print(f"{name} {arm} yardstick after round {done}: {interval(per[name])}")
-        print(f"{arm} yardstick hot minus base: {interval([h - b for h, b in zip(per['hot'], per['base'])])}")
+            print(f"{name} {arm} yardstick after round {done}: {per_seed_text(per[name])}")
+        print(f"{arm} yardstick hot minus base: {per_seed_text([h - b for h, b in zip(per['hot'], per['base'])])}")
 
 
 if __name__ == "__main__":
