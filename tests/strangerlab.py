@@ -214,7 +214,7 @@ class HonestPair:
     round of its own, so the reader must publish too): ``reader`` fetches ``sender``'s
     through the target (hivemind: from the target's DHT storage; libp2p: held by the target
     or pulled from it). :meth:`latencies` gives, per round of the sender, how long until the
-    reader had it (None: not yet)."""
+    reader had it (None: not yet), :meth:`staleness` how long until it had it or a newer one."""
 
     def __init__(self, transport: str, target: str, period: float, work: Path):
         self.period = period
@@ -246,6 +246,19 @@ class HonestPair:
         """Seconds from publish to the reader's receipt, for rounds published in [since, until)."""
         got = {m["round"]: m["t_recv"] for m in self.reader.messages() if m["sender"] == self.sender.peer_id}
         return {r: (got[r] - t if r in got else None) for r, t in sorted(self.published.items()) if since <= t < until}
+
+    def staleness(self, since: float = 0.0, until: float = float("inf")) -> dict[int, float | None]:
+        """Seconds from publish until the reader had that round or a newer one of the sender, for
+        rounds published in [since, until) (None: neither yet). A node fetches only the newest
+        announced round of a peer (docs/protocol.md), so one that heard of two rounds at once
+        takes the second: what the exchange promises is this, not every round."""
+        got = {m["round"]: m["t_recv"] for m in self.reader.messages() if m["sender"] == self.sender.peer_id}
+        out: dict[int, float | None] = {}
+        for r, t in sorted(self.published.items()):
+            if since <= t < until:
+                held = [t_recv for later, t_recv in got.items() if later >= r]
+                out[r] = min(held) - t if held else None
+        return out
 
     def close(self) -> None:
         self._stop.set()

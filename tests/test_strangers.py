@@ -8,8 +8,9 @@ records from :data:`KEYS` keys: on hivemind ``call_store`` of 116 KB bundles und
 own bundle key, each key first introducing itself as a DHT node of its own; on libp2p a host
 per key pushing holds of its bundles and its announcements. They check, measuring each
 process of the target with psutil, that its memory stays within a bound that the flood
-would have broken before the target's stores were bounded, that the honest nodes' bundles
-still arrive within two periods during and after it, and that what the target refused is
+would have broken before the target's stores were bounded, that the reader has each honest
+round, or a newer one (a node fetches only a peer's newest round), within two periods of its
+publish during and after it, and that what the target refused is
 counted in its ``/metrics``. On hivemind, where the crowd's keys joined as DHT nodes, the
 stranger is frozen once done: rounds after it must not rely on anything it claimed.
 """
@@ -83,16 +84,17 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
         memory.close()
         counters = refusal_counts(target.metrics())
         growth = memory.growth()
-        during = pair.latencies(t0, t1)
-        print(f"\n{kind} over {transport}: {done}; RSS growth MB {growth}; honest latencies during {during}, "
-              f"after {after}; counters {counters}; the reader's drops of the sender "
+        during = pair.staleness(t0, t1)
+        print(f"\n{kind} over {transport}: {done}; RSS growth MB {growth}; honest rounds during, seconds "
+              f"until held {pair.latencies(t0, t1)}, until it or a newer one held {during}; after, until "
+              f"it or a newer one held {after}; counters {counters}; the reader's drops of the sender "
               f"{[e['reason'] for e in pair.reader.rejected() if e['author'] == pair.sender.peer_id]}")
         assert done["sent"] >= keys * rounds * 0.9
         for name, bound in BOUNDS[(kind, transport)].items():
             assert growth[name] < bound, (name, growth[name])
         missed = [r for r, s in during.items() if s is None or s > 2 * PERIOD]
-        # libp2p: in 1 of 5 runs at a node target, the bundle published as the crowd's first
-        # connections arrived was never received (docs/reliability.md); every later one was
+        # libp2p: in 26 runs of it in CI (13 runs of the suite, relay and node), a reader went over
+        # two periods without that round or a newer one at most once a run (docs/reliability.md)
         assert during and len(missed) <= (1 if transport == "libp2p" else 0), during
         # Frozen, the crowd's peer is still named in the target's answers, so an honest store or
         # lookup may still wait out a 3 s call timeout on it after the allowance: beside a busy
@@ -109,14 +111,14 @@ def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transpo
 
 
 def _judged_after(pair: HonestPair, since: float, end: float) -> dict[int, float | None] | None:
-    """The latencies of the rounds the sender published from ``since`` that can be judged: the
+    """The staleness of the rounds the sender published from ``since`` that can be judged: the
     first :data:`AFTER_ROUNDS` once each arrived or is past its due time; from ``end`` on, every
     round past due; None before."""
     due = 2 * PERIOD + 2
     now = time.time()
     if now >= end:
-        return pair.latencies(since, now - due)
-    first = dict(list(pair.latencies(since).items())[:AFTER_ROUNDS])
+        return pair.staleness(since, now - due)
+    first = dict(list(pair.staleness(since).items())[:AFTER_ROUNDS])
     if len(first) == AFTER_ROUNDS and all(s is not None or now - pair.published[r] >= due for r, s in first.items()):
         return first
     return None
