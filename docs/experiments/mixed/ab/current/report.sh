@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The summary of this folder's run beside the mixed run's 8/0 arm (its uniform 4/4 arm, on
-# older code, left out): `bash docs/experiments/mixed/ab/current/report.sh OUT` from the
+# older code, left out; seeds from 3 on ran their own 8/0 arm): `bash docs/experiments/mixed/ab/current/report.sh OUT`
+# from the
 # repository's root writes OUT/summary.md and OUT/rewards.png.
 set -euo pipefail
 OUT=$1
 HERE=docs/experiments/mixed/ab/current
-bash docs/experiments/combine.sh "$OUT" docs/experiments/mixed "$HERE/seed-0" "$HERE/seed-1" "$HERE/seed-2"
+SEEDS=("$HERE"/seed-*)
+bash docs/experiments/combine.sh "$OUT" docs/experiments/mixed "${SEEDS[@]}"
 python3 - "$OUT" <<'PY'
 import csv, json, sys
 out = sys.argv[1]
@@ -19,6 +21,6 @@ s = json.load(open(f"{out}/experiment.json"))
 s["settings"]["configs"] = "8/0,4/4:ab"
 json.dump(s, open(f"{out}/experiment.json", "w"), indent=2)
 PY
-python -m swarmnode experiment --nodes embedded:3,qwen2.5-coder-0.5b:1 --configs 8/0,4/4:ab --rounds 30 --seeds 3 \
+python -m swarmnode experiment --nodes embedded:3,qwen2.5-coder-0.5b:1 --configs 8/0,4/4:ab --rounds 30 --seeds ${#SEEDS[@]} \
   --tasks docs/experiments/mixed/tasks.toml --no-adaptive-difficulty --questions 8 --completions 4 \
   --max-new-tokens 8 --threads 1 --eval-every 5 --dtype float32 --out "$OUT" --report
