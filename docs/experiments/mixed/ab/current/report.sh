@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The summary of this folder's run beside the mixed run's 8/0 arm (its uniform 4/4 arm, on
-# older code, left out; seeds from 3 on ran their own 8/0 arm): `bash docs/experiments/mixed/ab/current/report.sh OUT`
-# from the
-# repository's root writes OUT/summary.md and OUT/rewards.png.
+# older code, left out; seeds from 3 on ran their own 8/0 arm):
+# `bash docs/experiments/mixed/ab/current/report.sh OUT` from the repository's root writes
+# OUT/summary.md and OUT/rewards.png.
 set -euo pipefail
 OUT=$1
 HERE=docs/experiments/mixed/ab/current
