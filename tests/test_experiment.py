@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from swarmnode.config import NodeConfig
-from swarmnode.experiment.report import read_rows, summarize, summarize_external, summarize_yardstick, yardstick_round
+from swarmnode.experiment.report import (
+    per_seed_lines,
+    read_rows,
+    summarize,
+    summarize_external,
+    summarize_yardstick,
+    yardstick_by_seed,
+    yardstick_round,
+)
 from swarmnode.experiment.runner import Experiment
 from swarmnode.experiment.settings import PROFILES, Arm, Cohort, ExperimentError, Settings, parse_arms, parse_cohorts
 from swarmnode.train.tasks import Scorer
@@ -334,6 +342,29 @@ def test_a_partial_runs_yardstick_is_the_last_one_every_seed_has():
     got = summarize_yardstick(rows, {0: 11, 1: 7})
     assert got[("4/4", "m")][0] == pytest.approx(0.3) and got[("base", "m")] == (0.1, None)
     assert yardstick_round(rows, {0: 11, 1: 11}) == 10 and yardstick_round(rows, {0: 4, 1: 4}) is None
+
+
+def test_the_seed_by_seed_section_pairs_each_config_with_the_baseline_in_the_same_seed():
+    """Two seeds of one round, two nodes a config: ratios of the seeds' cumulative rewards, and
+    the yardstick difference taken per seed (0.2 and 0.1), not of the means."""
+    def rnd(config, seed, node, reward):
+        return {"config": config, "seed": str(seed), "node": str(node), "round": "0", "model": "m",
+                "reward_mean": str(reward), "seconds": "1"}
+
+    def yard(config, seed, node, score):
+        return {"config": config, "seed": str(seed), "node": str(node), "round": "1", "model": "m", "score": str(score)}
+    rows = [rnd("8/0", 0, 0, 0.1), rnd("8/0", 0, 1, 0.1), rnd("8/0", 1, 0, 0.2), rnd("8/0", 1, 1, 0.2),
+            rnd("4/4", 0, 0, 0.3), rnd("4/4", 0, 1, 0.1), rnd("4/4", 1, 0, 0.2), rnd("4/4", 1, 1, 0.4)]
+    scores = [yard("8/0", 0, 0, 0.1), yard("8/0", 0, 1, 0.3), yard("8/0", 1, 0, 0.5), yard("8/0", 1, 1, 0.5),
+              yard("4/4", 0, 0, 0.4), yard("4/4", 0, 1, 0.4), yard("4/4", 1, 0, 0.6), yard("4/4", 1, 1, 0.6)]
+    summary = summarize(rows, ["8/0", "4/4"])
+    by_seed = yardstick_by_seed(scores, summary["rounds_by_seed"])
+    assert by_seed[("4/4", "m")] == {0: pytest.approx(0.4), 1: pytest.approx(0.6)}
+    line = per_seed_lines(summary, by_seed)[-1]
+    # mean 0.15, sd 0.0707, 2 seeds: half-width 12.706 * 0.0707 / sqrt(2) = 0.635
+    assert line == ("| 4/4 | m | 2.00 / 1.50 | 0.400 / 0.600 | 0.200 / 0.500 | "
+                    "0.150 (-0.485 to 0.785), per seed 0.200 / 0.100 |")
+    assert per_seed_lines(summarize([r for r in rows if r["config"] == "8/0"], ["8/0"]), by_seed) == []
 
 
 def test_the_experiment_takes_a_catalogue_model_from_model_file_as_start_does(tmp_path, monkeypatch, capsys):

@@ -105,20 +105,46 @@ def yardstick_round(rows: list[dict], rounds_by_seed: dict[int, int]) -> int | N
     return max(common, default=None)
 
 
-def summarize_yardstick(rows: list[dict], rounds_by_seed: dict[int, int]) -> dict:
-    """``(config, model)`` -> mean and 95 % interval across seeds of the nodes' mean yardstick
-    after :func:`yardstick_round`, and ``("base", model)`` -> the untrained model's score."""
-    out: dict = {}
+def yardstick_by_seed(rows: list[dict], rounds_by_seed: dict[int, int]) -> dict[tuple, dict[int, float]]:
+    """``(config, model)`` -> seed -> the mean over its nodes of their yardstick after
+    :func:`yardstick_round` (empty before every seed has one)."""
     at = yardstick_round(rows, rounds_by_seed)
     cells = defaultdict(lambda: defaultdict(list))  # (config, model) -> seed -> scores
     for r in rows:
-        if r["config"] == "base":
-            out[("base", _model(r))] = (float(r["score"]), None)
-        elif int(r["round"]) == at:
+        if r["config"] != "base" and int(r["round"]) == at:
             cells[(r["config"], _model(r))][int(r["seed"])].append(float(r["score"]))
-    for key, by_seed in cells.items():
-        out[key] = interval([statistics.fmean(v) for v in by_seed.values()])
+    return {key: {sd: statistics.fmean(v) for sd, v in sorted(by_seed.items())} for key, by_seed in cells.items()}
+
+
+def summarize_yardstick(rows: list[dict], rounds_by_seed: dict[int, int]) -> dict:
+    """``(config, model)`` -> mean and 95 % interval across seeds of :func:`yardstick_by_seed`,
+    and ``("base", model)`` -> the untrained model's score."""
+    out: dict = {("base", _model(r)): (float(r["score"]), None) for r in rows if r["config"] == "base"}
+    for key, by_seed in yardstick_by_seed(rows, rounds_by_seed).items():
+        out[key] = interval(list(by_seed.values()))
     return out
+
+
+def per_seed_lines(summary: dict, by_seed: dict[tuple, dict[int, float]]) -> list[str]:
+    """The summary's section of each config against the baseline seed by seed: cumulative
+    reward ratios, yardsticks, and the yardstick's difference with its 95 % interval (paired
+    by seed: the configs of a seed share questions and sampling seeds)."""
+    baseline, body = summary["baseline"], []
+    for (lb, md), c in summary["cells"].items():
+        base_cum = summary["cells"].get((baseline, md), {}).get("cumulative", {})
+        if lb == baseline or not base_cum:
+            continue
+        ratios = " / ".join(f"{c['cumulative'][sd] / base_cum[sd]:.2f}" for sd in c["cumulative"] if base_cum.get(sd))
+        own, base = by_seed.get((lb, md), {}), by_seed.get((baseline, md), {})
+        diffs = [own[sd] - base[sd] for sd in own if sd in base]
+        body.append(f"| {lb} | {md or '-'} | {ratios} | {' / '.join(f'{v:.3f}' for v in own.values()) or 'n/a'} | "
+                    f"{' / '.join(f'{v:.3f}' for v in base.values()) or 'n/a'} | "
+                    f"{per_seed_text(diffs) if diffs else 'n/a'} |")
+    return _section(
+        "Seed by seed", f"Each config against `{baseline}` in each seed, in the order of the seeds above; the "
+        "yardstick's difference is taken per seed, then its mean and 95 % t interval across seeds.",
+        ["config", "model", "cumulative reward vs baseline", "yardstick", "baseline's yardstick",
+         "yardstick minus baseline's"], body) if body else []
 
 
 def summarize_external(external: list[dict], rows: list[dict]) -> dict:
@@ -218,6 +244,7 @@ def write_reports(out: Path, s: Settings) -> Path:
     base_scores = [(md, v[0]) for (cfg, md), v in yardstick.items() if cfg == "base"]
     if base_scores:
         lines += ["", "Untrained yardstick: " + ", ".join(f"{md or '-'} {x:.3f}" for md, x in base_scores) + "."]
+    lines += per_seed_lines(summary, yardstick_by_seed(yardstick_rows, summary["rounds_by_seed"]))
     if external:
         lines += ["", "## What the nodes trained on from peers", "",
                   "External groups a round (mean over node-rounds) by the sender's model, with their mean reward "
