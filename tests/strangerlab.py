@@ -244,7 +244,7 @@ class HonestPair:
 
     def latencies(self, since: float = 0.0, until: float = float("inf")) -> dict[int, float | None]:
         """Seconds from publish to the reader's receipt, for rounds published in [since, until)."""
-        got = {m["round"]: m["t_recv"] for m in self.reader.messages() if m["sender"] == self.sender.peer_id}
+        got = self._arrivals()
         return {r: (got[r] - t if r in got else None) for r, t in sorted(self.published.items()) if since <= t < until}
 
     def staleness(self, since: float = 0.0, until: float = float("inf")) -> dict[int, float | None]:
@@ -252,13 +252,17 @@ class HonestPair:
         rounds published in [since, until) (None: neither yet). A node fetches only the newest
         announced round of a peer (docs/protocol.md), so one that heard of two rounds at once
         takes the second: what the exchange promises is this, not every round."""
-        got = {m["round"]: m["t_recv"] for m in self.reader.messages() if m["sender"] == self.sender.peer_id}
+        got = self._arrivals()
         out: dict[int, float | None] = {}
         for r, t in sorted(self.published.items()):
             if since <= t < until:
                 held = [t_recv for later, t_recv in got.items() if later >= r]
                 out[r] = min(held) - t if held else None
         return out
+
+    def _arrivals(self) -> dict[int, float]:
+        """Round -> time.time() the reader received the sender's bundle of it."""
+        return {m["round"]: m["t_recv"] for m in self.reader.messages() if m["sender"] == self.sender.peer_id}
 
     def close(self) -> None:
         self._stop.set()
