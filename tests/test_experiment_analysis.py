@@ -35,6 +35,9 @@ def test_by_family_counts_own_and_peers_groups_a_node_round_and_compares_their_l
                           "drawn": 0.5, "drawn_right": 0.5, "logp_own": -1.0, "logp_peer": -4.0}
     assert got["chain_sum"]["own"] == 0.25 and got["chain_sum"]["drawn"] == 0.0
     assert got["chain_sum"]["drawn_right"] is None and got["chain_sum"]["logp_peer"] is None
+    # Without a groups table (a run joined with one from before it) own groups are unknown, not 0.
+    alone = by_family([], external, rows)[("4/4", "small")]["gcd"]
+    assert alone["own"] is None and alone["signal"] is None and alone["drawn"] == 0.5
 
 
 def test_spread_counts_asks_after_a_peers_right_answer_taught_or_not():

@@ -41,7 +41,8 @@ def by_family(groups: list[dict], external: list[dict], rows: list[dict]) -> dic
     """``(config, model)`` -> family -> own groups a node-round (``own``), their share with signal
     (``signal``) and with at least one right completion (``right``), peers' groups drawn a
     node-round (``drawn``) and their share with a right one (``drawn_right``), and the mean
-    log-prob per token of the groups trained on, own (``logp_own``) and peers' (``logp_peer``)."""
+    log-prob per token of the groups trained on, own (``logp_own``) and peers' (``logp_peer``).
+    Without a groups table (a run's joined with one written before it existed) ``own`` is None."""
     done = _finished(rows)
     node_rounds: dict[Key, int] = defaultdict(int)
     for r in rows:
@@ -59,7 +60,7 @@ def by_family(groups: list[dict], external: list[dict], rows: list[dict]) -> dic
         for family in sorted(set(own[key]) | set(peer[key])):
             mine, theirs = own[key][family], peer[key][family]
             out[key][family] = {
-                "own": len(mine) / n, "signal": _mean(g["signal"] == "1" for g in mine),
+                "own": len(mine) / n if groups else None, "signal": _mean(g["signal"] == "1" for g in mine),
                 "right": _mean(int(g["right"]) > 0 for g in mine),
                 "drawn": len(theirs) / n, "drawn_right": _mean(int(g["right"]) > 0 for g in theirs),
                 "logp_own": _mean(float(g["logp"]) for g in mine if g.get("logp")),

@@ -286,7 +286,7 @@ def why_lines(groups: list[dict], external: list[dict], rows: list[dict], yardst
             "its own policy before the update, own against peers'.",
             ["config", "model", "family", "own", "with signal", "right", "drawn", "drawn right", "log-prob own",
              "log-prob peers'"],
-            [f"| {lb} | {md or '-'} | {fam} | {c['own']:.2f} | {_fmt(c['signal'], 2)} | {_fmt(c['right'], 2)} "
+            [f"| {lb} | {md or '-'} | {fam} | {_fmt(c['own'], 2)} | {_fmt(c['signal'], 2)} | {_fmt(c['right'], 2)} "
              f"| {c['drawn']:.2f} | {_fmt(c['drawn_right'], 2)} | {_fmt(c['logp_own'], 2)} "
              f"| {_fmt(c['logp_peer'], 2)} |" for (lb, md), fams in families.items() for fam, c in fams.items()])
     spreads = spread(groups, external, rows)
