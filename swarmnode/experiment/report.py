@@ -11,7 +11,7 @@ import resource
 import statistics
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from swarmnode.experiment.analysis import by_family, forgetting, spread
@@ -88,8 +88,8 @@ def summarize(rows: list[dict], labels: Sequence[str]) -> dict:
                     "solved": statistics.fmean(solved) if solved else None, "seconds": secs}
     for (lb, md), c in out["cells"].items():
         base = out["cells"].get((baseline, md), {}).get("cumulative", {})
-        ratios = [c["cumulative"][sd] / base[sd] for sd in c["cumulative"] if base.get(sd)]
-        c["ratio"] = interval(ratios) if ratios else None
+        c["ratios"] = {sd: c["cumulative"][sd] / base[sd] for sd in c["cumulative"] if base.get(sd)}
+        c["ratio"] = interval(list(c["ratios"].values())) if c["ratios"] else None
         c["cumulative_mean"] = statistics.fmean(c["cumulative"].values())
     return out
 
@@ -131,15 +131,12 @@ def per_seed_lines(summary: dict, by_seed: dict[tuple, dict[int, float]]) -> lis
     by seed: the configs of a seed share questions and sampling seeds)."""
     baseline, body = summary["baseline"], []
     for (lb, md), c in summary["cells"].items():
-        base_cum = summary["cells"].get((baseline, md), {}).get("cumulative", {})
-        if lb == baseline or not base_cum:
+        if lb == baseline or not c["ratios"]:
             continue
-        ratios = " / ".join(f"{c['cumulative'][sd] / base_cum[sd]:.2f}" for sd in c["cumulative"] if base_cum.get(sd))
         own, base = by_seed.get((lb, md), {}), by_seed.get((baseline, md), {})
         diffs = [own[sd] - base[sd] for sd in own if sd in base]
-        body.append(f"| {lb} | {md or '-'} | {ratios} | {' / '.join(f'{v:.3f}' for v in own.values()) or 'n/a'} | "
-                    f"{' / '.join(f'{v:.3f}' for v in base.values()) or 'n/a'} | "
-                    f"{per_seed_text(diffs) if diffs else 'n/a'} |")
+        body.append(f"| {lb} | {md or '-'} | {_joined(c['ratios'].values(), 2)} | {_joined(own.values()) or 'n/a'} | "
+                    f"{_joined(base.values()) or 'n/a'} | {per_seed_text(diffs) if diffs else 'n/a'} |")
     return _section(
         "Seed by seed", f"Each config against `{baseline}` in each seed, in the order of the seeds above; the "
         "yardstick's difference is taken per seed, then its mean and 95 % t interval across seeds.",
@@ -185,8 +182,11 @@ def _fmt_interval(value: tuple[float, float | None] | None, suffix: str = "", di
 def per_seed_text(values: Sequence[float], digits: int = 3) -> str:
     """``values`` (one per seed) as the experiment scripts print them: the mean with its 95 %
     interval, then each seed's value."""
-    return (f"{_fmt_interval(interval(values), digits=digits)}, "
-            f"per seed {' / '.join(f'{v:.{digits}f}' for v in values)}")
+    return f"{_fmt_interval(interval(values), digits=digits)}, per seed {_joined(values, digits)}"
+
+
+def _joined(values: Iterable[float], digits: int = 3) -> str:
+    return " / ".join(f"{v:.{digits}f}" for v in values)
 
 
 def _describe_nodes(s: Settings) -> str:
