@@ -3,9 +3,10 @@
 # verified form, the 3-nat bound on their distance), one process per seed; otherwise the command
 # of docs/experiments/mixed/ab. Rerun to resume each seed from its last checkpoint.
 # SEEDS="3 4" CONFIGS="8/0,4/4:ab" adds seeds with their own 8/0 arm (the 8/0 arm of seeds 0-2
-# is the mixed run's, docs/experiments/mixed).
-RUN=/work/wt/exp-run
-OUT=/work/exp-out/mixed-ab2
+# is the mixed run's, docs/experiments/mixed). RUN and OUT let a lever's run use it
+# (docs/experiments/once/run.sh).
+RUN=${RUN:-/work/wt/exp-run}
+OUT=${OUT:-/work/exp-out/mixed-ab2}
 for SEED in ${SEEDS:-0 1 2}; do
   mkdir -p "$OUT/seed-$SEED"
   echo "$(date -u +%FT%TZ) start, code $(git -C $RUN rev-parse --short HEAD), rounds 30" >> "$OUT/seed-$SEED/starts.log"

@@ -1,0 +1,57 @@
+"""How often a sharing node trained on a peer's group it had drawn before, by ten-round span:
+the peers' groups drawn a node-round, the share of them drawn already in an earlier round (the
+same sender and question: a group stays in the pool until evicted, and the draw may pick it
+again), how many rounds after the first draw, and the mean log-prob a token of fresh and of
+repeated groups under the receiver's policy before its update, with the share of each holding
+a right completion.
+
+Run: ``python docs/experiments/equal/repeats.py [FOLDER ...]`` (folders holding
+``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders).
+"""
+
+import statistics as st
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from swarmnode.experiment.tables import read_rows
+
+HERE = Path(__file__).resolve().parent
+SPAN = 10
+
+
+def mean(values: list[float]) -> str:
+    return f"{st.fmean(values):.2f}" if values else "-"
+
+
+def main() -> None:
+    folders = [Path(a) for a in sys.argv[1:]] or [HERE]
+    draws = sorted((r for f in folders for r in read_rows(f / "external.csv")),
+                   key=lambda r: (r["config"], r["seed"], r["node"], int(r["round"])))
+    first: dict[tuple, int] = {}
+    spans: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    node_rounds: dict[tuple, set] = defaultdict(set)
+    for r in draws:
+        key, round_no = (r["config"], r["seed"], r["node"], r["sender"], r["question"]), int(r["round"])
+        span = spans[(r["config"], r["model"], round_no // SPAN)]
+        node_rounds[(r["config"], r["model"], round_no // SPAN)].add((r["seed"], r["node"], round_no))
+        kind = "repeat" if key in first else "fresh"
+        if kind == "repeat":
+            span["age"].append(round_no - first[key])
+        else:
+            first[key] = round_no
+        span[kind].append(float(r["logp"]) if r["logp"] else None)
+        span[kind + "_right"].append(int(r["right"]) > 0)
+    print("config model rounds | drawn a node-round  repeats  their age | log-prob fresh / repeated"
+          " | right fresh / repeated")
+    for (config, model, span), v in sorted(spans.items()):
+        n = len(v["fresh"]) + len(v["repeat"])
+        logp = {k: [x for x in v[k] if x is not None] for k in ("fresh", "repeat")}
+        right = {k: f"{st.fmean(v[k + '_right']):.0%}" if v[k + "_right"] else "-" for k in ("fresh", "repeat")}
+        print(f"{config} {model} {SPAN * span:>3}-{SPAN * span + SPAN - 1:<3} | "
+              f"{n / len(node_rounds[(config, model, span)]):.2f}  {len(v['repeat']) / n:>6.0%}  {mean(v['age']):>5} | "
+              f"{mean(logp['fresh'])} / {mean(logp['repeat'])} | {right['fresh']} / {right['repeat']}")
+
+
+if __name__ == "__main__":
+    main()
