@@ -197,6 +197,11 @@ class NodeConfig:
     newcomer_share: float = _key(0.25, "Largest share of the external pool, and of the J external groups, "
                                        "held by peers without a record with this node, all of them together.",
                                  minimum=0.0, maximum=1.0, section="swarm")
+    reuse_peer_groups: bool = _key(True, "A peer's group this node has trained on stays in its pool and may be "
+                                         "drawn again in a later round, until evicted (true), or leaves the pool "
+                                         "once drawn, so each trains this node once, as in the paper's rounds "
+                                         "(false; docs/experiments/once).",
+                                   section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
                                                "still be trained on; beyond, it is left out and counted per peer "

@@ -227,6 +227,17 @@ def test_groups_that_cannot_teach_are_counted_per_peer_and_never_drawn():
     assert cells == ("4", "75%", "0.375", "2", "1 other_family, 1 too_few_responses, 1 unverifiable")
 
 
+def test_a_node_that_does_not_reuse_peer_groups_trains_each_once():
+    cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, reuse_peer_groups=False)
+    ex = Exchange(NODE, cfg, Scorer(), "m", families=("chain_sum",))
+    good = [Group(chain_sum(i), [f"<answer>{i + 2}</answer>", "<answer>x</answer>"], [0.0, 0.0]) for i in range(3)]
+    assert ex.receive(encode_bundle(BOB, swarm=SWARM, round_no=1, model="m", groups=good)).accepted
+    first, second = ex.draw(1, 4, random.Random(0)), ex.draw(2, 8, random.Random(0))  # 2 of 4: one peer's cap
+    assert len(first) == 2 and len(second) == 1 and ex.draw(3, 8, random.Random(0)) == []
+    assert sorted(g.question.question for g in first + second) == sorted(g.question.question for g in good)
+    assert len(ex.pool) == 0
+
+
 def test_the_peer_tables_usefulness_survives_its_json_and_a_damaged_one_changes_nothing():
     clock = iter(range(100, 200))
     table = PeerTable(clock=lambda: float(next(clock)))

@@ -96,6 +96,33 @@ def test_sample_is_short_when_the_pool_is_short_and_has_no_duplicates():
     assert ExternalPool().sample(4, random.Random(0)) == []
 
 
+def test_a_consumed_draw_leaves_the_pool_and_is_never_drawn_again():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 3))
+    pool.add(2, groups("B", 2) + [group("B", "flat", [1.0, 1.0])])
+    first = pool.sample(3, random.Random(0), max_peer_share=1.0, consume=True)
+    assert len(first) == 3 and len(pool) == 3
+    left = pool.groups()
+    assert not {id(g) for g in first} & {id(g) for g in left}
+    stats = pool.stats()
+    assert stats["total"] == 3 and sum(stats["by_peer"].values()) == 3 and sum(stats["by_round"].values()) == 3
+    rest = pool.sample(10, random.Random(1), max_peer_share=1.0, consume=True)
+    assert len(rest) == 2 and not {id(g) for g in first} & {id(g) for g in rest}
+    # the flat group was never eligible, so it stays; with no signal left, nothing more is drawn
+    assert [g.question.question for g in pool.groups()] == ["q-B-flat"] and pool.stats()["by_round"] == {2: 1}
+    assert pool.sample(10, random.Random(2), consume=True) == []
+    restored = ExternalPool()
+    restored.restore(pool.to_json())
+    assert [g.question for g in restored.groups()] == [g.question for g in pool.groups()]
+
+
+def test_without_consume_a_drawn_group_stays_and_can_be_drawn_again():
+    pool = ExternalPool()
+    pool.add(1, groups("A", 2))
+    assert len(pool.sample(2, random.Random(0), max_peer_share=1.0)) == 2
+    assert len(pool) == 2 and len(pool.sample(2, random.Random(0), max_peer_share=1.0)) == 2
+
+
 def test_min_round():
     pool = ExternalPool()
     pool.add(1, groups("A", 3))

@@ -270,7 +270,7 @@ class Exchange:
         if self.ledger is not None:
             self.ledger.promote()
         return self.pool.sample(n, rng, exclude=self.identity.peer_id, mode=self.sampling,
-                                max_peer_share=self.cfg.max_peer_share)
+                                max_peer_share=self.cfg.max_peer_share, consume=not self.cfg.reuse_peer_groups)
 
     def peer_rows(self) -> list[dict]:
         """The peer table, each row with ``banned_until`` (epoch seconds or None) and

@@ -185,8 +185,11 @@ class ExternalPool:
         return max(peers, key=lambda p: (len(self._by_peer[p]), -self._by_peer[p][0].seq))
 
     def _remove_oldest(self, peer: str) -> None:
+        self._remove(peer, self._by_peer[peer][0])
+
+    def _remove(self, peer: str, entry: _Entry) -> None:
         queue = self._by_peer[peer]
-        entry = queue.popleft()
+        queue.remove(entry)
         if not queue:
             del self._by_peer[peer]
         self._total -= 1
@@ -195,7 +198,7 @@ class ExternalPool:
             del self._by_round[entry.round_no]
 
     def sample(self, n: int, rng: random.Random, *, exclude: str | None = None, mode: SamplingMode = UNIFORM,
-               max_peer_share: float = 0.5, min_round: int | None = None) -> list[Group]:
+               max_peer_share: float = 0.5, min_round: int | None = None, consume: bool = False) -> list[Group]:
         """Up to ``n`` distinct groups with signal, never from ``exclude``, split over peers by
         :class:`PeerShare` (at most ``max(1, ceil(max_peer_share * n))`` from one peer,
         newcomers together at most ``floor(newcomer_share * n)``); deterministic given ``rng``.
@@ -204,6 +207,9 @@ class ExternalPool:
         weighs; a peer is drawn with equal chance (``uniform``) or by the mean weight of its
         eligible groups (so sending more groups never raises a peer's chance), then one of its
         groups by their weights.
+
+        ``consume`` takes the drawn groups out of the pool, so each trains this node once; without
+        it a group stays until evicted and may be drawn again in a later round.
         """
         weigh = mode.weigher()
         with self._lock:
@@ -227,7 +233,17 @@ class ExternalPool:
             i = rng.choices(range(len(candidates[peer])), weights[peer])[0]
             out.append(candidates[peer].pop(i))
             weights[peer].pop(i)
+        if consume:
+            self._discard(out)
         return out
+
+    def _discard(self, groups: list[Group]) -> None:
+        """Take ``groups`` out of the pool; one evicted meanwhile is already gone."""
+        drawn = {id(g) for g in groups}
+        with self._lock:
+            for peer in {g.source for g in groups} & self._by_peer.keys():
+                for entry in [e for e in self._by_peer[peer] if id(e.group) in drawn]:
+                    self._remove(peer, entry)
 
     def to_json(self) -> dict:
         """The pool's contents, JSON-ready, for :meth:`restore`: each peer's groups oldest first, in
