@@ -3,7 +3,8 @@ the peers' groups drawn a node-round, the share of them drawn already in an earl
 same sender and question: a group stays in the pool until evicted, and the draw may pick it
 again), how many rounds after the first draw, and the mean log-prob a token of fresh and of
 repeated groups under the receiver's policy before its update, with the share of each holding
-a right completion.
+a right completion. Then by seed: the share of repeats, and the distinct groups with a right
+completion drawn on each family.
 
 Run: ``python docs/experiments/equal/repeats.py [FOLDER ...]`` (folders holding
 ``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders).
@@ -29,6 +30,7 @@ def main() -> None:
     draws = sorted((r for f in folders for r in read_rows(f / "external.csv")),
                    key=lambda r: (r["config"], r["seed"], r["node"], int(r["round"])))
     first: dict[tuple, int] = {}
+    by_seed: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     spans: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     node_rounds: dict[tuple, set] = defaultdict(set)
     for r in draws:
@@ -36,6 +38,10 @@ def main() -> None:
         span = spans[(r["config"], r["model"], round_no // SPAN)]
         node_rounds[(r["config"], r["model"], round_no // SPAN)].add((r["seed"], r["node"], round_no))
         kind = "repeat" if key in first else "fresh"
+        seed = by_seed[(r["config"], r["model"], r["seed"])]
+        seed["repeat"].append(kind == "repeat")
+        if kind == "fresh" and int(r["right"]) > 0:
+            seed["right " + r["family"]].append(key)
         if kind == "repeat":
             span["age"].append(round_no - first[key])
         else:
@@ -51,6 +57,11 @@ def main() -> None:
         print(f"{config} {model} {SPAN * span:>3}-{SPAN * span + SPAN - 1:<3} | "
               f"{n / len(node_rounds[(config, model, span)]):.2f}  {len(v['repeat']) / n:>6.0%}  {mean(v['age']):>5} | "
               f"{mean(logp['fresh'])} / {mean(logp['repeat'])} | {right['fresh']} / {right['repeat']}")
+
+    print("\nconfig model seed | repeats | distinct groups with a right completion drawn, by family")
+    for (config, model, seed), v in sorted(by_seed.items()):
+        right = "  ".join(f"{k[6:]} {len(v[k])}" for k in sorted(v) if k.startswith("right "))
+        print(f"{config} {model} {seed} | {st.fmean(v['repeat']):.0%} | {right}")
 
 
 if __name__ == "__main__":
