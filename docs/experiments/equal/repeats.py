@@ -1,10 +1,10 @@
 """How often a sharing node trained on a peer's group it had drawn before, by ten-round span:
-the peers' groups drawn a node-round, the share of them drawn already in an earlier round (the
-same sender and question: a group stays in the pool until evicted, and the draw may pick it
-again), how many rounds after the first draw, and the mean log-prob a token of fresh and of
-repeated groups under the receiver's policy before its update, with the share of each holding
-a right completion. Then by seed: the share of repeats, and the distinct groups with a right
-completion drawn on each family.
+the peers' groups drawn a node-round (of the node-rounds that drew any), the share of them drawn
+already in an earlier round (the same sender and question: a group stays in the pool until
+evicted, and the draw may pick it again), how many rounds after the first draw, and the mean
+log-prob a token of fresh and of repeated groups under the receiver's policy before its update,
+with the share of each holding a right completion. Then by seed: the share of repeats, and the
+distinct groups with a right completion drawn on each family.
 
 Run: ``python docs/experiments/equal/repeats.py [FOLDER ...]`` (folders holding
 ``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders).
@@ -48,7 +48,7 @@ def main() -> None:
             first[key] = round_no
         span[kind].append(float(r["logp"]) if r["logp"] else None)
         span[kind + "_right"].append(int(r["right"]) > 0)
-    print("config model rounds | drawn a node-round  repeats  their age | log-prob fresh / repeated"
+    print("config model rounds | drawn a node-round that drew any  repeats  their age | log-prob fresh / repeated"
           " | right fresh / repeated")
     for (config, model, span), v in sorted(spans.items()):
         n = len(v["fresh"]) + len(v["repeat"])
