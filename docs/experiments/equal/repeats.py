@@ -4,7 +4,10 @@ already in an earlier round (the same sender and question: a group stays in the 
 evicted, and the draw may pick it again), how many rounds after the first draw, and the mean
 log-prob a token of fresh and of repeated groups under the receiver's policy before its update,
 with the share of each holding a right completion. Then by seed: the share of repeats, and the
-distinct groups with a right completion drawn on each family.
+distinct groups with a right completion drawn on each family. Last, by model: the draws beyond
+the update's bound on a peer's distance (more than 3 nats a token below the mean of the node's
+own trained groups that round, from ``groups.csv``: the update's bar, taken per group instead of
+per completion), and of the repeats of a group beyond it at its first draw, how many still were.
 
 Run: ``python docs/experiments/equal/repeats.py [FOLDER ...]`` (folders holding
 ``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders).
@@ -19,6 +22,7 @@ from swarmnode.experiment.tables import read_rows
 
 HERE = Path(__file__).resolve().parent
 SPAN = 10
+GAP = 3.0  # the default peer_logprob_gap
 
 
 def mean(values: list[float]) -> str:
@@ -58,10 +62,41 @@ def main() -> None:
               f"{n / len(node_rounds[(config, model, span)]):.2f}  {len(v['repeat']) / n:>6.0%}  {mean(v['age']):>5} | "
               f"{mean(logp['fresh'])} / {mean(logp['repeat'])} | {right['fresh']} / {right['repeat']}")
 
+    far_counts(folders, draws)
     print("\nconfig model seed | repeats | distinct groups with a right completion drawn, by family")
     for (config, model, seed), v in sorted(by_seed.items()):
         right = "  ".join(f"{k[6:]} {len(v[k])}" for k in sorted(v) if k.startswith("right "))
         print(f"{config} {model} {seed} | {st.fmean(v['repeat']):.0%} | {right}")
+
+
+def far_counts(folders: list[Path], draws: list[dict]) -> None:
+    """Print, by config and model, the draws beyond the bar and the repeats of far groups."""
+    own: dict[tuple, list[float]] = defaultdict(list)
+    for f in folders:
+        for r in read_rows(f / "groups.csv"):
+            if r["logp"] and r["signal"] == "1" and r["trained"] == "1":
+                own[(r["config"], r["seed"], r["node"], r["round"])].append(float(r["logp"]))
+    bar = {k: st.fmean(v) for k, v in own.items()}
+    first_far: dict[tuple, bool] = {}
+    counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # draws, far, repeats of far, still far
+    for r in draws:
+        b = bar.get((r["config"], r["seed"], r["node"], r["round"]))
+        if b is None or not r["logp"]:
+            continue
+        far = float(r["logp"]) < b - GAP
+        c = counts[(r["config"], r["model"])]
+        c[0] += 1
+        c[1] += far
+        key = (r["config"], r["seed"], r["node"], r["sender"], r["question"])
+        if key not in first_far:
+            first_far[key] = far
+        elif first_far[key]:
+            c[2] += 1
+            c[3] += far
+    print(f"\nconfig model | draws beyond {GAP:g} nats below the own bar | repeats of a group beyond it at its"
+          " first draw, still beyond")
+    for (config, model), (n, far, again, still) in sorted(counts.items()):
+        print(f"{config} {model} | {far} of {n} ({far / n:.0%}) | {again}, {still}")
 
 
 if __name__ == "__main__":
