@@ -202,6 +202,12 @@ class NodeConfig:
                                          "once drawn, so each trains this node once, as in the paper's rounds "
                                          "(false; docs/experiments/once).",
                                    section="swarm")
+    weigh_draw_by_nearness: bool = _key(False, "Weigh each peer's group in the draw by the share of that peer's "
+                                               "recent completions of its family that this node's updates kept "
+                                               "within peer_logprob_gap (true), so the J slots go less to groups "
+                                               "the update leaves out; or draw as external_sampling alone says "
+                                               "(false; docs/experiments/near).",
+                                        section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
                                                "still be trained on; beyond, it is left out and counted per peer "

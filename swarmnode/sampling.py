@@ -12,6 +12,10 @@ its groups by those weights, within each peer's share.
   family, weighing the difference plus :data:`REWARD_FLOOR`; ``above-best`` likewise above the
   best recent mean it has reached (a bar that does not fall when its own reward does).
 
+:class:`NearWeighted` wraps any of them (``weigh_draw_by_nearness``): each weight times the share
+of the group's sender's recent completions of its family that this node's updates kept within
+the bound on their distance from its policy, so slots go less to groups the update would leave out.
+
 :data:`MODES` is the one registry (name -> class); the config's ``external_sampling`` choices
 are its names. A mode is built once, from the config, by :func:`sampling_mode`, and holds what
 it reads: the level-aware mode this node's levels, the above- modes its own recent rewards.
@@ -41,6 +45,12 @@ class LevelSource(Protocol):
 
     @property
     def levels(self) -> Mapping[str, int]: ...
+
+
+class NearSource(Protocol):
+    """The kept share of a sender's recent completions of a family (``swarmnode.swarm.nearshare.NearShare``)."""
+
+    def share(self, sender: str, family: str) -> float: ...
 
 
 class OwnSource(Protocol):
@@ -75,7 +85,8 @@ class SamplingMode:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        MODES[cls.NAME] = cls
+        if cls.NAME:  # a wrapper of the modes is no mode of its own
+            MODES[cls.NAME] = cls
 
     @classmethod
     def build(cls, levels: LevelSource | None, own: OwnSource) -> SamplingMode:
@@ -149,6 +160,23 @@ class AboveBest(AboveOwn):
 
     def bar(self) -> Mapping[str, float]:
         return self.own.bests()
+
+
+class NearWeighted(SamplingMode):
+    """Another mode's weights, each times :meth:`NearSource.share` of the group's sender and
+    family; it weighs peers by them too, even around ``uniform``."""
+
+    def __init__(self, inner: SamplingMode, near: NearSource):
+        self.inner, self.near = inner, near
+
+    def weigher(self) -> Weigher:
+        inner, share = self.inner.weigher(), self.near.share
+
+        def weigh(g: Group) -> float | None:
+            w = inner(g)
+            return None if w is None else w * share(g.source, g.question.family)
+
+        return weigh
 
 
 def sampling_mode(name: str, levels: LevelSource | None, own: OwnSource) -> SamplingMode:

@@ -20,17 +20,21 @@ from swarmnode.swarm.transport.counters import TransportCounters
 
 def exchange_state(exchange: Exchange) -> dict:
     """What a node's exchange must carry over a checkpoint for its next round to be the one an
-    uninterrupted run has: its pool, its peers' standing and its own recent rewards (JSON)."""
-    return {"pool": exchange.pool.to_json(), "standing": exchange.standing.to_json(), "own": exchange.own.to_json()}
+    uninterrupted run has: its pool, its peers' standing, its own recent rewards and the shares of
+    peers' completions its updates kept (JSON)."""
+    return {"pool": exchange.pool.to_json(), "standing": exchange.standing.to_json(), "own": exchange.own.to_json(),
+            "near": exchange.near.to_json()}
 
 
 def restore_exchange(exchange: Exchange, state: Mapping) -> None:
-    """Put :func:`exchange_state`'s record back; ValueError when it is damaged."""
+    """Put :func:`exchange_state`'s record back (one without ``near``, of a release before it,
+    starts those shares afresh); ValueError when it is damaged."""
     if not isinstance(state, Mapping) or not {"pool", "standing", "own"} <= state.keys():
         raise ValueError("exchange state lacks pool, standing or own")
     exchange.pool.restore(state["pool"])
     exchange.standing.restore(state["standing"])
     exchange.own.restore(state["own"])
+    exchange.near.restore(state.get("near", []))
 
 
 class InProcessLink(ExchangeBacked):

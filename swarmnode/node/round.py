@@ -184,7 +184,7 @@ class Node:
         # 6. One GRPO update.
         self._phase("training", should_stop)
         loss = self.policy.train_step(train)
-        self.swarm.judge_training(self.policy.nearness.measured, self.policy.nearness.far)
+        self.swarm.judge_training(self.policy.nearness.weighed)
         seconds_train = time.perf_counter() - t0
         self.swarm.trained_on(r, train)
 

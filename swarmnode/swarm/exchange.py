@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Protocol
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
-from swarmnode.sampling import LevelSource, sampling_mode
+from swarmnode.sampling import LevelSource, NearWeighted, sampling_mode
 from swarmnode.swarm import receipt
 from swarmnode.swarm.bundle import (
     SIGNING_DOMAINS,
@@ -49,6 +49,7 @@ from swarmnode.swarm.bundle import (
 from swarmnode.swarm.guard import PeerGuard
 from swarmnode.swarm.identity import Identity
 from swarmnode.swarm.ledger import Ledger
+from swarmnode.swarm.nearshare import NearShare
 from swarmnode.swarm.pool import ExternalPool, OwnRewards, PeerTable
 from swarmnode.swarm.standing import Standing
 
@@ -103,7 +104,10 @@ class Exchange:
         self.pool = pool
         self.peers = PeerTable()
         self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
+        self.near = NearShare()  # the shares of peers' completions the updates kept, per family
         self.sampling = sampling_mode(cfg.external_sampling, levels, self.own)
+        if cfg.weigh_draw_by_nearness:
+            self.sampling = NearWeighted(self.sampling, self.near)
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
         self._warned_newer = False
         self.ledger = None if credits_dir is None else Ledger(credits_dir, self.standing.is_established)
@@ -209,17 +213,23 @@ class Exchange:
                                   origin=(bundle.round, bundle.digest)))
         return rescored, left_out, dropped
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        """The update measured ``measured[peer]`` of a peer's completions against the bound on
-        their distance from this node's policy and left ``far[peer]`` of them out
-        (:meth:`swarmnode.train.policy.Policy.train_step`): counted, and a peer with one left
-        out has its probation set back."""
+    def judge_training(self, weighed: Mapping[tuple[str, str], tuple[int, int]]) -> None:
+        """The update weighed ``n`` of a peer's completions of a family against the bound on their
+        distance from this node's policy and left ``far`` of them out, ``weighed[peer, family] =
+        (n, far)`` (:meth:`swarmnode.train.policy.Policy.train_step`): counted per peer, a peer
+        with one left out has its probation set back, and :attr:`near` remembers the shares kept."""
+        measured: Counter[str] = Counter()
+        far: Counter[str] = Counter()
+        for (peer, _), (n, n_far) in weighed.items():
+            measured[peer] += n
+            far[peer] += n_far
         for peer, n in measured.items():
             self.peers.record_measured(peer, n)
         for peer, n in far.items():
             if n:
                 self.peers.record_left_out(peer, Counter(far_from_policy=n))
                 self.standing.set_back(peer)
+        self.near.note(weighed)
 
     def _take_receipts(self, bundle: Bundle, section: bytes, now: float) -> None:
         """Verify the receipts of an accepted bundle addressed to this node and offer them to

@@ -33,10 +33,10 @@ class SwarmLink(Protocol):
         its sampling mode (:mod:`swarmnode.sampling`)."""
         ...
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        """The round's update weighed ``measured[peer]`` of a peer's completions against the bound
-        on their distance from this node's policy and left ``far[peer]`` out (see
-        :meth:`swarmnode.swarm.exchange.Exchange.judge_training`)."""
+    def judge_training(self, weighed: Mapping[tuple[str, str], tuple[int, int]]) -> None:
+        """The round's update weighed ``n`` of a peer's completions of a family against the bound
+        on their distance from this node's policy and left ``far`` out, ``weighed[peer, family] =
+        (n, far)`` (see :meth:`swarmnode.swarm.exchange.Exchange.judge_training`)."""
 
     def trained_on(self, round_no: int, groups: list[Group]) -> None:
         """Round ``round_no``'s update trained on ``groups``: receipts go to the external ones'
@@ -74,7 +74,7 @@ class SoloLink:
     def draw_external(self, round_no: int, n: int, rng: random.Random) -> list[Group]:
         return []
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
+    def judge_training(self, weighed: Mapping[tuple[str, str], tuple[int, int]]) -> None:
         pass
 
     def trained_on(self, round_no: int, groups: list[Group]) -> None:
@@ -107,8 +107,8 @@ class ExchangeBacked:
 
     exchange: Exchange
 
-    def judge_training(self, measured: Mapping[str, int], far: Mapping[str, int]) -> None:
-        self.exchange.judge_training(measured, far)
+    def judge_training(self, weighed: Mapping[tuple[str, str], tuple[int, int]]) -> None:
+        self.exchange.judge_training(weighed)
 
     def trained_on(self, round_no: int, groups: list[Group]) -> None:
         self.exchange.trained_on(round_no, groups)

@@ -57,27 +57,43 @@ class Nearness:
         self.gap = gap
         self.bar: float | None = None  # the last update's own mean log-prob per token
         self._own: list[float] = []
-        self.measured: Counter[str] = Counter()  # this update's peer completions weighed, by peer
-        self.far: Counter[str] = Counter()  # and left out, by peer
+        # this update's peer completions weighed and, of them, left out, by (peer, family)
+        self.weighed: dict[tuple[str, str], tuple[int, int]] = {}
+
+    @property
+    def measured(self) -> Counter[str]:
+        """This update's peer completions weighed, by peer."""
+        return self._by_peer(0)
+
+    @property
+    def far(self) -> Counter[str]:
+        """This update's peer completions left out, by peer."""
+        return self._by_peer(1)
+
+    def _by_peer(self, column: int) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (peer, _), counts in self.weighed.items():
+            out[peer] += counts[column]
+        return out
 
     def start(self) -> None:
         """A new update begins: its counts start at zero."""
-        self._own, self.measured, self.far = [], Counter(), Counter()
+        self._own, self.weighed = [], {}
 
     def own(self, means: Sequence[float]) -> None:
         """Mean log-probs per token of this node's own completions in this update."""
         self._own.extend(means)
 
-    def keep(self, means: Sequence[float], sources: Sequence[str]) -> list[bool]:
-        """For each peer completion (its mean log-prob per token, its peer), whether it stays in."""
+    def keep(self, means: Sequence[float], sources: Sequence[str], families: Sequence[str]) -> list[bool]:
+        """For each peer completion (its mean log-prob per token, its peer, its family), whether it stays in."""
         bar = statistics.fmean(self._own) if self._own else self.bar
         if self.gap is None or bar is None:
             return [True] * len(means)
         out = []
-        for mean, source in zip(means, sources):
+        for mean, source, family in zip(means, sources, families, strict=True):
             near = mean >= bar - self.gap
-            self.measured[source] += 1
-            self.far[source] += not near
+            n, far = self.weighed.get((source, family), (0, 0))
+            self.weighed[source, family] = (n + 1, far + (not near))
             out.append(near)
         return out
 

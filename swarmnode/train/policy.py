@@ -275,6 +275,7 @@ class Policy:
         seqs: list[tuple[list[int], list[int]]] = []
         advs: list[float] = []
         sources: list[str] = []
+        families: list[str] = []
         owner: list[int] = []  # the index in ``groups`` of each sequence's group
         sums, counts = [0.0] * len(groups), [0] * len(groups)
         self.last_logprobs = [(g, None) for g in groups]
@@ -288,6 +289,7 @@ class Policy:
                 seqs.extend(self._encode_pairs([pair]))
                 advs.append(adv[j])
                 sources.append(g.source)
+                families.append(g.question.family)
                 owner.append(gi)
         self.nearness.start()
         keep = [i for i, (_, c) in enumerate(seqs) if c and advs[i] != 0.0]
@@ -308,8 +310,8 @@ class Policy:
                     sums[owner[i]] += lp
                     counts[owner[i]] += int(n)
                 adv = torch.tensor([advs[i] for i in idx], device=logp.device)
-                adv = adv * self._near(idx, sources, [lp / max(n, 1) for lp, n in zip(row_sums, row_tokens)],
-                                       logp.device)
+                adv = adv * self._near(idx, sources, families,
+                                       [lp / max(n, 1) for lp, n in zip(row_sums, row_tokens)], logp.device)
                 loss = grpo_loss(logp, logp.detach(), adv, mask, self.cfg.eps_low, self.cfg.eps_high, n_tokens)
                 loss.backward()
                 total += float(loss.detach())
@@ -326,13 +328,15 @@ class Policy:
         self.last_logprobs = [(g, sums[i] / counts[i] if counts[i] else None) for i, g in enumerate(groups)]
         return total if math.isfinite(total) else None
 
-    def _near(self, idx: list[int], sources: list[str], means: list[float], device: torch.device) -> torch.Tensor:
+    def _near(self, idx: list[int], sources: list[str], families: list[str], means: list[float],
+              device: torch.device) -> torch.Tensor:
         """1 for each completion of a micro-batch (its mean log-prob per token in ``means``) that
         stays in the update, 0 for a peer's that :attr:`nearness` leaves out; this node's own
         completions set the bar."""
         self.nearness.own([m for m, i in zip(means, idx) if sources[i] == LOCAL])
-        peers = [(m, sources[i]) for m, i in zip(means, idx) if sources[i] != LOCAL]
-        kept = iter(self.nearness.keep([m for m, _ in peers], [p for _, p in peers]))
+        peers = [(m, i) for m, i in zip(means, idx) if sources[i] != LOCAL]
+        kept = iter(self.nearness.keep([m for m, _ in peers], [sources[i] for _, i in peers],
+                                       [families[i] for _, i in peers]))
         return torch.tensor([1.0 if sources[i] == LOCAL else float(next(kept)) for i in idx], device=device)
 
     # ---- persistence -------------------------------------------------------------------
