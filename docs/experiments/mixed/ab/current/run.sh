@@ -4,7 +4,7 @@
 # of docs/experiments/mixed/ab. Rerun to resume each seed from its last checkpoint.
 # SEEDS="3 4" CONFIGS="8/0,4/4:ab" adds seeds with their own 8/0 arm (the 8/0 arm of seeds 0-2
 # is the mixed run's, docs/experiments/mixed). RUN and OUT let a lever's run use it
-# (docs/experiments/once/run.sh).
+# (docs/experiments/once/run.sh); FLAGS adds node flags after the others (docs/experiments/near/run.sh).
 RUN=${RUN:-/work/wt/exp-run}
 OUT=${OUT:-/work/exp-out/mixed-ab2}
 for SEED in ${SEEDS:-0 1 2}; do
@@ -15,6 +15,6 @@ for SEED in ${SEEDS:-0 1 2}; do
     --rounds 30 --seeds 1 --first-seed "$SEED" --checkpoint-every 1 \
     --tasks docs/experiments/mixed/tasks.toml --no-adaptive-difficulty \
     --questions 8 --completions 4 --max-new-tokens 8 --threads 1 --eval-every 5 --dtype float32 \
-    --out "$OUT/seed-$SEED" --no-progress >> "$OUT/seed-$SEED/run.log" 2>&1) &
+    --out "$OUT/seed-$SEED" --no-progress $FLAGS >> "$OUT/seed-$SEED/run.log" 2>&1) &
 done
 wait
