@@ -9,8 +9,9 @@ the update's bound on a peer's distance (more than 3 nats a token below the mean
 own trained groups that round, from ``groups.csv``: the update's bar, taken per group instead of
 per completion), and of the repeats of a group beyond it at its first draw, how many still were.
 
-Run: ``python docs/experiments/equal/repeats.py [FOLDER ...]`` (folders holding
-``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders).
+Run: ``python docs/experiments/equal/repeats.py [--before N] [FOLDER ...]`` (folders holding
+``external.csv``, this one by default; several are read as one run, e.g. a run's seed folders;
+``--before N`` reads only the draws of rounds before N, to hold a partial run against a whole one).
 """
 
 import statistics as st
@@ -30,8 +31,12 @@ def mean(values: list[float]) -> str:
 
 
 def main() -> None:
-    folders = [Path(a) for a in sys.argv[1:]] or [HERE]
-    draws = sorted((r for f in folders for r in read_rows(f / "external.csv")),
+    args = sys.argv[1:]
+    before = int(args.pop(args.index("--before") + 1)) if "--before" in args else None
+    args = [a for a in args if a != "--before"]
+    folders = [Path(a) for a in args] or [HERE]
+    draws = sorted((r for f in folders for r in read_rows(f / "external.csv")
+                    if before is None or int(r["round"]) < before),
                    key=lambda r: (r["config"], r["seed"], r["node"], int(r["round"])))
     first: dict[tuple, int] = {}
     by_seed: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
