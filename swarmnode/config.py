@@ -205,8 +205,10 @@ class NodeConfig:
     weigh_draw_by_nearness: bool = _key(False, "Weigh each peer's group in the draw by the share of that peer's "
                                                "recent completions of its family that this node's updates kept "
                                                "within peer_logprob_gap (true), so the J slots go less to groups "
-                                               "the update leaves out; or draw as external_sampling alone says "
-                                               "(false; docs/experiments/near).",
+                                               "the update leaves out where there are more candidates than "
+                                               "slots; or draw as external_sampling alone says (false, the "
+                                               "default: in the mixed swarm it left the strong node's draws as "
+                                               "they were, docs/experiments/near).",
                                         section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
