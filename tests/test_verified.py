@@ -176,10 +176,9 @@ def test_a_peer_whose_answers_do_not_fit_never_becomes_established(tiny_model_di
 def test_the_bar_leaves_out_far_completions_and_counts_them():
     near = Nearness(gap=1.0)
     near.start()
-    assert near.keep([-9.0], ["p"], ["f"]) == [True] and not near.measured  # no bar yet: nothing is weighed
+    assert near.keep([-9.0], ["p"], ["f"]) == [True] and not near.weighed  # no bar yet: nothing is weighed
     near.own([-1.0, -2.0])
     assert near.keep([-2.4, -2.6, -0.1], ["p", "p", "q"], ["f", "g", "f"]) == [True, False, True]
-    assert near.measured == {"p": 2, "q": 1} and near.far == {"p": 1, "q": 0}
     assert near.weighed == {("p", "f"): (1, 0), ("p", "g"): (1, 1), ("q", "f"): (1, 0)}
     near.finish()
     near.start()  # a later update without own completions holds peers to the last bar
@@ -199,9 +198,8 @@ def test_the_update_weighs_peers_completions_against_its_own(tiny_model_dir):
     ex.receive(signed_bundle(HONEST, SWARM, 0, [fields(q, honest(1))]))
     peer = ex.draw(1, 1, random.Random(0))
     assert policy.train_step([local] + peer) is not None
-    assert policy.nearness.measured == {HONEST.peer_id: 4}
-    far = policy.nearness.far[HONEST.peer_id]
-    assert policy.nearness.weighed == {(HONEST.peer_id, q.family): (4, far)}
+    [(pair, (measured, far))] = policy.nearness.weighed.items()
+    assert pair == (HONEST.peer_id, q.family) and measured == 4
     ex.judge_training(policy.nearness.weighed)
     row = next(r for r in ex.peer_rows() if r["peer_id"] == HONEST.peer_id)
     assert row["logprob_measured"] == 4 and row["left_out_by_reason"].get("far_from_policy", 0) == far

@@ -46,7 +46,6 @@ backward (with a zero advantage): the bound saves no compute, it only decides wh
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 from collections.abc import Sequence
 
 
@@ -59,22 +58,6 @@ class Nearness:
         self._own: list[float] = []
         # this update's peer completions weighed and, of them, left out, by (peer, family)
         self.weighed: dict[tuple[str, str], tuple[int, int]] = {}
-
-    @property
-    def measured(self) -> Counter[str]:
-        """This update's peer completions weighed, by peer."""
-        return self._by_peer(0)
-
-    @property
-    def far(self) -> Counter[str]:
-        """This update's peer completions left out, by peer."""
-        return self._by_peer(1)
-
-    def _by_peer(self, column: int) -> Counter[str]:
-        out: Counter[str] = Counter()
-        for (peer, _), counts in self.weighed.items():
-            out[peer] += counts[column]
-        return out
 
     def start(self) -> None:
         """A new update begins: its counts start at zero."""
