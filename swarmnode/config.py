@@ -210,6 +210,12 @@ class NodeConfig:
                                                "default: in the mixed swarm it left the strong node's draws as "
                                                "they were, docs/experiments/near).",
                                         section="swarm")
+    skip_far_peer_rounds: int = _key(0, "Rounds for which the draw passes over a peer's groups of a family "
+                                        "after this node's last update that weighed that peer's completions "
+                                        "of it left more than half of them out as beyond peer_logprob_gap; "
+                                        "their slots go to this node's own groups, then the pair is drawn "
+                                        "again (0, the default: never passed over).",
+                                     minimum=0, section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
                                                "still be trained on; beyond, it is left out and counted per peer "

@@ -15,6 +15,8 @@ its groups by those weights, within each peer's share.
 :class:`NearWeighted` wraps any of them (``weigh_draw_by_nearness``): each weight times the share
 of the group's sender's recent completions of its family that this node's updates kept within
 the bound on their distance from its policy, so slots go less to groups the update would leave out.
+:class:`NearSkipping` wraps any of them (``skip_far_peer_rounds``): a sender's groups of a family
+may not be drawn while :meth:`NearSource.skipped` says so, and their slots go to this node's own groups.
 
 :data:`MODES` is the one registry (name -> class); the config's ``external_sampling`` choices
 are its names. A mode is built once, from the config, by :func:`sampling_mode`, and holds what
@@ -48,9 +50,12 @@ class LevelSource(Protocol):
 
 
 class NearSource(Protocol):
-    """The kept share of a sender's recent completions of a family (``swarmnode.swarm.nearshare.NearShare``)."""
+    """The kept share of a sender's recent completions of a family, and whether the draw skips
+    its groups of it now (``swarmnode.swarm.nearshare.NearShare``)."""
 
     def share(self, sender: str, family: str) -> float: ...
+
+    def skipped(self, sender: str, family: str) -> bool: ...
 
 
 class OwnSource(Protocol):
@@ -175,6 +180,22 @@ class NearWeighted(SamplingMode):
         def weigh(g: Group) -> float | None:
             w = inner(g)
             return None if w is None else w * share(g.source, g.question.family)
+
+        return weigh
+
+
+class NearSkipping(SamplingMode):
+    """Another mode's weights, except that a group whose sender and family
+    :meth:`NearSource.skipped` names may not be drawn."""
+
+    def __init__(self, inner: SamplingMode, near: NearSource):
+        self.inner, self.near = inner, near
+
+    def weigher(self) -> Weigher:
+        inner, skipped = self.inner.weigher(), self.near.skipped
+
+        def weigh(g: Group) -> float | None:
+            return None if skipped(g.source, g.question.family) else inner(g)
 
         return weigh
 

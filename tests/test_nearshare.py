@@ -1,5 +1,6 @@
-"""The draw weighed by how much of each peer's completions, per family, the updates kept
-(swarmnode.swarm.nearshare, swarmnode.sampling.NearWeighted, weigh_draw_by_nearness)."""
+"""The draw weighed by how much of each peer's completions, per family, the updates kept, or
+passing over the pairs the last update left mostly out (swarmnode.swarm.nearshare,
+swarmnode.sampling.NearWeighted and NearSkipping, weigh_draw_by_nearness, skip_far_peer_rounds)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from swarmnode.config import NodeConfig
 from swarmnode.experiment.members import exchange_state, restore_exchange
 from swarmnode.records import Group, Question
-from swarmnode.sampling import MODES, NearWeighted, Uniform, sampling_mode
+from swarmnode.sampling import MODES, NearSkipping, NearWeighted, Uniform, sampling_mode
 from swarmnode.swarm.bundle import encode_bundle
 from swarmnode.swarm.exchange import Exchange
 from swarmnode.swarm.identity import Identity
@@ -52,7 +53,10 @@ def test_the_shares_survive_their_json_and_a_damaged_one_changes_nothing():
     again = NearShare()
     again.restore(near.to_json())
     assert again.share("p", "gcd") == near.share("p", "gcd") == pytest.approx(4 / 6)
-    for damaged in ([["p", "gcd"]], [5], [["p", "gcd", 5]]):
+    again.restore([["p", "gcd", [True, False]]])  # the bare rows of a release before skips
+    assert again.share("p", "gcd") == pytest.approx(2 / 4)
+    again.restore(near.to_json())
+    for damaged in ([["p", "gcd"]], [5], [["p", "gcd", 5]], {"skip": []}, {"kept": [], "skip": [["p"]]}):
         with pytest.raises(ValueError):
             again.restore(damaged)
         assert again.share("p", "gcd") == pytest.approx(4 / 6)
@@ -82,8 +86,32 @@ def test_the_pool_draws_the_peer_whose_completions_the_updates_kept():
     assert drawn["near"] > 170 and 0 < drawn["far"] < 30
 
 
-def _exchange(weigh: bool) -> Exchange:
-    cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, max_peer_share=1.0, weigh_draw_by_nearness=weigh)
+def test_a_pair_left_mostly_out_is_skipped_for_its_rounds_then_drawn_again():
+    near = NearShare(skip_rounds=2)
+    near.note({("far", "gcd"): (4, 3), ("half", "gcd"): (4, 2), ("near", "gcd"): (4, 0)})
+    assert near.skipped("far", "gcd") and not near.skipped("half", "gcd") and not near.skipped("near", "gcd")
+    assert not near.skipped("far", "chain_sum")  # per family
+    near.note({})
+    assert near.skipped("far", "gcd")
+    saved = NearShare(skip_rounds=2)
+    saved.restore(near.to_json())
+    assert saved.skipped("far", "gcd")
+    near.note({})  # two updates since: drawn again
+    assert not near.skipped("far", "gcd")
+    saved.note({("far", "gcd"): (4, 1)})  # measured nearer before its rounds ran out: drawn again
+    assert not saved.skipped("far", "gcd")
+    off = NearShare()
+    off.note({("far", "gcd"): (4, 4)})
+    assert not off.skipped("far", "gcd")
+    g_far, g_near = (Group(chain_sum(1), ["a", "b"], [1.0, 0.0], source=s) for s in ("far", "near"))
+    near.note({("far", "chain_sum"): (4, 4)})
+    weigh = NearSkipping(Uniform(), near).weigher()
+    assert weigh(g_far) is None and weigh(g_near) == 1.0
+
+
+def _exchange(weigh: bool, skip: int = 0) -> Exchange:
+    cfg = NodeConfig(swarm=SWARM, solo=False, newcomer_share=1.0, max_peer_share=1.0, weigh_draw_by_nearness=weigh,
+                     skip_far_peer_rounds=skip)
     ex = Exchange(NODE, cfg, Scorer(), "m", families=("chain_sum",))
     for key in (NEAR, FAR):
         groups = [Group(chain_sum(i), [f"<answer>{i + 2}</answer>", "<answer>x</answer>"], [0.0, 0.0])
@@ -102,6 +130,18 @@ def test_an_exchange_weighs_its_draw_by_what_its_updates_left_out_only_when_set(
         assert row[NEAR.peer_id]["logprob_measured"] == 16
         draws[weigh] = Counter(g.source for r in range(100) for g in ex.draw(r, 1, random.Random(r)))
     assert draws[True][FAR.peer_id] < 15 < 30 < draws[False][FAR.peer_id]
+
+
+def test_an_exchange_skips_a_far_peer_for_its_rounds_only_when_set():
+    for skip in (0, 3):
+        ex = _exchange(False, skip)
+        ex.judge_training({(NEAR.peer_id, "chain_sum"): (4, 0), (FAR.peer_id, "chain_sum"): (4, 4)})
+        during = Counter(g.source for r in range(50) for g in ex.draw(1, 2, random.Random(r)))
+        assert (during[FAR.peer_id] == 0) == bool(skip) and during[NEAR.peer_id] > 0
+        for _ in range(skip):
+            ex.judge_training({})
+        after = Counter(g.source for r in range(50) for g in ex.draw(1 + skip, 2, random.Random(r)))
+        assert after[FAR.peer_id] > 0
 
 
 def test_an_experiment_checkpoint_carries_the_shares_and_reads_one_without_them():

@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Protocol
 from swarmnode.config import NodeConfig
 from swarmnode.events import BundleAccepted, BundleRefused, NodeEvent
 from swarmnode.records import Group, Question
-from swarmnode.sampling import LevelSource, NearWeighted, sampling_mode
+from swarmnode.sampling import LevelSource, NearSkipping, NearWeighted, sampling_mode
 from swarmnode.swarm import receipt
 from swarmnode.swarm.bundle import (
     SIGNING_DOMAINS,
@@ -104,10 +104,13 @@ class Exchange:
         self.pool = pool
         self.peers = PeerTable()
         self.own = OwnRewards()  # this node's own recent rewards: the bar of the above- samplings
-        self.near = NearShare()  # the shares of peers' completions the updates kept, per family
+        # the shares of peers' completions the updates kept, per family, and the pairs skipped
+        self.near = NearShare(skip_rounds=cfg.skip_far_peer_rounds)
         self.sampling = sampling_mode(cfg.external_sampling, levels, self.own)
         if cfg.weigh_draw_by_nearness:
             self.sampling = NearWeighted(self.sampling, self.near)
+        if cfg.skip_far_peer_rounds:
+            self.sampling = NearSkipping(self.sampling, self.near)
         self.guard = PeerGuard(on_ban=None if on_ban is None else lambda peer, seconds, why: on_ban(peer, seconds))
         self._warned_newer = False
         self.ledger = None if credits_dir is None else Ledger(credits_dir, self.standing.is_established)
