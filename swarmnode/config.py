@@ -214,7 +214,9 @@ class NodeConfig:
                                         "after this node's last update that weighed that peer's completions "
                                         "of it left more than half of them out as beyond peer_logprob_gap; "
                                         "their slots go to this node's own groups, then the pair is drawn "
-                                        "again (0, the default: never passed over).",
+                                        "again (0, the default: in the mixed swarm it kept the strong node's "
+                                        "draws off far groups without raising its reward, "
+                                        "docs/experiments/skip).",
                                      minimum=0, section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
