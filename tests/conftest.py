@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # the simulator (benchmarks/swarmsim) and the benchmark scripts the tests import by name
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+from alone import turn
 from tinymodel import build_tiny_model
 
 # The nodes the tests start talk over 127.0.0.1 and the namespaces a test makes; mDNS would
@@ -99,3 +100,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Llama with a chat template, saved as a local model directory."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(autouse=True)
+def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A test marked ``alone`` runs with no other beside it (tests/alone.py); the workers of a
+    parallel run share the parent of their temporary directories."""
+    with turn(request.node.get_closest_marker("alone") is not None, tmp_path_factory.getbasetemp().parent):
+        yield

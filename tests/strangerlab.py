@@ -206,9 +206,6 @@ class Stranger(EventProcess):
     def __init__(self, transport: str, target: str, keys: int, rounds: int, *extra: str, stderr: Path | None = None):
         super().__init__(programs.argv(f"stranger_{transport}", "--target", target, "--swarm", SWARM, "--keys", keys,
                                        "--rounds", rounds, *extra), stderr)
-        # A crowd's hosts run on its own machines; here they share the target's cores, so they
-        # get what the target and the honest pair leave (docs/reliability.md).
-        os.setpriority(os.PRIO_PROCESS, self.proc.pid, 19)
 
 
 class HonestPair:

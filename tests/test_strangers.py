@@ -52,7 +52,10 @@ BOUNDS = {("relay", "hivemind"): {"relay": 45, "p2pd": 40},
           ("node", "libp2p"): {"node": 45}}
 
 
-@pytest.mark.parametrize("kind", ["relay", "node"])
+# A training target shares its cores with its own training: beside other tests too, its pulls
+# came up to 11 s late in a run of the whole suite on 2 cores (docs/reliability.md), so it
+# floods with no other test beside it.
+@pytest.mark.parametrize("kind", ["relay", pytest.param("node", marks=pytest.mark.alone)])
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transport, tmp_path, tiny_model_dir):
     keys, rounds, extra = FLOODS[transport]
