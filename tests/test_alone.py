@@ -62,21 +62,15 @@ def test_an_alone_test_waits_for_the_running_ones_and_keeps_new_ones_out(paralle
     assert entered == ["shared", "shared out", "alone", "alone out", "later", "later out"]
 
 
-def test_shared_turns_run_together(parallel_run):
+@pytest.mark.parametrize("alone, parallel", [(False, True), (True, False)], ids=["shared", "outside-a-parallel-run"])
+def test_turns_that_need_not_wait_run_together(alone, parallel, monkeypatch, tmp_path):
+    if parallel:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    else:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     entered: list[str] = []
     release = threading.Event()
-    threads = [_hold(False, entered, name, release, parallel_run) for name in ("one", "two")]
-    wait_until(lambda: len(entered) == 2, 10, "both shared turns at once")
-    release.set()
-    for t in threads:
-        t.join(5)
-
-
-def test_outside_a_parallel_run_nothing_is_locked(monkeypatch, tmp_path):
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    entered: list[str] = []
-    release = threading.Event()
-    threads = [_hold(True, entered, name, release, tmp_path) for name in ("one", "two")]
+    threads = [_hold(alone, entered, name, release, tmp_path) for name in ("one", "two")]
     wait_until(lambda: len(entered) == 2, 10, "both turns at once")
     release.set()
     for t in threads:
