@@ -13,7 +13,7 @@ TESTS = Path(__file__).resolve().parent
 @pytest.mark.slow
 def test_an_unmarked_test_that_starts_a_process_fails_and_a_marked_one_runs(pytester):
     pytester.makeconftest((TESTS / "conftest.py").read_text())
-    pytester.makepyfile(tinymodel=(TESTS / "tinymodel.py").read_text())
+    pytester.makepyfile(tinymodel=(TESTS / "tinymodel.py").read_text(), alone=(TESTS / "alone.py").read_text())
     pytester.makeini("[pytest]\nmarkers =\n    slow: starts a process\n")
     pytester.makepyfile(test_some="""
         import ctypes.util, multiprocessing, subprocess, sys
