@@ -55,7 +55,7 @@ BOUNDS = {("relay", "hivemind"): {"relay": 45, "p2pd": 40},
 # A training target shares its cores with its own training: beside other tests too, its pulls
 # came up to 11 s late in a run of the whole suite on 2 cores (docs/reliability.md), so it
 # floods with no other test beside it, first waiting for the tests running then to end (the
-# longest took 12.5 minutes in a run of the suite): its timeout counts that wait.
+# longest of the suite run for minutes): its timeout counts that wait.
 @pytest.mark.parametrize("kind", ["relay", pytest.param("node", marks=[pytest.mark.alone, pytest.mark.timeout(1800)])])
 @pytest.mark.parametrize("transport", ["hivemind", "libp2p"])
 def test_a_crowd_of_new_keys_leaves_the_target_bounded_and_serving(kind, transport, tmp_path, tiny_model_dir):
