@@ -91,7 +91,10 @@ SMOLLM2 = CatalogueModel(
               "rounds of 3 seeds; 1.33x, 1.19 to 1.46, after 20 in a run on earlier code) with a held-out "
               "yardstick of 0.323 against 0.235 alone after round 100, higher in two seeds of three "
               "(untrained 0.071; [experiments/equal](experiments/equal/README.md)), and beside a Qwen node 1.20x "
-              "(1.02 to 1.37, 30 rounds of 5 seeds; [experiments/mixed/ab](experiments/mixed/ab/README.md)). "
+              "(1.02 to 1.37, 30 rounds of 5 seeds; [experiments/mixed/ab](experiments/mixed/ab/README.md)); "
+              "there with every node's levels moving 1.46x (0.96 to 1.96, 5 seeds; "
+              "[experiments/adaptive](experiments/adaptive/README.md)), which no run has tried between equal "
+              "nodes, so the round keeps the file's levels. "
               "At the nine packaged families its groups carry almost no signal (a fresh node's rewards 0.03-0.07) and "
               "sharing showed no gain (0.87x, 0.25 to 1.49; [experiments](experiments/README.md)). A round takes "
               "seconds on a CPU core where the nine families at 8 x 8 x 256 take minutes. A node on another "
@@ -116,8 +119,11 @@ QWEN25_CODER = CatalogueModel(
     round_why="the paper's round, on which it measured 1.94x for eight Qwen2.5-0.5B nodes sharing 4/4: the nine "
               "families at 8 questions x 8 completions x 256 new tokens. SmolLM2's round does not teach it: its "
               "yardstick there was 0.542 untrained and 0.544 after 30 rounds alone, and 0.533 beside three SmolLM2 "
-              "nodes sharing 4/4 (its reward 0.98x alone; [experiments/mixed/ab](experiments/mixed/ab/README.md)); "
-              "here no run has gone past one round of the paper's "
+              "nodes sharing 4/4 (its reward 0.98x alone; [experiments/mixed/ab](experiments/mixed/ab/README.md)). "
+              "On those families (`tasks = \"short\"`) with its levels moving, as in its own round, it kept its "
+              "skill beside them: a yardstick 0.016 above alone's (-0.181 to 0.213) and 1.08x alone's reward "
+              "(0.62 to 1.53), 30 rounds of 5 seeds ([experiments/adaptive](experiments/adaptive/README.md)). "
+              "Of the paper's round no run here has gone past one round "
               "([experiments/qwen-cuda](experiments/qwen-cuda/README.md))",
 )
 

@@ -1,8 +1,8 @@
 """Moving levels against pinned, per model and arm: signal rate, own groups with signal an
 update (``n_local``), peers' groups an update (``n_external``) and mean reward, as means over
 node-rounds of ``rounds.csv``, over the rounds both runs finished in each seed. Pinned: the
-mixed run's 8/0 arm (``../mixed``) and 4/4:ab arm (``../mixed/ab/current``); moving: this
-folder's ``mixed/seed-*``.
+mixed run's 8/0 arm (``../mixed`` for seeds 0-2, ``../mixed/ab/current`` for the later seeds)
+and 4/4:ab arm (``../mixed/ab/current``); moving: this folder's ``mixed/seed-*``.
 
 Run: ``python docs/experiments/adaptive/signal.py [SEEDS]`` (comma-separated, ``0,1`` by default).
 """
@@ -21,7 +21,7 @@ COLUMNS = ("signal_rate", "n_local", "n_external", "reward_mean")
 def main() -> None:
     seeds = (sys.argv[1] if len(sys.argv) > 1 else "0,1").split(",")
     sources = {
-        ("pinned", "8/0"): [MIXED / "rounds.csv"],
+        ("pinned", "8/0"): [MIXED / "rounds.csv"] + [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
         ("pinned", "4/4:ab"): [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
         ("moving", "8/0"): [HERE / f"mixed/seed-{s}/rounds.csv" for s in seeds],
         ("moving", "4/4:ab"): [HERE / f"mixed/seed-{s}/rounds.csv" for s in seeds],
