@@ -215,8 +215,9 @@ class NodeConfig:
                                         "of it left more than half of them out as beyond peer_logprob_gap; "
                                         "their slots go to this node's own groups, then the pair is drawn "
                                         "again (0, the default: in the mixed swarm it kept the strong node's "
-                                        "draws off far groups without raising its reward, "
-                                        "docs/experiments/skip).",
+                                        "draws off far groups without raising its reward beyond the seeds' "
+                                        "spread, with levels pinned or moving; docs/experiments/skip and "
+                                        "docs/experiments/adaptive/skip).",
                                      minimum=0, section="swarm")
     peer_logprob_gap: float | None = _key(3.0, "How far below this node's own completions (mean log-prob per "
                                                "token under its policy, in nats) a peer's completion may be and "
