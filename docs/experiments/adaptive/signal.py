@@ -51,5 +51,6 @@ def main() -> None:
                 cells.append(" / ".join(f"{m:.3f}" for m in means))
             print(f"{model} | {config} | " + " | ".join(cells))
 
+
 if __name__ == "__main__":
     main()
