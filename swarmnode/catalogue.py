@@ -120,8 +120,8 @@ QWEN25_CODER = CatalogueModel(
               "families at 8 questions x 8 completions x 256 new tokens. SmolLM2's round does not teach it: its "
               "yardstick there was 0.542 untrained and 0.544 after 30 rounds alone, and 0.533 beside three SmolLM2 "
               "nodes sharing 4/4 (its reward 0.98x alone; [experiments/mixed/ab](experiments/mixed/ab/README.md)). "
-              "On those families (`tasks = \"short\"`) with its levels moving, as in its own round, it kept its "
-              "skill beside them: a yardstick 0.016 above alone's (-0.181 to 0.213) and 1.08x alone's reward "
+              "On SmolLM2's round with the levels moving instead, as in its own round, it kept its skill "
+              "beside them: a yardstick 0.016 above alone's (-0.181 to 0.213) and 1.08x alone's reward "
               "(0.62 to 1.53), 30 rounds of 5 seeds ([experiments/adaptive](experiments/adaptive/README.md)). "
               "Of the paper's round no run here has gone past one round "
               "([experiments/qwen-cuda](experiments/qwen-cuda/README.md))",
