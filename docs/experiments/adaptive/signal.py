@@ -24,15 +24,16 @@ COLUMNS = ("signal_rate", "n_local", "n_external", "reward_mean")
 def main() -> None:
     seeds = (sys.argv[1] if len(sys.argv) > 1 else "0,1").split(",")
     moving = [HERE / f"mixed/seed-{s}/rounds.csv" for s in seeds]
-    sources = {
-        ("pinned", "8/0"): [MIXED / "rounds.csv"] + [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
-        ("pinned", "4/4:ab"): [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
-        ("moving", "8/0"): moving,
-        ("moving", "4/4:ab"): moving,
-    }
     if sys.argv[2:] == ["skip"]:
         sources = {("moving", "4/4:ab"): moving,
                    ("skip", "4/4:ab"): [HERE / f"skip/seed-{s}/rounds.csv" for s in seeds]}
+    else:
+        sources = {
+            ("pinned", "8/0"): [MIXED / "rounds.csv"] + [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
+            ("pinned", "4/4:ab"): [MIXED / f"ab/current/seed-{s}/rounds.csv" for s in seeds],
+            ("moving", "8/0"): moving,
+            ("moving", "4/4:ab"): moving,
+        }
     runs = list(dict.fromkeys(run for run, _ in sources))
     configs = list(dict.fromkeys(config for _, config in sources))
     rows = {key: [r for path in paths for r in read_rows(path)
