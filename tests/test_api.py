@@ -389,6 +389,16 @@ async def test_client_reads_status_and_peers(node):
     assert control.calls == ["pause"]
 
 
+async def test_a_client_closed_by_its_owner_means_no_node_to_whoever_kept_it(node):
+    server, state, control, session = node
+    async with client.NodeApi(server.home) as api:
+        pass
+    for call in (api.status, api.peers, api.pause):
+        with pytest.raises(client.NoNodeRunning):
+            await call()
+    assert control.calls == []
+
+
 def test_status_command_with_no_node(tmp_path, capsys):
     from swarmnode.cli import main
 

@@ -245,6 +245,22 @@ async def test_q_quits(served):
         assert not app.is_running
 
 
+async def test_a_tick_holding_the_client_of_a_node_that_stopped_shows_it_offline(tmp_path):
+    home = NodeHome(tmp_path / "home").create()
+    server = ApiServer(make_state(), FakeControl(), home=home)
+    await server.start()
+    app = Dashboard(home, retry_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.online)
+        held = app.api
+        await server.stop()
+        await until(pilot, lambda: not app.online)
+        assert app.api is None
+        app.api, app._peers_stale = held, True  # a tick that read the client before it closed
+        await app._tick()
+        assert app.is_running and app.query_one("#offline").display
+
+
 class AnswersAfterQuit:
     """A node whose credits and peers answer only once the dashboard has quit and torn down."""
 

@@ -84,6 +84,10 @@ class NodeApi:
 
     async def _request(self, method: str, path: str, *, auth: bool = False) -> Any:
         assert self._session is not None, "use NodeApi inside 'async with'"
+        if self._session.closed:
+            # A caller that kept this client across an await (a dashboard key press) may find
+            # that its owner has closed it since: to that caller the node is gone.
+            raise NoNodeRunning(self.home)
         headers = {"Authorization": f"Bearer {self.endpoint.token}"} if auth else {}
         try:
             async with self._session.request(method, path, headers=headers, timeout=_REQUEST_TIMEOUT) as resp:

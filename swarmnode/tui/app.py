@@ -207,17 +207,19 @@ class Dashboard(App):
         while True:
             try:
                 async with NodeApi(self.home) as api:
-                    async for event in api.events():
-                        if event is None:  # subscribed: nothing from now on is missed
-                            self.api = api
-                            await self.reload()
-                            self.online = True
-                            backoff.reset()
-                        else:
-                            self.on_node_event(event)
+                    try:
+                        async for event in api.events():
+                            if event is None:  # subscribed: nothing from now on is missed
+                                self.api = api
+                                await self.reload()
+                                self.online = True
+                                backoff.reset()
+                            else:
+                                self.on_node_event(event)
+                    finally:  # before the session closes, or a tick in between would use it
+                        self.api = None
             except (NoNodeRunning, ApiError):
                 pass
-            self.api = None
             self.online = False
             await asyncio.sleep(backoff.next_delay())
 
